@@ -1,0 +1,189 @@
+// The fabric: registered memory, reliable ordered endpoints, two-sided and one-sided
+// operations, completion queues. Shaped like RDMA verbs so that shm, tcp and verbs
+// providers sit behind one interface (see docs/ARCHITECTURE.md).
+//
+// Lifetime and ownership
+//   Provider owns nothing the caller created; the caller destroys endpoints, then completion
+//   queues and memory regions, then the provider. Destroying an endpoint cancels its
+//   outstanding work (completions with kCancelled may still be polled from its CQ until the
+//   CQ is destroyed).
+//
+// Thread safety
+//   A Provider is thread-safe. An Endpoint may be used by one posting thread at a time
+//   (posts are not internally serialised against each other). A CompletionQueue may be
+//   polled by one thread at a time. Posting and polling may happen on different threads.
+//
+// Blocking
+//   post_* never block: they return kResourceExhausted when the queue is full. Only
+//   connect() and CompletionQueue::wait() block, each until its Deadline.
+//
+// Errors
+//   A post that fails returns its Status and produces no completion. A post that returns
+//   ok produces exactly one completion (on the endpoint's send CQ, or its recv CQ for
+//   post_recv), whose status the caller must check. Errors are sticky on an endpoint: once
+//   it failed (peer lost, corrupt frame, protocol violation) every outstanding operation
+//   completes with that error and every later post returns it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lattice/core/deadline.h"
+#include "lattice/core/status.h"
+
+namespace lattice::fabric {
+
+// What a provider can do; the protocol layers above pick their path from these.
+struct ProviderCaps {
+  size_t max_msg = 0;          // largest single send/write/read, bytes
+  size_t max_inline = 0;       // sends up to this size are copied at post time (buffer reusable at once)
+  bool rma_write = false;      // post_write / post_write_with_imm
+  bool rma_read = false;       // post_read
+  bool atomics = false;        // post_fetch_add / post_compare_swap
+  size_t frame_bytes = 0;      // >0: sends are padded to whole frames of this size (Apple TB5: 4096)
+  size_t max_regions = 0;      // 0: no fixed limit
+  bool needs_registration_for_send = false;  // send buffers must be registered regions
+};
+
+// Access rights of a memory region. Remote rights are checked by the target on every access.
+enum Access : uint32_t {
+  kLocalRead = 1u << 0,
+  kLocalWrite = 1u << 1,
+  kRemoteRead = 1u << 2,
+  kRemoteWrite = 1u << 3,
+  kRemoteAtomic = 1u << 4,
+  kAllAccess = kLocalRead | kLocalWrite | kRemoteRead | kRemoteWrite | kRemoteAtomic,
+};
+
+// What a peer needs to address a region: no raw pointers cross the wire, only a random,
+// unguessable 64-bit key and a size. 16 bytes, little-endian when serialised.
+struct RemoteRegion {
+  uint64_t key = 0;
+  uint64_t size = 0;
+};
+
+class MemoryRegion {
+ public:
+  virtual ~MemoryRegion() = default;
+  virtual std::byte* data() const = 0;
+  virtual size_t size() const = 0;
+  virtual uint64_t key() const = 0;
+  virtual uint32_t access() const = 0;
+  RemoteRegion remote() const { return {key(), size()}; }
+};
+
+// A byte range of a local registered region.
+struct LocalSlice {
+  MemoryRegion* region = nullptr;
+  size_t offset = 0;
+  size_t length = 0;
+  std::byte* data() const { return region->data() + offset; }
+};
+
+// A byte range of a peer's region, by key and offset; the target checks both.
+struct RemoteSlice {
+  uint64_t key = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+using WorkId = uint64_t;
+
+enum class Opcode : uint8_t {
+  kSend,
+  kRecv,         // a message arrived for a posted receive
+  kWrite,
+  kWriteImm,     // initiator side of post_write_with_imm
+  kRecvImm,      // target side: a write-with-imm landed; consumes a posted receive (0 bytes used)
+  kRead,
+  kFetchAdd,
+  kCompareSwap,
+};
+std::string_view to_string(Opcode op);
+
+struct Completion {
+  WorkId id = 0;
+  Opcode op = Opcode::kSend;
+  Status status;       // must be checked
+  size_t bytes = 0;    // bytes received (kRecv) or transferred
+  uint32_t imm = 0;    // kRecvImm only
+};
+
+class CompletionQueue {
+ public:
+  virtual ~CompletionQueue() = default;
+  // Non-blocking: moves up to out.size() completions into `out`, returns how many.
+  // Also drives progress for providers that progress on the caller's thread.
+  virtual size_t poll(std::span<Completion> out) = 0;
+  // Blocks until at least one completion is available or the deadline passes
+  // (then kTimeout). Spins briefly, then sleeps: an idle waiter burns no CPU.
+  virtual Result<size_t> wait(std::span<Completion> out, Deadline deadline) = 0;
+};
+
+struct EndpointOptions {
+  // A peer that shows no sign of life for this long is declared lost (kPeerLost).
+  std::chrono::milliseconds peer_timeout{2000};
+  // Rank of the peer, only for error messages and logs.
+  int peer_rank = Status::kNoPeer;
+};
+
+class Endpoint {
+ public:
+  virtual ~Endpoint() = default;
+
+  // The blob a peer passes to its connect(); opaque, carried by some out-of-band channel.
+  virtual std::vector<std::byte> local_address() const = 0;
+  // Connects to the peer whose local_address() is `peer_address`. Both sides call it.
+  virtual Status connect(std::span<const std::byte> peer_address, Deadline deadline) = 0;
+
+  virtual Status post_send(LocalSlice src, WorkId id) = 0;
+  virtual Status post_recv(LocalSlice dst, WorkId id) = 0;
+  virtual Status post_write(LocalSlice src, RemoteSlice dst, WorkId id) = 0;
+  virtual Status post_write_with_imm(LocalSlice src, RemoteSlice dst, uint32_t imm, WorkId id) = 0;
+  virtual Status post_read(LocalSlice dst, RemoteSlice src, WorkId id) = 0;
+  // 64-bit atomics on an 8-byte aligned remote word; the old value lands in `result` (8 bytes).
+  virtual Status post_fetch_add(LocalSlice result, RemoteSlice target, uint64_t add, WorkId id) = 0;
+  virtual Status post_compare_swap(LocalSlice result, RemoteSlice target, uint64_t expected,
+                                   uint64_t desired, WorkId id) = 0;
+
+  // Ok while healthy; the sticky error once the endpoint failed.
+  virtual Status status() const = 0;
+  virtual int peer_rank() const = 0;
+};
+
+struct ProviderOptions {
+  bool busy_poll = false;  // spin instead of sleeping while waiting (lowest latency, burns a core)
+};
+
+class Provider {
+ public:
+  virtual ~Provider() = default;
+  virtual std::string_view name() const = 0;  // "shm", "tcp", ...
+  virtual const ProviderCaps& caps() const = 0;
+
+  // Memory the provider allocates where remote access is cheapest (shm: shared memory).
+  virtual Result<std::unique_ptr<MemoryRegion>> allocate_memory(size_t n_bytes, uint32_t access) = 0;
+  // Registers caller-owned memory; the caller keeps it alive and in place until the region dies.
+  virtual Result<std::unique_ptr<MemoryRegion>> register_memory(void* data, size_t n_bytes,
+                                                                uint32_t access) = 0;
+
+  virtual Result<std::unique_ptr<CompletionQueue>> create_cq(size_t depth) = 0;
+  // The endpoint reports sends, writes, reads and atomics on send_cq, receives on recv_cq
+  // (they may be the same queue). Both must outlive the endpoint.
+  virtual Result<std::unique_ptr<Endpoint>> create_endpoint(CompletionQueue* send_cq,
+                                                            CompletionQueue* recv_cq,
+                                                            const EndpointOptions& options) = 0;
+};
+
+// "shm", "tcp://127.0.0.1:0", "tcp://[::1]:7000", "tcp://0.0.0.0:0?busy_poll=1".
+// A provider that is compiled out or missing at run time gives kUnavailable.
+Result<std::unique_ptr<Provider>> make_provider(std::string_view uri, const ProviderOptions& options = {});
+// Providers usable on this machine right now (probed at run time).
+std::vector<std::string> available_providers();
+
+}  // namespace lattice::fabric

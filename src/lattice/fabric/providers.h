@@ -1,0 +1,15 @@
+// Factories of the built-in providers, one per folder; fabric.cc keeps the table that maps
+// a URI scheme to one of them. `params` is the URI after "scheme://" (may be empty).
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include "lattice/fabric/fabric.h"
+
+namespace lattice::fabric::detail {
+
+Result<std::unique_ptr<Provider>> make_shm_provider(std::string_view params, const ProviderOptions& options);
+Result<std::unique_ptr<Provider>> make_tcp_provider(std::string_view params, const ProviderOptions& options);
+
+}  // namespace lattice::fabric::detail

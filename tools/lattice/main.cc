@@ -1,0 +1,56 @@
+// lattice: the one command-line tool. Subcommands live in cmd_*.cc (see command.h).
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <memory>
+
+#include "command.h"
+#include "lattice/core/log.h"
+
+namespace lattice::cli {
+std::vector<Command>& command_table() {
+  static std::vector<Command> table;
+  return table;
+}
+}  // namespace lattice::cli
+
+int main(int argc, char** argv) {
+  using namespace lattice::cli;
+  CLI::App app{"lattice: a few machines on a desk as one low-latency AI computer"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "lattice 0.1.0");
+  std::string log_level;
+  app.add_option("--log", log_level, "log level: trace|debug|info|warn|error|off (or LATTICE_LOG)");
+
+  auto& table = command_table();
+  std::sort(table.begin(), table.end(), [](const Command& a, const Command& b) { return a.path < b.path; });
+  std::map<std::string, CLI::App*> groups;  // "bench" -> its CLI::App
+  std::vector<std::pair<CLI::App*, std::function<int()>>> runners;
+  for (auto& cmd : table) {
+    CLI::App* parent = &app;
+    std::string leaf = cmd.path;
+    if (auto sp = cmd.path.find(' '); sp != std::string::npos) {
+      std::string group = cmd.path.substr(0, sp);
+      leaf = cmd.path.substr(sp + 1);
+      auto it = groups.find(group);
+      if (it == groups.end()) {
+        CLI::App* g = app.add_subcommand(group, group + " commands");
+        g->require_subcommand(1);
+        it = groups.emplace(group, g).first;
+      }
+      parent = it->second;
+    }
+    CLI::App* sub = parent->add_subcommand(leaf, cmd.description);
+    runners.emplace_back(sub, cmd.setup(*sub));
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (!log_level.empty()) lattice::log::set_level(log_level);
+  for (auto& [sub, run] : runners)
+    if (sub->parsed()) return run();
+  std::fprintf(stderr, "lattice: no command given (try --help)\n");
+  return 2;
+}
