@@ -1,0 +1,77 @@
+// Block layouts of the quantized weight types, byte for byte as the GGUF/ggml format defines
+// them. Sizes are pinned by static_assert against types.cc. Internal to the quant folder.
+//
+// Dequantized values (q: stored integers, d/dmin: fp16 unless noted):
+//   Q8_0 (32):  x[i] = d * qs[i]
+//   Q4_0 (32):  x[i] = d * ((qs[i] & 15) - 8),  x[i+16] = d * ((qs[i] >> 4) - 8),  i < 16
+//   Q4_K (256): 8 sub-blocks of 32 with 6-bit scale sc[j] and min m[j] packed in scales[12];
+//               64-element chunk c (0..3) uses qs[32c..32c+31]: low nibbles are sub-block 2c,
+//               high nibbles sub-block 2c+1;  x = d*sc[j]*q - dmin*m[j]
+//   Q5_K (256): as Q4_K plus a fifth bit: bit (2c) of qh[l] for the low-nibble element l of
+//               chunk c, bit (2c+1) for the high-nibble one
+//   Q6_K (256): two 128-element halves h; in half h element l (0..31) of quarter k (0..3) takes
+//               its low 4 bits from ql[64h + l + 32*(k&1)] (low nibble for k < 2, high for k >= 2)
+//               and its top 2 bits from bits 2k..2k+1 of qh[32h + l]; scale sc[8h + l/16 + 2k]
+//               (int8); x = d * sc * (q - 32)
+#pragma once
+
+#include <cstdint>
+
+namespace lattice::engine::detail {
+
+inline constexpr int kQK = 32;    // elements per Q4_0 / Q8_0 block
+inline constexpr int kQKK = 256;  // elements per K-quant super-block
+
+struct BlockQ8_0 {
+  uint16_t d;
+  int8_t qs[32];
+};
+struct BlockQ4_0 {
+  uint16_t d;
+  uint8_t qs[16];
+};
+struct BlockQ4_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qs[128];
+};
+struct BlockQ5_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qh[32];
+  uint8_t qs[128];
+};
+struct BlockQ6_K {
+  uint8_t ql[128];
+  uint8_t qh[64];
+  int8_t scales[16];
+  uint16_t d;
+};
+static_assert(sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockQ4_0) == 18);
+static_assert(sizeof(BlockQ4_K) == 144);
+static_assert(sizeof(BlockQ5_K) == 176);
+static_assert(sizeof(BlockQ6_K) == 210);
+
+// The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K super-block.
+inline void k4_scale_min(const uint8_t* s, int j, int* sc, int* m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
+    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+// Inverse of k4_scale_min: packs 8 scales and 8 mins (each 0..63) into 12 bytes.
+inline void k4_pack_scales(const uint8_t sc[8], const uint8_t m[8], uint8_t out[12]) {
+  for (int j = 0; j < 4; ++j) {
+    out[j] = static_cast<uint8_t>((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+    out[j + 4] = static_cast<uint8_t>((m[j] & 63) | ((m[j + 4] >> 4) << 6));
+    out[j + 8] = static_cast<uint8_t>((sc[j + 4] & 15) | ((m[j + 4] & 15) << 4));
+  }
+}
+
+}  // namespace lattice::engine::detail
