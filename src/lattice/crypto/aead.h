@@ -1,0 +1,104 @@
+// SessionCipher: authenticated encryption of one session's frames, in place.
+//
+// A session (one handshake, see handshake.h) gives each direction its own 32-byte key, so
+// the two directions never share a (key, nonce) pair. Every frame sealed in a direction
+// takes the next 64-bit sequence number, starting at 0; the 96-bit nonce is that number,
+// little-endian, followed by four zero bytes. The receiver opens frames strictly in order:
+// a frame whose sequence number is not the one it expects (replayed, reordered, dropped
+// before) is refused, like a frame whose tag does not verify. Callers that ship frames
+// over an ordered stream need not send the number at all (both ends count); callers on
+// unordered links carry it in their header and pass it to open().
+//
+// Layout is up to the caller: seal() encrypts `data` where it lies and writes a detached
+// 16-byte tag; `ad` (associated data, typically the frame header) is authenticated, not
+// encrypted. No copies, no allocation per frame.
+//
+// Failure: open() returns kAuthFailed for any failure, wipes `data` (nothing unauthenticated
+// reaches the caller) and the cipher stays failed: every later seal/open returns the same
+// Status (errors are sticky, like on an endpoint).
+//
+// Thread safety: one thread may seal while another opens (the directions share nothing but
+// the sticky failure flag, which is atomic); two concurrent seals, or two concurrent opens,
+// are not allowed.
+//
+// Limits: a direction may seal at most kMaxFrames frames (then kResourceExhausted: start a
+// new session), far below the 2^64 nonce space and AES-GCM's per-key data bounds at the
+// rates we run; a frame holds at most kMaxFrameBytes.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "lattice/core/status.h"
+
+namespace lattice::crypto {
+
+enum class Cipher : uint8_t {
+  kAes256Gcm = 1,         // needs AES-NI + PCLMUL (libsodium refuses otherwise); fastest here
+  kChaCha20Poly1305 = 2,  // IETF variant, 96-bit nonce; constant-time everywhere
+};
+
+inline constexpr size_t kKeyBytes = 32;
+inline constexpr size_t kTagBytes = 16;
+inline constexpr size_t kNonceBytes = 12;
+inline constexpr uint64_t kMaxFrames = uint64_t{1} << 48;
+inline constexpr size_t kMaxFrameBytes = size_t{1} << 32;  // 4 GiB, below both ciphers' limits
+
+using Key = std::array<uint8_t, kKeyBytes>;
+using Tag = std::array<uint8_t, kTagBytes>;
+
+std::string_view to_string(Cipher c);
+Result<Cipher> parse_cipher(std::string_view name);  // "aes256gcm" | "chacha20poly1305"
+bool cipher_available(Cipher c);                     // run-time CPU check
+// The cipher sessions prefer: AES-256-GCM where the CPU accelerates it (measured faster,
+// see bench/aead_bench.cc), ChaCha20-Poly1305 otherwise.
+Cipher default_cipher();
+
+// The keys of one session as seen from one side: `tx` seals what this side sends, `rx`
+// opens what it receives. The peer holds the same two keys swapped. Wiped on destruction.
+struct SessionKeys {
+  Key tx{};
+  Key rx{};
+  SessionKeys() = default;
+  SessionKeys(const SessionKeys&) = default;
+  SessionKeys& operator=(const SessionKeys&) = default;
+  ~SessionKeys();
+};
+
+class SessionCipher {
+ public:
+  // kUnavailable if `cipher` is not usable on this CPU.
+  static Result<SessionCipher> create(Cipher cipher, const SessionKeys& keys);
+
+  SessionCipher(SessionCipher&&) noexcept;
+  SessionCipher& operator=(SessionCipher&&) noexcept;
+  ~SessionCipher();
+
+  Cipher cipher() const;
+
+  // Encrypts `data` in place, writes its tag, returns the sequence number it used.
+  Result<uint64_t> seal(std::span<std::byte> data, std::span<const std::byte> ad, Tag& tag);
+  // Decrypts `data` in place if `seq` is the next expected number and the tag verifies.
+  Status open(uint64_t seq, std::span<std::byte> data, std::span<const std::byte> ad, const Tag& tag);
+  // For ordered streams: open the next frame without a number on the wire.
+  Status open_next(std::span<std::byte> data, std::span<const std::byte> ad, const Tag& tag) {
+    return open(next_rx_seq(), data, ad, tag);
+  }
+
+  uint64_t next_tx_seq() const;
+  uint64_t next_rx_seq() const;
+  // The sticky failure, ok while healthy.
+  Status failure() const;
+
+ private:
+  struct Impl;
+  explicit SessionCipher(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lattice::crypto
