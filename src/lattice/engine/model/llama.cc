@@ -1,0 +1,18 @@
+// llama: Llama 2 and 3, Mistral, TinyLlama, and the many models converted to this layout.
+// RoPE on adjacent pairs (GGUF converters permute q/k rows into that order); optional
+// biases; llama3-style frequency factors come from the rope_freqs tensor when present.
+#include "lattice/engine/model/arch.h"
+
+namespace lattice::engine {
+
+const ArchInfo kLlamaArch{
+    .name = "llama",
+    .rope_layout = ops::RopeLayout::kNormal,
+    .default_rope_freq_base = 10000.0f,
+    .qkv_bias_required = false,
+    .qk_norm = false,
+    .head_dim_from_key_length = true,
+    .notes = "Llama 2/3, Mistral, TinyLlama",
+};
+
+}  // namespace lattice::engine

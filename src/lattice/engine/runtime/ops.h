@@ -1,0 +1,62 @@
+// Elementwise and attention operations of the transformer forward pass, on f32 activations.
+//
+// All functions are pure (no allocation, no global state) and thread-compatible: distinct
+// output buffers may be written from distinct threads. Sizes are element counts. The
+// matrix products live in quant/ (matmul over quantized weights); these are the rest.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace lattice::engine::ops {
+
+// out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]. `out` may alias `x`. `w` may be null (no scale).
+void rmsnorm(float* out, const float* x, const float* w, size_t n, float eps);
+
+// y[i] += x[i]
+void add(float* y, const float* x, size_t n);
+
+// In place, numerically stable (max subtracted). n >= 1.
+void softmax(float* x, size_t n);
+
+// out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)). `out` may alias either input.
+void swiglu(float* out, const float* gate, const float* up, size_t n);
+
+// Dot product of two f32 vectors (vectorized; summation order differs from a plain loop).
+float dot(const float* a, const float* b, size_t n);
+// y[i] += a * x[i]
+void axpy(float* y, float a, const float* x, size_t n);
+
+// How query/key components are paired by rotary embeddings.
+enum class RopeLayout : uint8_t {
+  kNormal,  // adjacent pairs (2i, 2i+1): llama
+  kNeox,    // halves (i, i + n_rot/2): GPT-NeoX, qwen2, qwen3
+};
+
+// Rotary embedding parameters, fixed for a model. The angle of pair i at position p is
+// p * pos_scale * inv_freq[i]; inv_freq[i] = freq_base^(-2i/n_rot) / freq_factor[i]
+// (freq factors: llama3-style rope_freqs tensor, 1 when absent); pos_scale = 1/factor for
+// linear scaling.
+struct RopeParams {
+  RopeLayout layout = RopeLayout::kNormal;
+  uint32_t n_rot = 0;        // rotated dimensions per head (<= head_dim, even)
+  float freq_base = 10000.0f;
+  float pos_scale = 1.0f;
+};
+
+// Fills cos_sin[2*i], cos_sin[2*i+1] with cos and sin of the angle of pair i at `pos`
+// (n_rot/2 pairs). inv_freq has n_rot/2 entries.
+void rope_angles(float* cos_sin, const float* inv_freq, const RopeParams& p, int64_t pos);
+// Rotates n_heads heads of head_dim values each (contiguous) by precomputed angles.
+void rope_apply(float* v, uint32_t n_heads, uint32_t head_dim, const float* cos_sin, const RopeParams& p);
+// inv_freq[i] for i < n_rot/2; freq_factors may be null.
+void rope_inv_freq(float* inv_freq, const RopeParams& p, const float* freq_factors);
+
+// Causal attention of one query head over the first n_kv cached positions of one KV head.
+//   q: head_dim values; k, v: n_kv rows of head_dim values each, row stride `stride`;
+//   scores: scratch of n_kv floats; out: head_dim values (overwritten).
+void attend_head(float* out, const float* q, const float* k, const float* v, size_t n_kv,
+                 size_t head_dim, size_t stride, float scale, float* scores);
+
+}  // namespace lattice::engine::ops

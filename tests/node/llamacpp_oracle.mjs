@@ -1,0 +1,56 @@
+// llama.cpp as an oracle for lattice's engine tests, through node-llama-cpp's prebuilt CPU
+// binaries (never built here: getLlama({build: "never"})).
+//
+//   node llamacpp_oracle.mjs greedy MODEL.gguf TOKENS N     -> {"tokens": [N greedy ids]}
+//   node llamacpp_oracle.mjs logprobs MODEL.gguf TOKENS     -> {"logprobs": [[vocab floats] per position]}
+//
+// TOKENS is a comma-separated list of token ids, fed as is (no BOS added, no tokenizer), so
+// the comparison does not depend on tokenization. logprobs[i] is log softmax of llama.cpp's
+// logits after TOKENS[0..i]: the logits up to a per-position constant.
+import {getLlama, LlamaLogLevel} from "node-llama-cpp";
+
+const [mode, modelPath, tokenList, nArg] = process.argv.slice(2);
+if (!mode || !modelPath || !tokenList) {
+  process.stderr.write("usage: llamacpp_oracle.mjs greedy|logprobs MODEL TOKENS [N]\n");
+  process.exit(2);
+}
+const tokens = tokenList.split(",").filter((s) => s.length > 0).map((s) => Number.parseInt(s, 10));
+
+const llama = await getLlama({build: "never", gpu: false, logLevel: LlamaLogLevel.error});
+const model = await llama.loadModel({modelPath, gpuLayers: 0});
+const n = Number.parseInt(nArg ?? "0", 10);
+const context = await model.createContext({contextSize: Math.max(256, tokens.length + n + 16), threads: 1,
+                                          batchSize: 512});
+const sequence = context.getSequence();
+
+if (mode === "greedy") {
+  const out = [];
+  let input = tokens.map((t, i) => (i === tokens.length - 1 ? [t, {generateNext: {token: true}}] : t));
+  for (let step = 0; step < n; ++step) {
+    const res = await sequence.controlledEvaluate(input);
+    const next = res[input.length - 1]?.next?.token;
+    if (next == null) throw new Error(`no token at step ${step}`);
+    out.push(next);
+    input = [[next, {generateNext: {token: true}}]];
+  }
+  process.stdout.write(JSON.stringify({tokens: out}) + "\n");
+} else if (mode === "logprobs") {
+  const input = tokens.map((t) => [t, {generateNext: {probabilities: true}}]);
+  const res = await sequence.controlledEvaluate(input);
+  const rows = [];
+  for (let i = 0; i < input.length; ++i) {
+    const probs = res[i]?.next?.probabilities;
+    if (!probs) throw new Error(`no probabilities at position ${i}`);
+    let maxId = 0;
+    for (const id of probs.keys()) maxId = Math.max(maxId, id);
+    const row = new Array(maxId + 1).fill(null);
+    for (const [id, p] of probs) row[id] = p > 0 ? Math.log(p) : null;
+    rows.push(row);
+  }
+  process.stdout.write(JSON.stringify({logprobs: rows}) + "\n");
+} else {
+  process.stderr.write(`unknown mode ${mode}\n`);
+  process.exit(2);
+}
+await context.dispose();
+await model.dispose();
