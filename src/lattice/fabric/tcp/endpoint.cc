@@ -1,0 +1,983 @@
+#include "lattice/fabric/tcp/endpoint.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "lattice/core/log.h"
+#include "lattice/fabric/tcp/cq.h"
+#include "lattice/fabric/tcp/provider.h"
+
+namespace lattice::fabric::tcp {
+
+namespace {
+
+int64_t to_ns(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+long long to_ms(Clock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
+
+std::string hex(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// Blocking-with-deadline helpers for the Hello exchange on a non-blocking socket.
+Status write_all(int fd, const void* data, size_t n, Deadline deadline, const std::string& who, int rank) {
+  const auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) {
+      p += w;
+      n -= static_cast<size_t>(w);
+      continue;
+    }
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return ErrnoError("sending hello to " + who, errno, rank);
+    pollfd pfd{fd, POLLOUT, 0};
+    int rc = ::poll(&pfd, 1, deadline.remaining_ms_for_poll());
+    if (rc == 0) return Timeout("sending hello to " + who + ": deadline passed", rank);
+  }
+  return Status::Ok();
+}
+
+Status read_all(int fd, void* data, size_t n, Deadline deadline, const std::string& who, int rank) {
+  auto* p = static_cast<char*>(data);
+  while (n > 0) {
+    ssize_t r = ::recv(fd, p, n, MSG_DONTWAIT);
+    if (r > 0) {
+      p += r;
+      n -= static_cast<size_t>(r);
+      continue;
+    }
+    if (r == 0)
+      return PeerLost(who + " closed the connection during the hello (unknown endpoint, or it rejected our "
+                            "protocol version)",
+                      rank);
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return ErrnoError("reading hello from " + who, errno, rank);
+    pollfd pfd{fd, POLLIN, 0};
+    int rc = ::poll(&pfd, 1, deadline.remaining_ms_for_poll());
+    if (rc == 0) return Timeout("waiting for the hello of " + who + ": deadline passed", rank);
+  }
+  return Status::Ok();
+}
+
+void tune_socket(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+}  // namespace
+
+Conn::Conn(TcpProvider* provider, TcpCompletionQueue* send_cq, TcpCompletionQueue* recv_cq,
+           const EndpointOptions& options, EndpointAddress local, uint64_t id)
+    : provider_(provider), send_cq_(send_cq), recv_cq_(recv_cq), options_(options), local_(local), id_(id) {}
+
+Conn::~Conn() {
+  if (fd_ >= 0) ::close(fd_);
+  for (auto& in : incoming_) ::close(in.fd);
+}
+
+std::string Conn::peer_text() const {
+  std::string s = "peer";
+  if (options_.peer_rank != Status::kNoPeer) s += " " + std::to_string(options_.peer_rank);
+  return s + " at " + peer_addr_text_;
+}
+
+Status Conn::status() const {
+  std::lock_guard lock(mu_);
+  return error_;
+}
+
+// ---- connection set-up ----------------------------------------------------------------------
+
+Status Conn::connect(std::span<const std::byte> peer_address, Deadline deadline) {
+  LATTICE_ASSIGN_OR_RETURN(EndpointAddress peer, EndpointAddress::decode(peer_address));
+  {
+    std::lock_guard lock(mu_);
+    if (!error_.ok()) return error_;
+    if (connected_) return InvalidArgument("tcp endpoint is already connected to " + peer_text());
+    if (peer == local_) return InvalidArgument("tcp endpoint cannot connect to itself");
+    peer_addr_text_ = peer.to_string();
+  }
+  int fd = -1;
+  Status s = local_ < peer ? dial(peer, deadline, &fd) : accept_from(peer, deadline, &fd);
+  if (!s.ok()) return s;
+  tune_socket(fd);
+  {
+    std::lock_guard lock(mu_);
+    if (closed_) {
+      ::close(fd);
+      return Cancelled("tcp endpoint closed while connecting");
+    }
+    fd_ = fd;
+    peer_ = peer;
+    connected_ = true;
+    staging_.resize(kStagingBytes);
+    last_rx_ = last_tx_ = last_tx_progress_ = Clock::now();
+    poll_fd_.store(fd);
+  }
+  provider_->add_connected(shared_from_this(), fd);
+  LATTICE_LOG_DEBUG("tcp endpoint connected to {}", peer_text());
+  return Status::Ok();
+}
+
+Status Conn::dial(const EndpointAddress& peer, Deadline deadline, int* out_fd) {
+  const int rank = options_.peer_rank;
+  const std::string who = "peer" + (rank == Status::kNoPeer ? std::string() : " " + std::to_string(rank)) +
+                          " at " + peer.to_string();
+  SockAddr sa = peer.sockaddr();
+  int fd = -1;
+  for (;;) {
+    fd = ::socket(sa.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return ErrnoError("socket() for " + who, errno, rank);
+    int err = 0;
+    if (::connect(fd, sa.get(), sa.len) < 0) {
+      err = errno;
+      if (err == EINPROGRESS) {
+        pollfd pfd{fd, POLLOUT, 0};
+        int rc;
+        do {
+          rc = ::poll(&pfd, 1, deadline.remaining_ms_for_poll());
+        } while (rc < 0 && errno == EINTR);
+        if (rc == 0) {
+          ::close(fd);
+          return Timeout("connecting to " + who + ": no answer before the deadline", rank);
+        }
+        socklen_t len = sizeof err;
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      }
+    }
+    if (err == 0) break;
+    ::close(fd);
+    if ((err == ECONNREFUSED || err == ECONNRESET || err == EAGAIN) && !deadline.expired()) {
+      // The peer's provider may not be listening yet: retry until the deadline.
+      std::this_thread::sleep_for(std::min<Clock::duration>(std::chrono::milliseconds(10), deadline.remaining()));
+      continue;
+    }
+    return ErrnoError("connecting to " + who, err, rank);
+  }
+  Hello hello = make_hello(local_.nonce.data(), peer.nonce.data());
+  Status s = write_all(fd, &hello, sizeof hello, deadline, who, rank);
+  Hello reply{};
+  if (s.ok()) s = read_all(fd, &reply, sizeof reply, deadline, who, rank);
+  if (s.ok()) {
+    if (std::memcmp(reply.magic, kHelloMagic, sizeof reply.magic) != 0) {
+      s = Corrupt(who + " did not answer with a lattice tcp hello (bad magic)", rank);
+    } else if (reply.version != kWireVersion) {
+      s = Corrupt(who + " speaks tcp protocol version " + std::to_string(reply.version) + ", we speak " +
+                      std::to_string(kWireVersion),
+                  rank);
+    } else if (reply.size != sizeof(Hello) || reply.flags != 0) {
+      s = Corrupt(who + " sent a malformed hello (size " + std::to_string(reply.size) + ", flags " +
+                      std::to_string(reply.flags) + ")",
+                  rank);
+    } else if (std::memcmp(reply.from, peer.nonce.data(), 16) != 0 ||
+               std::memcmp(reply.to, local_.nonce.data(), 16) != 0) {
+      s = Corrupt(who + " answered for another endpoint (nonce mismatch)", rank);
+    }
+  }
+  if (!s.ok()) {
+    ::close(fd);
+    return s;
+  }
+  *out_fd = fd;
+  return Status::Ok();
+}
+
+Status Conn::accept_from(const EndpointAddress& peer, Deadline deadline, int* out_fd) {
+  std::unique_lock lock(connect_mu_);
+  for (;;) {
+    for (auto it = incoming_.begin(); it != incoming_.end();) {
+      if (std::memcmp(it->from.data(), peer.nonce.data(), 16) == 0) {
+        *out_fd = it->fd;
+        incoming_.erase(it);
+        connecting_done_ = true;
+        for (auto& other : incoming_) ::close(other.fd);
+        incoming_.clear();
+        return Status::Ok();
+      }
+      LATTICE_LOG_WARN("tcp: dropping connection from {}: it is not the peer this endpoint connects to",
+                       it->peer_text);
+      ::close(it->fd);
+      it = incoming_.erase(it);
+    }
+    if (deadline.expired()) {
+      std::string who = "peer" +
+                        (options_.peer_rank == Status::kNoPeer ? std::string() : " " + std::to_string(options_.peer_rank)) +
+                        " at " + peer.to_string();
+      return Timeout("waiting for " + who + " to connect: deadline passed", options_.peer_rank);
+    }
+    // Bounded slices: condition_variable::wait_until(time_point::max()) overflows in some libstdc++.
+    connect_cv_.wait_for(lock, std::min<Clock::duration>(deadline.remaining(), std::chrono::milliseconds(100)));
+  }
+}
+
+void Conn::offer_incoming(int fd, const Nonce& from, std::string peer_text) {
+  std::lock_guard lock(connect_mu_);
+  if (connecting_done_) {
+    LATTICE_LOG_WARN("tcp: dropping connection from {}: endpoint already connected or closed", peer_text);
+    ::close(fd);
+    return;
+  }
+  incoming_.push_back({fd, from, std::move(peer_text)});
+  connect_cv_.notify_all();
+}
+
+void Conn::close() {
+  {
+    std::lock_guard lock(mu_);
+    if (closed_) return;
+    closed_ = true;
+    fail(Cancelled("tcp endpoint closed"), false);
+  }
+  std::lock_guard lock(connect_mu_);
+  connecting_done_ = true;
+  for (auto& in : incoming_) ::close(in.fd);
+  incoming_.clear();
+  connect_cv_.notify_all();
+}
+
+// ---- posting --------------------------------------------------------------------------------
+
+Status Conn::check_local(const LocalSlice& s, const char* what) const {
+  if (s.region == nullptr) return InvalidArgument(std::string(what) + ": local slice has no region");
+  if (s.offset > s.region->size() || s.length > s.region->size() - s.offset)
+    return InvalidArgument(std::string(what) + ": local slice [" + std::to_string(s.offset) + ", +" +
+                           std::to_string(s.length) + ") is outside its region of " +
+                           std::to_string(s.region->size()) + " bytes");
+  if (s.length > kMaxMessage)
+    return InvalidArgument(std::string(what) + ": " + std::to_string(s.length) + " bytes exceeds max_msg " +
+                           std::to_string(kMaxMessage));
+  return Status::Ok();
+}
+
+Status Conn::check_postable() const {
+  if (!error_.ok()) return error_;
+  if (!connected_) return InvalidArgument("tcp endpoint is not connected yet");
+  if (outstanding_send_side_ >= kMaxOutstanding)
+    return ResourceExhausted("tcp endpoint: " + std::to_string(kMaxOutstanding) + " operations outstanding");
+  return Status::Ok();
+}
+
+Status Conn::post_send(LocalSlice src, WorkId id) {
+  LATTICE_RETURN_IF_ERROR(check_local(src, "post_send"));
+  std::lock_guard lock(mu_);
+  LATTICE_RETURN_IF_ERROR(check_postable());
+  TxOp op;
+  op.hdr = make_header(FrameType::kSend);
+  op.hdr.payload_len = src.length;
+  if (src.length <= kMaxInline) {
+    std::memcpy(op.inline_data, src.data(), src.length);
+    op.inline_len = src.length;
+  } else {
+    op.payload = src.data();
+    op.payload_len = src.length;
+  }
+  op.completes = true;
+  op.id = id;
+  op.bytes = src.length;
+  ++outstanding_send_side_;
+  enqueue(std::move(op));
+  return Status::Ok();
+}
+
+Status Conn::post_recv(LocalSlice dst, WorkId id) {
+  LATTICE_RETURN_IF_ERROR(check_local(dst, "post_recv"));
+  std::lock_guard lock(mu_);
+  if (!error_.ok()) return error_;
+  if (recvs_.size() >= kMaxOutstanding)
+    return ResourceExhausted("tcp endpoint: " + std::to_string(kMaxOutstanding) + " receives posted");
+  if (!unexpected_.empty()) {
+    Unexpected u = std::move(unexpected_.front());
+    unexpected_.pop_front();
+    unexpected_bytes_ -= u.data.size();
+    if (u.is_imm) {
+      complete_recv_side(id, Opcode::kRecvImm, Status::Ok(), 0, u.imm);
+    } else {
+      size_t n = std::min(u.data.size(), dst.length);
+      if (n > 0) std::memcpy(dst.data(), u.data.data(), n);
+      Status s = n < u.data.size() ? Truncated("message of " + std::to_string(u.data.size()) +
+                                                   " bytes truncated to the " + std::to_string(dst.length) +
+                                                   "-byte receive buffer",
+                                               options_.peer_rank)
+                                   : Status::Ok();
+      complete_recv_side(id, Opcode::kRecv, std::move(s), n, 0);
+    }
+  } else {
+    recvs_.push_back({id, dst.length ? dst.data() : nullptr, dst.length});
+  }
+  if (rx_ == Rx::kStalled) {
+    // A message waited for this receive (or for buffer space): resume reading.
+    Status s = begin_frame();
+    if (!s.ok()) {
+      fail(s, true);
+    } else if (rx_ != Rx::kStalled) {
+      progress_locked(Clock::now());
+      rearm();
+    }
+  }
+  return Status::Ok();
+}
+
+Status Conn::post_write(LocalSlice src, RemoteSlice dst, uint32_t imm, bool with_imm, WorkId id) {
+  LATTICE_RETURN_IF_ERROR(check_local(src, with_imm ? "post_write_with_imm" : "post_write"));
+  if (dst.length != 0 && dst.length < src.length)
+    return InvalidArgument("post_write: remote slice of " + std::to_string(dst.length) +
+                           " bytes is shorter than the local slice of " + std::to_string(src.length));
+  std::lock_guard lock(mu_);
+  LATTICE_RETURN_IF_ERROR(check_postable());
+  TxOp op;
+  op.hdr = make_header(with_imm ? FrameType::kWriteImm : FrameType::kWrite);
+  op.hdr.req_id = next_req_id_++;
+  op.hdr.key = dst.key;
+  op.hdr.offset = dst.offset;
+  op.hdr.imm = imm;
+  op.hdr.payload_len = src.length;
+  if (src.length <= kMaxInline) {
+    std::memcpy(op.inline_data, src.data(), src.length);
+    op.inline_len = src.length;
+  } else {
+    op.payload = src.data();
+    op.payload_len = src.length;
+  }
+  pending_.push_back({op.hdr.req_id, with_imm ? Opcode::kWriteImm : Opcode::kWrite, id, nullptr, src.length});
+  ++outstanding_send_side_;
+  enqueue(std::move(op));
+  return Status::Ok();
+}
+
+Status Conn::post_read(LocalSlice dst, RemoteSlice src, WorkId id) {
+  LATTICE_RETURN_IF_ERROR(check_local(dst, "post_read"));
+  if (src.length != 0 && src.length < dst.length)
+    return InvalidArgument("post_read: remote slice of " + std::to_string(src.length) +
+                           " bytes is shorter than the local slice of " + std::to_string(dst.length));
+  std::lock_guard lock(mu_);
+  LATTICE_RETURN_IF_ERROR(check_postable());
+  TxOp op;
+  op.hdr = make_header(FrameType::kReadReq);
+  op.hdr.req_id = next_req_id_++;
+  op.hdr.key = src.key;
+  op.hdr.offset = src.offset;
+  op.hdr.arg0 = dst.length;
+  pending_.push_back({op.hdr.req_id, Opcode::kRead, id, dst.length ? dst.data() : nullptr, dst.length});
+  ++outstanding_send_side_;
+  enqueue(std::move(op));
+  return Status::Ok();
+}
+
+Status Conn::post_atomic(LocalSlice result, RemoteSlice target, FrameType type, uint64_t a, uint64_t b, WorkId id) {
+  const char* what = type == FrameType::kFetchAdd ? "post_fetch_add" : "post_compare_swap";
+  LATTICE_RETURN_IF_ERROR(check_local(result, what));
+  if (result.length < 8) return InvalidArgument(std::string(what) + ": the result slice needs 8 bytes");
+  if (target.offset % 8 != 0)
+    return InvalidArgument(std::string(what) + ": remote offset " + std::to_string(target.offset) +
+                           " is not 8-byte aligned");
+  std::lock_guard lock(mu_);
+  LATTICE_RETURN_IF_ERROR(check_postable());
+  TxOp op;
+  op.hdr = make_header(type);
+  op.hdr.req_id = next_req_id_++;
+  op.hdr.key = target.key;
+  op.hdr.offset = target.offset;
+  op.hdr.arg0 = a;
+  op.hdr.arg1 = b;
+  pending_.push_back({op.hdr.req_id, type == FrameType::kFetchAdd ? Opcode::kFetchAdd : Opcode::kCompareSwap, id,
+                      result.data(), 8});
+  ++outstanding_send_side_;
+  enqueue(std::move(op));
+  return Status::Ok();
+}
+
+// ---- transmit -------------------------------------------------------------------------------
+
+void Conn::enqueue(TxOp&& op) {
+  if (op.is_response) ++queued_responses_;
+  if (tx_.empty() && rx_ != Rx::kDead) {
+    // Fast path: straight to the kernel, no queueing.
+    iovec iov[2];
+    int n = 0;
+    iov[n++] = {&op.hdr, sizeof(FrameHeader) + op.inline_len};
+    if (op.payload_len) iov[n++] = {const_cast<std::byte*>(op.payload), op.payload_len};
+    msghdr m{};
+    m.msg_iov = iov;
+    m.msg_iovlen = static_cast<size_t>(n);
+    ssize_t w;
+    do {
+      w = ::sendmsg(fd_, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } while (w < 0 && errno == EINTR);
+    if (w >= 0) {
+      last_tx_ = last_tx_progress_ = Clock::now();
+      if (static_cast<size_t>(w) == op.total()) {
+        if (op.completes) complete_send_side(op.id, Opcode::kSend, Status::Ok(), op.bytes);
+        if (op.is_response) --queued_responses_;
+        return;
+      }
+      op.done = static_cast<size_t>(w);
+    } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      int e = errno;
+      tx_.push_back(std::move(op));
+      fail(ErrnoError("sending to " + peer_text(), e, options_.peer_rank).with_context("tcp"), false);
+      return;
+    }
+  }
+  tx_.push_back(std::move(op));
+  if (rx_ != Rx::kDead && !want_write_.exchange(true)) rearm();
+}
+
+void Conn::enqueue_response(FrameHeader h, const std::byte* payload, size_t len) {
+  TxOp op;
+  op.hdr = h;
+  op.hdr.payload_len = len;
+  if (len <= kMaxInline) {
+    if (len) std::memcpy(op.inline_data, payload, len);
+    op.inline_len = len;
+  } else {
+    op.payload = payload;
+    op.payload_len = len;
+  }
+  op.is_response = true;
+  enqueue(std::move(op));
+}
+
+void Conn::enqueue_heartbeat() {
+  TxOp op;
+  op.hdr = make_header(FrameType::kHeartbeat);
+  enqueue(std::move(op));
+}
+
+void Conn::flush_tx() {
+  while (!tx_.empty() && rx_ != Rx::kDead) {
+    constexpr int kMaxIov = 64;
+    iovec iov[kMaxIov];
+    int n = 0;
+    size_t want = 0;
+    for (auto it = tx_.begin(); it != tx_.end() && n + 2 <= kMaxIov; ++it) {
+      size_t head = sizeof(FrameHeader) + it->inline_len;
+      size_t done = it->done;
+      if (done < head) {
+        iov[n++] = {reinterpret_cast<std::byte*>(&it->hdr) + done, head - done};
+        want += head - done;
+        done = 0;
+      } else {
+        done -= head;
+      }
+      if (it->payload_len > done) {
+        iov[n++] = {const_cast<std::byte*>(it->payload) + done, it->payload_len - done};
+        want += it->payload_len - done;
+      }
+    }
+    msghdr m{};
+    m.msg_iov = iov;
+    m.msg_iovlen = static_cast<size_t>(n);
+    ssize_t w = ::sendmsg(fd_, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      fail(ErrnoError("sending to " + peer_text(), errno, options_.peer_rank).with_context("tcp"), false);
+      return;
+    }
+    last_tx_ = last_tx_progress_ = Clock::now();
+    size_t left = static_cast<size_t>(w);
+    while (left > 0 || (!tx_.empty() && tx_.front().done == tx_.front().total())) {
+      TxOp& op = tx_.front();
+      size_t rest = op.total() - op.done;
+      if (left < rest) {
+        op.done += left;
+        left = 0;
+        break;
+      }
+      left -= rest;
+      if (op.completes) complete_send_side(op.id, Opcode::kSend, Status::Ok(), op.bytes);
+      if (op.is_response) --queued_responses_;
+      tx_.pop_front();
+    }
+    if (static_cast<size_t>(w) < want) break;  // the socket is full
+  }
+  want_write_.store(!tx_.empty() && rx_ != Rx::kDead);
+}
+
+// ---- receive --------------------------------------------------------------------------------
+
+void Conn::read_rx() {
+  for (int round = 0; round < 64; ++round) {
+    if (!parse_staged()) return;
+    ssize_t r;
+    if (rx_ == Rx::kPayload && stage_r_ == stage_w_ && sink_left_ >= kDirectReadMin) {
+      // Large payload tail: straight into its destination, no staging copy.
+      r = ::recv(fd_, sink_, sink_left_, MSG_DONTWAIT);
+      if (r > 0) {
+        sink_ += r;
+        sink_left_ -= static_cast<uint64_t>(r);
+        last_rx_ = Clock::now();
+        if (sink_left_ == 0 && discard_left_ == 0) finish_frame();
+        continue;
+      }
+    } else {
+      if (stage_r_ == stage_w_) {
+        stage_r_ = stage_w_ = 0;
+      } else if (staging_.size() - stage_w_ < sizeof(FrameHeader)) {
+        std::memmove(staging_.data(), staging_.data() + stage_r_, stage_w_ - stage_r_);
+        stage_w_ -= stage_r_;
+        stage_r_ = 0;
+      }
+      r = ::recv(fd_, staging_.data() + stage_w_, staging_.size() - stage_w_, MSG_DONTWAIT);
+      if (r > 0) {
+        stage_w_ += static_cast<size_t>(r);
+        last_rx_ = Clock::now();
+        continue;
+      }
+    }
+    if (r == 0) {
+      fail(PeerLost(peer_text() + " closed the connection", options_.peer_rank), false);
+      return;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      parse_staged();
+      return;
+    }
+    // A reset or any other socket error means the peer is gone.
+    fail(PeerLost("connection to " + peer_text() + " failed: " + std::strerror(errno), options_.peer_rank), false);
+    return;
+  }
+}
+
+bool Conn::parse_staged() {
+  for (;;) {
+    if (rx_ == Rx::kDead || rx_ == Rx::kStalled) return false;
+    if (queued_responses_ >= kMaxQueuedResponses) return false;  // the peer is not reading: stop serving
+    size_t avail = stage_w_ - stage_r_;
+    if (rx_ == Rx::kHeader) {
+      if (avail < sizeof(FrameHeader)) return true;
+      std::memcpy(&cur_, staging_.data() + stage_r_, sizeof(FrameHeader));
+      stage_r_ += sizeof(FrameHeader);
+      Status s = begin_frame();
+      if (!s.ok()) {
+        fail(s, true);
+        return false;
+      }
+      continue;
+    }
+    if (avail == 0) return true;
+    if (sink_left_ > 0) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(avail, sink_left_));
+      std::memcpy(sink_, staging_.data() + stage_r_, n);
+      sink_ += n;
+      sink_left_ -= n;
+      stage_r_ += n;
+      avail -= n;
+    }
+    if (sink_left_ == 0 && discard_left_ > 0) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(avail, discard_left_));
+      discard_left_ -= n;
+      stage_r_ += n;
+    }
+    if (sink_left_ == 0 && discard_left_ == 0) finish_frame();
+  }
+}
+
+Status Conn::check_access(uint64_t key, uint64_t offset, uint64_t len, uint32_t right, const char* what,
+                          RegionInfo* out) {
+  auto region = provider_->regions().find(key);
+  if (!region)
+    return AccessDenied(peer_text() + " asked to " + what + " region key " + hex(key) +
+                            ", which is not registered here",
+                        options_.peer_rank);
+  if (!(region->access & right))
+    return AccessDenied(peer_text() + " asked to " + what + " region key " + hex(key) +
+                            ", which does not grant that right",
+                        options_.peer_rank);
+  if (offset > region->size || len > region->size - offset)
+    return AccessDenied(peer_text() + " asked to " + what + " [" + std::to_string(offset) + ", +" +
+                            std::to_string(len) + ") of region key " + hex(key) + ", which has " +
+                            std::to_string(region->size) + " bytes",
+                        options_.peer_rank);
+  *out = *region;
+  return Status::Ok();
+}
+
+Status Conn::begin_frame() {
+  const FrameHeader& h = cur_;
+  const int rank = options_.peer_rank;
+  if (h.version != kWireVersion)
+    return Corrupt(peer_text() + " sent a frame of protocol version " + std::to_string(h.version) +
+                       ", we speak " + std::to_string(kWireVersion),
+                   rank);
+  if (h.flags != 0 || h.trailer_len != 0 || h.seal_seq != 0)
+    return Corrupt(peer_text() + " sent a frame with flags/trailer/seal fields set, which protocol version " +
+                       std::to_string(kWireVersion) + " does not allow",
+                   rank);
+  auto no_payload = [&](const char* what) -> Status {
+    if (h.payload_len != 0)
+      return Corrupt(peer_text() + " sent a " + what + " frame with a " + std::to_string(h.payload_len) +
+                         "-byte payload (must be empty)",
+                     rank);
+    return Status::Ok();
+  };
+  auto expect_response = [&](std::initializer_list<Opcode> ops, const char* what) -> Status {
+    if (pending_.empty() || pending_.front().req_id != h.req_id ||
+        std::find(ops.begin(), ops.end(), pending_.front().op) == ops.end())
+      return Corrupt(peer_text() + " sent a " + what + " for request " + std::to_string(h.req_id) +
+                         ", which is not the oldest outstanding request",
+                     rank);
+    return Status::Ok();
+  };
+  rx_ = Rx::kHeader;
+  sink_ = nullptr;
+  sink_left_ = discard_left_ = 0;
+  sink_len_ = 0;
+  finish_ = Finish::kNone;
+  switch (static_cast<FrameType>(h.type)) {
+    case FrameType::kSend: {
+      if (h.payload_len > kMaxMessage)
+        return Corrupt(peer_text() + " sent a message of " + std::to_string(h.payload_len) +
+                           " bytes, more than max_msg " + std::to_string(kMaxMessage),
+                       rank);
+      if (unexpected_.empty() && !recvs_.empty()) {
+        const RecvOp& r = recvs_.front();
+        sink_ = r.buf;
+        sink_len_ = static_cast<size_t>(std::min<uint64_t>(h.payload_len, r.cap));
+        sink_left_ = sink_len_;
+        discard_left_ = h.payload_len - sink_len_;
+        finish_ = Finish::kRecvMsg;
+      } else if (h.payload_len <= kMaxUnexpectedMsg && unexpected_bytes_ + h.payload_len <= kMaxUnexpectedBytes &&
+                 unexpected_.size() < kMaxUnexpectedCount) {
+        unexpected_buf_.assign(h.payload_len, std::byte{0});
+        sink_ = unexpected_buf_.data();
+        sink_len_ = sink_left_ = h.payload_len;
+        finish_ = Finish::kUnexpectedMsg;
+      } else {
+        rx_ = Rx::kStalled;  // wait for a receive (backpressure on the socket)
+        return Status::Ok();
+      }
+      rx_ = Rx::kPayload;
+      break;
+    }
+    case FrameType::kWrite:
+    case FrameType::kWriteImm: {
+      bool imm = static_cast<FrameType>(h.type) == FrameType::kWriteImm;
+      if (imm && !(unexpected_.empty() && !recvs_.empty()) && unexpected_.size() >= kMaxUnexpectedCount) {
+        rx_ = Rx::kStalled;
+        return Status::Ok();
+      }
+      RegionInfo r;
+      LATTICE_RETURN_IF_ERROR(check_access(h.key, h.offset, h.payload_len, kRemoteWrite, "write", &r));
+      sink_ = r.data + h.offset;
+      sink_len_ = sink_left_ = h.payload_len;
+      finish_ = imm ? Finish::kWriteImm : Finish::kWrite;
+      rx_ = Rx::kPayload;
+      break;
+    }
+    case FrameType::kReadReq: {
+      LATTICE_RETURN_IF_ERROR(no_payload("read request"));
+      RegionInfo r;
+      LATTICE_RETURN_IF_ERROR(check_access(h.key, h.offset, h.arg0, kRemoteRead, "read", &r));
+      FrameHeader resp = make_header(FrameType::kReadResp);
+      resp.req_id = h.req_id;
+      enqueue_response(resp, r.data + h.offset, h.arg0);
+      return Status::Ok();
+    }
+    case FrameType::kFetchAdd:
+    case FrameType::kCompareSwap: {
+      LATTICE_RETURN_IF_ERROR(no_payload("atomic"));
+      RegionInfo r;
+      LATTICE_RETURN_IF_ERROR(check_access(h.key, h.offset, 8, kRemoteAtomic, "atomically update", &r));
+      std::byte* p = r.data + h.offset;
+      if (reinterpret_cast<uintptr_t>(p) % 8 != 0)
+        return AccessDenied(peer_text() + " asked for an atomic at offset " + std::to_string(h.offset) +
+                                ", which is not 8-byte aligned",
+                            rank);
+      std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t*>(p));
+      uint64_t old;
+      if (static_cast<FrameType>(h.type) == FrameType::kFetchAdd) {
+        old = word.fetch_add(h.arg0);
+      } else {
+        old = h.arg0;
+        word.compare_exchange_strong(old, h.arg1);
+      }
+      FrameHeader resp = make_header(FrameType::kAtomicResp);
+      resp.req_id = h.req_id;
+      resp.arg0 = old;
+      enqueue_response(resp, nullptr, 0);
+      return Status::Ok();
+    }
+    case FrameType::kAck: {
+      LATTICE_RETURN_IF_ERROR(no_payload("write ack"));
+      LATTICE_RETURN_IF_ERROR(expect_response({Opcode::kWrite, Opcode::kWriteImm}, "write ack"));
+      PendingOp op = pending_.front();
+      pending_.pop_front();
+      --outstanding_send_side_;
+      complete_send_side(op.id, op.op, Status::Ok(), op.len);
+      return Status::Ok();
+    }
+    case FrameType::kReadResp: {
+      LATTICE_RETURN_IF_ERROR(expect_response({Opcode::kRead}, "read response"));
+      if (h.payload_len != pending_.front().len)
+        return Corrupt(peer_text() + " answered a " + std::to_string(pending_.front().len) + "-byte read with " +
+                           std::to_string(h.payload_len) + " bytes",
+                       rank);
+      sink_ = pending_.front().local;
+      sink_len_ = sink_left_ = h.payload_len;
+      finish_ = Finish::kReadResp;
+      rx_ = Rx::kPayload;
+      break;
+    }
+    case FrameType::kAtomicResp: {
+      LATTICE_RETURN_IF_ERROR(no_payload("atomic response"));
+      LATTICE_RETURN_IF_ERROR(expect_response({Opcode::kFetchAdd, Opcode::kCompareSwap}, "atomic response"));
+      PendingOp op = pending_.front();
+      pending_.pop_front();
+      --outstanding_send_side_;
+      std::memcpy(op.local, &h.arg0, 8);
+      complete_send_side(op.id, op.op, Status::Ok(), 8);
+      return Status::Ok();
+    }
+    case FrameType::kHeartbeat:
+      return no_payload("heartbeat");
+    case FrameType::kError: {
+      if (h.payload_len > kMaxErrorText)
+        return Corrupt(peer_text() + " sent an error frame of " + std::to_string(h.payload_len) + " bytes", rank);
+      unexpected_buf_.assign(h.payload_len, std::byte{0});
+      sink_ = unexpected_buf_.data();
+      sink_len_ = sink_left_ = h.payload_len;
+      finish_ = Finish::kErrorText;
+      rx_ = Rx::kPayload;
+      break;
+    }
+    default:
+      return Corrupt(peer_text() + " sent a frame of unknown type " + std::to_string(h.type), rank);
+  }
+  if (sink_left_ == 0 && discard_left_ == 0) finish_frame();
+  return Status::Ok();
+}
+
+void Conn::deliver_to_recv(bool is_imm, uint32_t imm, const std::byte* data, size_t len, size_t full_len) {
+  (void)data;
+  (void)len;
+  (void)full_len;
+  if (unexpected_.empty() && !recvs_.empty()) {
+    RecvOp r = recvs_.front();
+    recvs_.pop_front();
+    complete_recv_side(r.id, Opcode::kRecvImm, Status::Ok(), 0, imm);
+  } else {
+    unexpected_.push_back({is_imm, imm, {}});
+  }
+}
+
+void Conn::finish_frame() {
+  Finish what = finish_;
+  rx_ = Rx::kHeader;
+  finish_ = Finish::kNone;
+  const int rank = options_.peer_rank;
+  switch (what) {
+    case Finish::kNone:
+      break;
+    case Finish::kRecvMsg: {
+      RecvOp r = recvs_.front();
+      recvs_.pop_front();
+      uint64_t full = cur_.payload_len;
+      Status s = full > r.cap ? Truncated("message of " + std::to_string(full) + " bytes truncated to the " +
+                                              std::to_string(r.cap) + "-byte receive buffer",
+                                          rank)
+                              : Status::Ok();
+      complete_recv_side(r.id, Opcode::kRecv, std::move(s), sink_len_, 0);
+      break;
+    }
+    case Finish::kUnexpectedMsg:
+      unexpected_bytes_ += unexpected_buf_.size();
+      unexpected_.push_back({false, 0, std::move(unexpected_buf_)});
+      unexpected_buf_ = {};
+      break;
+    case Finish::kWrite:
+    case Finish::kWriteImm: {
+      FrameHeader ack = make_header(FrameType::kAck);
+      ack.req_id = cur_.req_id;
+      enqueue_response(ack, nullptr, 0);
+      if (what == Finish::kWriteImm) deliver_to_recv(true, cur_.imm, nullptr, 0, 0);
+      break;
+    }
+    case Finish::kReadResp: {
+      PendingOp op = pending_.front();
+      pending_.pop_front();
+      --outstanding_send_side_;
+      complete_send_side(op.id, Opcode::kRead, Status::Ok(), op.len);
+      break;
+    }
+    case Finish::kErrorText: {
+      std::string text(reinterpret_cast<const char*>(unexpected_buf_.data()), unexpected_buf_.size());
+      for (char& c : text)
+        if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';
+      unexpected_buf_ = {};
+      ErrorCode code = static_cast<ErrorCode>(cur_.imm);
+      if (cur_.imm == 0 || cur_.imm > static_cast<uint32_t>(ErrorCode::kInternal)) code = ErrorCode::kCorrupt;
+      fail(Status(code, peer_text() + " failed the connection: " + text, rank), false);
+      break;
+    }
+  }
+}
+
+// ---- failure, completion, progress ----------------------------------------------------------
+
+void Conn::complete_send_side(WorkId id, Opcode op, Status s, size_t bytes) {
+  send_cq_->push(Completion{id, op, std::move(s), bytes, 0});
+}
+
+void Conn::complete_recv_side(WorkId id, Opcode op, Status s, size_t bytes, uint32_t imm) {
+  recv_cq_->push(Completion{id, op, std::move(s), bytes, imm});
+}
+
+void Conn::fail(Status s, bool tell_peer) {
+  if (!error_.ok()) return;
+  error_ = s;
+  failed_.store(true);
+  poll_fd_.store(-1);
+  if (s.code() != ErrorCode::kCancelled) LATTICE_LOG_WARN("tcp endpoint: {}", s.to_string());
+  if (fd_ >= 0) {
+    if (tell_peer && (tx_.empty() || tx_.front().done == 0)) {
+      // Best effort, one non-blocking attempt: tell the peer why before hanging up.
+      FrameHeader h = make_header(FrameType::kError);
+      h.imm = static_cast<uint32_t>(s.code());
+      std::string text = s.message().substr(0, kMaxErrorText);
+      h.payload_len = text.size();
+      iovec iov[2] = {{&h, sizeof h}, {text.data(), text.size()}};
+      msghdr m{};
+      m.msg_iov = iov;
+      m.msg_iovlen = 2;
+      (void)::sendmsg(fd_, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    ::epoll_ctl(provider_->epoll_fd(), EPOLL_CTL_DEL, fd_, nullptr);
+    // SHUT_WR sends our FIN after anything queued (the error frame); unread input is left alone
+    // so the kernel does not answer with a reset that could overtake it.
+    ::shutdown(fd_, SHUT_WR);
+  }
+  rx_ = Rx::kDead;
+  want_write_.store(false);
+  for (auto& op : tx_)
+    if (op.completes) complete_send_side(op.id, Opcode::kSend, s, 0);
+  tx_.clear();
+  queued_responses_ = 0;
+  for (auto& op : pending_) complete_send_side(op.id, op.op, s, 0);
+  pending_.clear();
+  for (auto& r : recvs_) complete_recv_side(r.id, Opcode::kRecv, s, 0, 0);
+  recvs_.clear();
+  unexpected_.clear();
+  unexpected_bytes_ = 0;
+  unexpected_buf_ = {};
+  outstanding_send_side_ = 0;
+}
+
+void Conn::check_liveness(Clock::time_point now) {
+  if (!connected_ || rx_ == Rx::kDead) return;
+  const bool paused = rx_ == Rx::kStalled || queued_responses_ >= kMaxQueuedResponses;
+  if (!paused && now - last_rx_ > options_.peer_timeout) {
+    fail(PeerLost(peer_text() + " showed no sign of life for " + std::to_string(to_ms(now - last_rx_)) +
+                      " ms (peer_timeout " + std::to_string(options_.peer_timeout.count()) + " ms)",
+                  options_.peer_rank),
+         false);
+    return;
+  }
+  if (paused && !tx_.empty() && now - last_tx_progress_ > options_.peer_timeout) {
+    fail(PeerLost(peer_text() + " read nothing for " + std::to_string(to_ms(now - last_tx_progress_)) + " ms",
+                  options_.peer_rank),
+         false);
+    return;
+  }
+  if (tx_.empty() && now - last_tx_ >= heartbeat_interval()) enqueue_heartbeat();
+}
+
+void Conn::progress_locked(Clock::time_point now) {
+  if (!connected_ || rx_ == Rx::kDead) return;
+  if (!tx_.empty()) flush_tx();
+  read_rx();
+  if (!tx_.empty()) flush_tx();
+  check_liveness(now);
+  rx_paused_.store(rx_ == Rx::kStalled || queued_responses_ >= kMaxQueuedResponses, std::memory_order_relaxed);
+}
+
+void Conn::progress_from_caller() {
+  auto now = Clock::now();
+  last_caller_ns_.store(to_ns(now), std::memory_order_relaxed);
+  if (failed_.load(std::memory_order_relaxed)) return;
+  std::unique_lock lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return;
+  progress_locked(now);
+}
+
+bool Conn::progress_from_background(uint32_t events) {
+  std::unique_lock lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  progress_locked(Clock::now());
+  if ((events & (EPOLLERR | EPOLLHUP)) && rx_ != Rx::kDead && rx_paused_.load()) {
+    // Reading is paused, so the hang-up cannot be seen through recv(): peek at the socket.
+    char c;
+    ssize_t r = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      fail(PeerLost(peer_text() + " closed the connection", options_.peer_rank), false);
+    } else {
+      return false;  // data still queued behind the stall: look again later, don't spin
+    }
+  }
+  lock.unlock();
+  rearm();
+  return true;
+}
+
+void Conn::tick() {
+  std::unique_lock lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return;
+  progress_locked(Clock::now());
+}
+
+bool Conn::caller_active() const {
+  if (sleepers.load(std::memory_order_relaxed) > 0) return true;
+  int64_t last = last_caller_ns_.load(std::memory_order_relaxed);
+  return to_ns(Clock::now()) - last < 2'000'000;
+}
+
+void Conn::rearm() {
+  int fd = poll_fd_.load();
+  if (fd < 0) return;
+  epoll_event ev{};
+  // While reading is paused, readiness for input would fire at once and forever: leave it out.
+  ev.events = EPOLLONESHOT | (rx_paused_.load() ? 0u : EPOLLIN | EPOLLRDHUP) | (want_write_.load() ? EPOLLOUT : 0u);
+  ev.data.u64 = id_;
+  ::epoll_ctl(provider_->epoll_fd(), EPOLL_CTL_MOD, fd, &ev);
+}
+
+int Conn::poll_fd(bool* want_write) const {
+  *want_write = want_write_.load(std::memory_order_relaxed);
+  // A paused endpoint is left to the background thread (its input would wake a sleeper forever).
+  if (rx_paused_.load(std::memory_order_relaxed) && !*want_write) return -1;
+  return poll_fd_.load(std::memory_order_relaxed);
+}
+
+// ---- TcpEndpoint ----------------------------------------------------------------------------
+
+TcpEndpoint::TcpEndpoint(TcpProvider* provider, std::shared_ptr<Conn> conn, TcpCompletionQueue* send_cq,
+                         TcpCompletionQueue* recv_cq)
+    : provider_(provider), conn_(std::move(conn)), send_cq_(send_cq), recv_cq_(recv_cq) {
+  send_cq_->attach(conn_);
+  if (recv_cq_ != send_cq_) recv_cq_->attach(conn_);
+}
+
+TcpEndpoint::~TcpEndpoint() {
+  conn_->close();
+  provider_->forget(conn_.get());
+  send_cq_->detach(conn_.get());
+  if (recv_cq_ != send_cq_) recv_cq_->detach(conn_.get());
+}
+
+}  // namespace lattice::fabric::tcp
