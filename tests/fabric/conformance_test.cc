@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "fabric_testlib.h"
 
@@ -307,11 +308,16 @@ TEST_P(FabricConformance, WriteThenSendIsOrdered) {
     std::memcpy(&v, word->data(), 8);
     EXPECT_GE(v, i) << "a write posted before a send is visible when the send arrives";
   }
+  // fabric.h does not order completions of different kinds (a write may complete after a
+  // later send), so only check that each operation completes exactly once.
+  std::vector<int> seen(128, 0);
   for (int i = 0; i < 128; ++i) {
     Completion c = next(a_->send_cq.get());
-    ASSERT_TRUE(c.status.ok());
-    ASSERT_EQ(c.id, static_cast<WorkId>(i)) << "send-queue completions come in posting order";
+    ASSERT_TRUE(c.status.ok()) << c.status.to_string();
+    ASSERT_LT(c.id, 128u);
+    ++seen[c.id];
   }
+  for (int i = 0; i < 128; ++i) EXPECT_EQ(seen[i], 1) << "operation " << i;
 }
 
 TEST_P(FabricConformance, TruncationReportsAndDoesNotOverflow) {
