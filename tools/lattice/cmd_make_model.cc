@@ -1,0 +1,54 @@
+// `lattice make-model`: writes a GGUF with random weights of a chosen architecture and shape
+// and a working tokenizer (see src/lattice/engine/gguf/make_model.h).
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "command.h"
+#include "lattice/engine/gguf/make_model.h"
+
+namespace lattice::cli {
+namespace {
+
+Registrar make_model_cmd{
+    {"make-model", "write a GGUF model with random weights (llama, qwen2, qwen3)", [](CLI::App& app) {
+       auto o = std::make_shared<engine::MakeModelOptions>();
+       auto out = std::make_shared<std::string>();
+       app.add_option("--arch", o->arch, "llama | qwen2 | qwen3")->capture_default_str();
+       app.add_option("--dim", o->dim, "embedding length")->capture_default_str();
+       app.add_option("--layers", o->layers, "number of blocks")->capture_default_str();
+       app.add_option("--heads", o->heads, "attention heads")->capture_default_str();
+       app.add_option("--kv-heads", o->kv_heads, "key/value heads (0: same as --heads)")->capture_default_str();
+       app.add_option("--head-dim", o->head_dim, "head dimension (0: dim / heads)")->capture_default_str();
+       app.add_option("--ffn", o->ffn, "feed-forward length (0: about 8/3 * dim)")->capture_default_str();
+       app.add_option("--vocab", o->vocab, "vocabulary size")->capture_default_str();
+       app.add_option("--ctx", o->context_length, "training context length")->capture_default_str();
+       app.add_option("--type", o->type, "f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m q5_k_m")->capture_default_str();
+       app.add_flag("--pure", o->pure, "every weight matrix in --type (no Q6_K output, no mixing)");
+       app.add_option("--seed", o->seed, "weights are a function of the seed")->capture_default_str();
+       app.add_flag("--tied", o->tied, "no output.weight: the output reuses token_embd");
+       app.add_option("--tokenizer", o->tokenizer, "llama (SentencePiece) or gpt2 (byte-level BPE); default by arch");
+       app.add_option("--rope-theta", o->rope_theta, "RoPE base (0: 10000 llama, 1e6 qwen)");
+       app.add_option("--rms-eps", o->rms_eps, "RMSNorm epsilon (0: 1e-5 llama, 1e-6 qwen)");
+       app.add_option("--name", o->name, "general.name");
+       app.add_option("--gguf-version", o->version, "2 or 3")->capture_default_str();
+       app.add_option("--split-max-tensors", o->max_tensors_per_file, "write a split set with at most N tensors a file");
+       app.add_option("--threads", o->threads, "worker threads (0: all cores)");
+       app.add_option("-o,--output", *out, "output file")->required();
+       return [o, out]() -> int {
+         const auto t0 = std::chrono::steady_clock::now();
+         auto r = engine::make_model(*o, *out);
+         if (!r.ok()) {
+           std::fprintf(stderr, "lattice make-model: %s\n", r.status().to_string().c_str());
+           return 1;
+         }
+         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+         for (const auto& p : r->paths) std::printf("%s\n", p.c_str());
+         std::fprintf(stderr, "%s: %.3f B params, %.1f MiB of tensors, %.2f s\n", o->arch.c_str(),
+                      static_cast<double>(r->n_params) / 1e9, static_cast<double>(r->n_bytes) / (1 << 20), s);
+         return 0;
+       };
+     }}};
+
+}  // namespace
+}  // namespace lattice::cli
