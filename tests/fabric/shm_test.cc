@@ -1,0 +1,269 @@
+// White-box tests of the shm provider: a peer that scribbles on its own (peer-readable) ring
+// must fail only that endpoint with a clear error, never crash or corrupt this process; a
+// wrong protocol version is refused; nothing is left in /dev/shm.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "fabric_testlib.h"
+#include "lattice/fabric/shm/shm.h"
+
+namespace lattice::fabric::testing {
+namespace {
+
+using namespace lattice::fabric::shm;
+
+// Maps the endpoint segment behind an shm address blob read-write, as its owner would.
+struct SegmentView {
+  explicit SegmentView(const std::vector<std::byte>& blob) {
+    AddressBlob b{};
+    if (blob.size() != sizeof b) return;
+    std::memcpy(&b, blob.data(), sizeof b);
+    std::string path = "/proc/self/fd/" + std::to_string(b.endpoint_fd);
+    int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) return;
+    void* p = mmap(nullptr, kEndpointSegmentBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p != MAP_FAILED) base = static_cast<std::byte*>(p);
+  }
+  ~SegmentView() {
+    if (base) munmap(base, kEndpointSegmentBytes);
+  }
+  SlotHeader* slot(uint64_t pos) { return reinterpret_cast<SlotHeader*>(base + kPage + (pos % kSlots) * kSlotBytes); }
+  EndpointHeader* header() { return reinterpret_cast<EndpointHeader*>(base); }
+  std::byte* base = nullptr;
+};
+
+void publish(SlotHeader* s, uint64_t seq) { std::atomic_ref<uint64_t>(s->seq).store(seq, std::memory_order_release); }
+
+struct Corruption {
+  const char* name;
+  std::function<void(SlotHeader*)> apply;
+};
+
+class ShmCorruptRing : public ::testing::TestWithParam<int> {};
+
+const Corruption kCorruptions[] = {
+    {"unknown type", [](SlotHeader* s) { s->type = 99; publish(s, 1); }},
+    {"huge fragment",
+     [](SlotHeader* s) {
+       s->type = kSlotEager;
+       s->flags = kFirstFragment;
+       s->frag_bytes = 0xffffffffu;
+       s->msg_bytes = 100;
+       publish(s, 1);
+     }},
+    {"huge eager message",
+     [](SlotHeader* s) {
+       s->type = kSlotEager;
+       s->flags = kFirstFragment;
+       s->frag_bytes = 100;
+       s->msg_bytes = uint64_t{1} << 40;
+       publish(s, 1);
+     }},
+    {"fragment overruns message",
+     [](SlotHeader* s) {
+       s->type = kSlotEager;
+       s->flags = kFirstFragment;
+       s->frag_bytes = 200;
+       s->msg_bytes = 100;
+       publish(s, 1);
+     }},
+    {"continuation without start",
+     [](SlotHeader* s) {
+       s->type = kSlotEager;
+       s->flags = 0;
+       s->frag_bytes = 10;
+       s->msg_bytes = 10;
+       publish(s, 1);
+     }},
+    {"sequence from the future", [](SlotHeader* s) { publish(s, 12345); }},
+    {"rendezvous with an unknown key",
+     [](SlotHeader* s) {
+       RndvPayload p{0xdeadbeefcafef00dull, 0, 0};
+       std::memcpy(reinterpret_cast<std::byte*>(s) + kSlotHeaderBytes, &p, sizeof p);
+       s->type = kSlotRndv;
+       s->frag_bytes = sizeof p;
+       s->msg_bytes = 1 << 20;
+       publish(s, 1);
+     }},
+    {"rendezvous out of sequence",
+     [](SlotHeader* s) {
+       RndvPayload p{1, 0, 7};
+       std::memcpy(reinterpret_cast<std::byte*>(s) + kSlotHeaderBytes, &p, sizeof p);
+       s->type = kSlotRndv;
+       s->frag_bytes = sizeof p;
+       s->msg_bytes = 1 << 20;
+       publish(s, 1);
+     }},
+};
+
+TEST_P(ShmCorruptRing, FailsThatEndpointOnlyWithAClearError) {
+  const Corruption& c = kCorruptions[GetParam()];
+  SCOPED_TRACE(c.name);
+  auto bad = make_pair("shm");
+  auto good = make_pair("shm");
+  ASSERT_TRUE(bad.ok() && good.ok());
+  Side& a = *bad->a;
+  Side& b = *bad->b;
+  SegmentView view(a.ep->local_address());
+  ASSERT_NE(view.base, nullptr);
+  c.apply(view.slot(0));  // a's ring, which b reads
+
+  auto buf = b.provider->allocate_memory(1 << 20, kAllAccess);
+  ASSERT_TRUE(buf.ok());
+  ASSERT_TRUE(b.ep->post_recv({buf->get(), 0, 1 << 20}, 1).ok());
+  Completion out[1];
+  auto r = b.recv_cq->wait(out, generous());
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_TRUE(out[0].status.code() == ErrorCode::kCorrupt || out[0].status.code() == ErrorCode::kAccessDenied)
+      << out[0].status.to_string();
+  EXPECT_EQ(out[0].status.peer(), 0) << "the error names the peer rank";
+  EXPECT_EQ(b.ep->status().code(), out[0].status.code()) << "sticky";
+
+  // The well-behaved side learns that its peer gave up on the connection.
+  auto abuf = a.provider->allocate_memory(8, kAllAccess);
+  ASSERT_TRUE(abuf.ok());
+  Status posted = a.ep->post_recv({abuf->get(), 0, 8}, 2);
+  if (posted.ok()) {
+    r = a.recv_cq->wait(out, generous());
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    posted = out[0].status;
+  }
+  EXPECT_EQ(posted.code(), ErrorCode::kPeerLost) << posted.to_string();
+
+  // Other endpoints go on.
+  auto src = good->a->provider->allocate_memory(100, kAllAccess);
+  auto dst = good->b->provider->allocate_memory(100, kAllAccess);
+  fill_pattern((*src)->data(), 100, 3);
+  ASSERT_TRUE(good->b->ep->post_recv({dst->get(), 0, 100}, 1).ok());
+  ASSERT_TRUE(good->a->ep->post_send({src->get(), 0, 100}, 2).ok());
+  r = good->b->recv_cq->wait(out, generous());
+  ASSERT_TRUE(r.ok() && out[0].status.ok());
+  EXPECT_EQ(std::memcmp((*dst)->data(), (*src)->data(), 100), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shm, ShmCorruptRing, ::testing::Range(0, static_cast<int>(std::size(kCorruptions))));
+
+TEST(ShmProvider, BogusConsumedIndexFailsTheSender) {
+  auto pair = make_pair("shm");
+  ASSERT_TRUE(pair.ok());
+  // b claims to have consumed far more than a ever sent; a notices when its ring fills.
+  SegmentView view(pair->b->ep->local_address());
+  ASSERT_NE(view.base, nullptr);
+  std::atomic_ref<uint64_t>(view.header()->rx_consumed).store(1u << 30);
+  auto src = pair->a->provider->allocate_memory(64, kAllAccess);
+  Status first_error;
+  for (int i = 0; i < 2 * static_cast<int>(kSlots) && first_error.ok(); ++i) {
+    Status s = pair->a->ep->post_send({src->get(), 0, 8}, i);
+    if (!s.ok()) first_error = s;
+  }
+  Completion out[16];
+  for (int i = 0; i < 100 && pair->a->ep->status().ok(); ++i) (void)pair->a->send_cq->poll(out);
+  EXPECT_EQ(pair->a->ep->status().code(), ErrorCode::kCorrupt) << pair->a->ep->status().to_string();
+}
+
+TEST(ShmProvider, WrongProtocolVersionIsRefused) {
+  auto a = make_side("shm");
+  auto b = make_side("shm");
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto blob = (*b)->ep->local_address();
+  AddressBlob ab{};
+  ASSERT_EQ(blob.size(), sizeof ab);
+  std::memcpy(&ab, blob.data(), sizeof ab);
+  ab.version = kVersion + 1;
+  std::memcpy(blob.data(), &ab, sizeof ab);
+  Status s = (*a)->ep->connect(blob, generous());
+  EXPECT_EQ(s.code(), ErrorCode::kCorrupt) << s.to_string();
+  EXPECT_NE(s.message().find("version"), std::string::npos) << s.to_string();
+  EXPECT_EQ((*a)->ep->status().code(), ErrorCode::kCorrupt) << "a refused connect fails the endpoint";
+}
+
+TEST(ShmProvider, EndpointSegmentMismatchIsRefused) {
+  // A blob naming a real fd whose nonce does not match: refused, not mapped blindly.
+  auto a = make_side("shm");
+  auto b = make_side("shm");
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto blob = (*b)->ep->local_address();
+  AddressBlob ab{};
+  std::memcpy(&ab, blob.data(), sizeof ab);
+  ab.endpoint_nonce ^= 1;
+  std::memcpy(blob.data(), &ab, sizeof ab);
+  EXPECT_EQ((*a)->ep->connect(blob, generous()).code(), ErrorCode::kCorrupt);
+  // And a provider fd swapped for the endpoint fd: the inode check refuses it.
+  auto c = make_side("shm");
+  ASSERT_TRUE(c.ok());
+  std::memcpy(&ab, blob.data(), sizeof ab);
+  ab.endpoint_nonce ^= 1;
+  ab.endpoint_fd = ab.provider_fd;
+  std::memcpy(blob.data(), &ab, sizeof ab);
+  EXPECT_FALSE((*c)->ep->connect(blob, generous()).ok());
+}
+
+size_t dev_shm_entries() {
+  size_t n = 0;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+  }
+  return n;
+}
+
+TEST(ShmProvider, LeavesNothingInDevShm) {
+  size_t before = dev_shm_entries();
+  {
+    auto pair = make_pair("shm");
+    ASSERT_TRUE(pair.ok());
+    auto r = pair->a->provider->allocate_memory(1 << 20, kAllAccess);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(dev_shm_entries(), before) << "segments are memfds, never named";
+  }
+  EXPECT_EQ(dev_shm_entries(), before);
+}
+
+TEST(ShmProvider, AtomicsOnCallerMemoryAreRefusedClearly) {
+  auto pair = make_pair("shm");
+  ASSERT_TRUE(pair.ok());
+  alignas(8) uint64_t word = 5;
+  auto target = pair->b->provider->register_memory(&word, 8, kAllAccess);
+  auto res = pair->a->provider->allocate_memory(8, kAllAccess);
+  ASSERT_TRUE(target.ok() && res.ok());
+  ASSERT_TRUE(pair->a->ep->post_fetch_add({res->get(), 0, 8}, {(*target)->key(), 0, 8}, 1, 1).ok());
+  Completion out[1];
+  auto r = pair->a->send_cq->wait(out, generous());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(out[0].status.code(), ErrorCode::kAccessDenied);
+  EXPECT_NE(out[0].status.message().find("allocate_memory"), std::string::npos) << out[0].status.to_string();
+  EXPECT_EQ(word, 5u);
+}
+
+TEST(ShmProvider, DeregisteredRegionIsNoLongerReachable) {
+  auto pair = make_pair("shm");
+  ASSERT_TRUE(pair.ok());
+  auto target = pair->b->provider->allocate_memory(64, kAllAccess);
+  auto src = pair->a->provider->allocate_memory(8, kAllAccess);
+  ASSERT_TRUE(target.ok() && src.ok());
+  uint64_t key = (*target)->key();
+  ASSERT_TRUE(pair->a->ep->post_write({src->get(), 0, 8}, {key, 0, 8}, 1).ok());
+  Completion out[1];
+  ASSERT_TRUE(pair->a->send_cq->wait(out, generous()).ok());
+  ASSERT_TRUE(out[0].status.ok());  // the mapping is now cached on a's side
+  target->reset();
+  ASSERT_TRUE(pair->a->ep->post_write({src->get(), 0, 8}, {key, 0, 8}, 2).ok());
+  ASSERT_TRUE(pair->a->send_cq->wait(out, generous()).ok());
+  EXPECT_EQ(out[0].status.code(), ErrorCode::kAccessDenied) << out[0].status.to_string();
+}
+
+TEST(ShmProvider, UriOptions) {
+  EXPECT_TRUE(make_provider("shm").ok());
+  EXPECT_TRUE(make_provider("shm://?busy_poll=1").ok());
+  EXPECT_EQ(make_provider("shm://?frobnicate=1").status().code(), ErrorCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace lattice::fabric::testing
