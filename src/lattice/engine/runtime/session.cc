@@ -168,6 +168,7 @@ Status Session::forward(const int32_t* tokens, uint32_t n, float* all_logits) {
     ops::swiglu(I.gate.get(), I.gate.get(), I.up.get(), static_cast<size_t>(n) * F);
     matmul(L.w_down, I.gate.get(), n, I.xb.get(), pool);
     for (uint32_t t = 0; t < n; ++t) ops::add(I.x.get() + t * E, I.xb.get() + t * E, E);
+    if (observer_) observer_(l, std::span<const float>(I.x.get(), static_cast<size_t>(n) * E));
   }
 
   // Output: the last token's logits always; every token's when asked.

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -47,6 +48,11 @@ class Session {
   uint32_t n_ctx() const { return cache_.n_ctx(); }
   void reset() { n_past_ = 0; }  // forget the sequence (the cache is overwritten)
 
+  // Called after every layer with the hidden states of the tokens of the current step
+  // (n_tokens x n_embd), for layer-by-layer tests. Empty by default (no cost).
+  using LayerObserver = std::function<void(uint32_t layer, std::span<const float> hidden)>;
+  void set_layer_observer(LayerObserver fn) { observer_ = std::move(fn); }
+
   const Model& model() const { return *model_; }
   ThreadPool& pool() { return *pool_; }
   size_t kv_cache_bytes() const { return cache_.n_bytes(); }
@@ -64,6 +70,7 @@ class Session {
   uint32_t n_past_ = 0;
   std::vector<float> last_logits_;
   std::unique_ptr<Impl> impl_;
+  LayerObserver observer_;
 };
 
 }  // namespace lattice::engine

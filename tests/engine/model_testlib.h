@@ -1,0 +1,37 @@
+// Shared helpers of the model tests: tiny generated models held in memory, and a plain
+// double-precision reference forward pass written from the architectures' definitions
+// (independent of the runtime's code: no ops.h, no matmul, weights dequantized once).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "lattice/engine/gguf/gguf.h"
+#include "lattice/engine/gguf/make_model.h"
+#include "lattice/engine/model/model.h"
+
+namespace lattice::engine::testing {
+
+// A model made by plan_model and parsed from memory (the bytes live as long as this).
+struct MemModel {
+  std::vector<std::byte> bytes;
+  std::unique_ptr<Model> model;
+};
+// Fails the current test (and returns null model) on error.
+MemModel make_mem_model(const MakeModelOptions& options, const LoadOptions& load = {});
+
+// The reference: every layer's hidden states and every position's logits.
+struct RefOutput {
+  std::vector<std::vector<double>> hidden;  // [layer][pos * n_embd + i]
+  std::vector<double> logits;               // [pos * n_vocab + v]
+};
+RefOutput reference_forward(const Model& model, std::span<const int32_t> tokens);
+
+// Cosine similarity and normalized mean squared error of two vectors.
+double cosine(std::span<const double> a, std::span<const float> b);
+double nmse(std::span<const double> ref, std::span<const float> got);
+
+}  // namespace lattice::engine::testing
