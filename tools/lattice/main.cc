@@ -46,7 +46,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help/--version exit 0; any bad flag or value exits 2 (the usual usage-error code).
+    return app.exit(e) == 0 ? 0 : 2;
   }
   if (!log_level.empty()) lattice::log::set_level(log_level);
   for (auto& [sub, run] : runners)
