@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -176,6 +179,69 @@ TEST(Sampler, TemperatureSharpensTheDistribution) {
   double total = 0;
   for (const auto& c : s.last_candidates()) total += c.second;
   EXPECT_NEAR(total, 1.0, 1e-5);
+}
+
+// llama.cpp's chain written the slow, obvious way: full sort, top-k, softmax, top-p, min-p,
+// temperature. Returns (token, probability) highest first.
+std::vector<std::pair<int32_t, double>> reference_chain(const std::vector<float>& logits, const SamplerParams& p) {
+  std::vector<std::pair<int32_t, float>> c;
+  for (size_t i = 0; i < logits.size(); ++i) c.push_back({static_cast<int32_t>(i), logits[i]});
+  std::sort(c.begin(), c.end(), [](auto& a, auto& b) { return a.second > b.second || (a.second == b.second && a.first < b.first); });
+  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < c.size()) c.resize(p.top_k);
+  if (p.top_p < 1.0f) {
+    double z = 0;
+    for (auto& x : c) z += std::exp(static_cast<double>(x.second - c[0].second));
+    double cum = 0;
+    for (size_t i = 0; i < c.size(); ++i) {
+      cum += std::exp(static_cast<double>(c[i].second - c[0].second)) / z;
+      if (cum >= p.top_p) {
+        c.resize(i + 1);
+        break;
+      }
+    }
+  }
+  if (p.min_p > 0.0f) {
+    const double pmax = 1.0;  // relative to the best
+    std::vector<std::pair<int32_t, float>> kept;
+    for (auto& x : c) {
+      if (std::exp(static_cast<double>(x.second - c[0].second)) >= p.min_p * pmax * (1 - 1e-6)) kept.push_back(x);
+    }
+    c = kept;
+  }
+  std::vector<std::pair<int32_t, double>> out;
+  double z = 0;
+  for (auto& x : c) z += std::exp((x.second - c[0].second) / static_cast<double>(p.temperature));
+  for (auto& x : c) out.push_back({x.first, std::exp((x.second - c[0].second) / static_cast<double>(p.temperature)) / z});
+  return out;
+}
+
+TEST(Sampler, FilterChainMatchesAFullSortReference) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const std::vector<std::array<float, 4>> settings = {
+      // top_k, top_p, min_p, temperature
+      {40, 0.95f, 0.05f, 0.8f}, {0, 0.9f, 0.0f, 1.0f}, {0, 0.999f, 0.0f, 1.3f}, {10, 1.0f, 0.0f, 0.7f},
+      {0, 1.0f, 0.1f, 1.0f},    {500, 0.5f, 0.0f, 1.0f}, {3, 0.2f, 0.9f, 2.0f}};
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<float> logits(3000);
+    const float scale = trial % 2 ? 0.3f : 4.0f;  // flat and peaked distributions
+    for (float& l : logits) l = nd(rng) * scale;
+    for (const auto& st : settings) {
+      SamplerParams p = plain(st[3]);
+      p.top_k = static_cast<int32_t>(st[0]);
+      p.top_p = st[1];
+      p.min_p = st[2];
+      Sampler s(p);
+      ASSERT_TRUE(s.sample(logits).ok());
+      const auto want = reference_chain(logits, p);
+      const auto& got = s.last_candidates();
+      ASSERT_EQ(got.size(), want.size()) << "trial " << trial << " top_k " << p.top_k << " top_p " << p.top_p;
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(got[i].first, want[i].first);
+        EXPECT_NEAR(got[i].second, want[i].second, 1e-5);
+      }
+    }
+  }
 }
 
 TEST(Sampler, RejectsBadInput) {

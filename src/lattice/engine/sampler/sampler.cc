@@ -41,16 +41,15 @@ void Sampler::accept(int32_t token) {
   while (history_.size() > static_cast<size_t>(params_.repeat_last_n)) history_.pop_front();
 }
 
-void Sampler::apply_penalties(std::vector<Cand>& cands) const {
+void Sampler::apply_penalties(std::vector<float>& logits) const {
   const bool any = params_.repeat_penalty != 1.0f || params_.frequency_penalty != 0.0f ||
                    params_.presence_penalty != 0.0f;
   if (!any || history_.empty()) return;
   std::unordered_map<int32_t, int> counts;
   for (int32_t t : history_) ++counts[t];
   for (const auto& [token, count] : counts) {
-    // cands is still indexed by token id here (penalties run first).
-    if (token < 0 || static_cast<size_t>(token) >= cands.size()) continue;
-    float& logit = cands[token].second;
+    if (token < 0 || static_cast<size_t>(token) >= logits.size()) continue;
+    float& logit = logits[token];
     logit = logit <= 0.0f ? logit * params_.repeat_penalty : logit / params_.repeat_penalty;
     logit -= static_cast<float>(count) * params_.frequency_penalty + params_.presence_penalty;
   }
@@ -58,84 +57,115 @@ void Sampler::apply_penalties(std::vector<Cand>& cands) const {
 
 Result<int32_t> Sampler::sample(std::span<const float> logits) {
   if (logits.empty()) return InvalidArgument("sample: empty logits");
-  cands_.resize(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) cands_[i] = {static_cast<int32_t>(i), logits[i]};
-  apply_penalties(cands_);
+  // Penalties touch a few tokens, but on a copy: the caller's logits stay as they were.
+  std::span<const float> view = logits;
+  if (!history_.empty() && (params_.repeat_penalty != 1.0f || params_.frequency_penalty != 0.0f ||
+                            params_.presence_penalty != 0.0f)) {
+    work_.assign(logits.begin(), logits.end());
+    apply_penalties(work_);
+    view = work_;
+  }
   probs_.clear();
+  const size_t n_vocab = view.size();
 
   if (params_.temperature <= 0.0f) {
+    size_t best = 0;
+    for (size_t i = 1; i < n_vocab; ++i) {
+      if (view[i] > view[best]) best = i;  // strict: the lowest id keeps a tie
+    }
+    probs_.push_back({static_cast<int32_t>(best), 1.0f});
+    return static_cast<int32_t>(best);
+  }
+
+  // Candidates: the top-k by a bounded min-heap in one pass (most tokens are rejected by a
+  // single comparison with the heap's worst), or everything when top-k is off.
+  cands_.clear();
+  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n_vocab) {
+    const size_t k = static_cast<size_t>(params_.top_k);
+    cands_.reserve(k);
+    auto worse_on_top = [](const Cand& a, const Cand& b) { return better(a, b); };
+    for (size_t i = 0; i < n_vocab; ++i) {
+      const Cand c{static_cast<int32_t>(i), view[i]};
+      if (cands_.size() < k) {
+        cands_.push_back(c);
+        std::push_heap(cands_.begin(), cands_.end(), worse_on_top);
+      } else if (better(c, cands_.front())) {
+        std::pop_heap(cands_.begin(), cands_.end(), worse_on_top);
+        cands_.back() = c;
+        std::push_heap(cands_.begin(), cands_.end(), worse_on_top);
+      }
+    }
+  } else {
+    cands_.resize(n_vocab);
+    for (size_t i = 0; i < n_vocab; ++i) cands_[i] = {static_cast<int32_t>(i), view[i]};
+  }
+  float max_logit = -INFINITY;
+  for (const Cand& c : cands_) max_logit = std::max(max_logit, c.second);
+  if (!std::isfinite(max_logit)) {  // all masked (-inf) or a +inf logit: no distribution
     const Cand best = *std::min_element(cands_.begin(), cands_.end(), better);
     probs_.push_back({best.first, 1.0f});
     return best.first;
   }
 
-  // top-k: partial selection, then only the survivors are sorted.
-  size_t n = cands_.size();
-  bool sorted = false;
-  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n) {
-    n = static_cast<size_t>(params_.top_k);
-    std::nth_element(cands_.begin(), cands_.begin() + (n - 1), cands_.end(), better);
-    cands_.resize(n);
+  // top-p and min-p both keep a prefix of the candidates sorted by logit, so min-p can go
+  // first as a linear filter (llama.cpp runs top-p first; the result is the same) as long
+  // as top-p's probabilities are normalised over the candidates before min-p.
+  double top_p_total = 0.0;
+  const bool use_top_p = params_.top_p < 1.0f;
+  if (use_top_p) {
+    for (const Cand& c : cands_) top_p_total += std::exp(static_cast<double>(c.second - max_logit));
   }
-  auto ensure_sorted = [&] {
-    if (!sorted) std::sort(cands_.begin(), cands_.end(), better);
-    sorted = true;
-  };
-
-  // top-p: the smallest prefix (by probability) whose mass reaches p; at least one token.
-  if (params_.top_p < 1.0f) {
-    ensure_sorted();
-    const float max_logit = cands_[0].second;
-    double total = 0.0;
-    for (const Cand& c : cands_) total += std::exp(static_cast<double>(c.second - max_logit));
-    double cum = 0.0;
-    size_t keep = cands_.size();
-    for (size_t i = 0; i < cands_.size(); ++i) {
-      cum += std::exp(static_cast<double>(cands_[i].second - max_logit)) / total;
-      if (cum >= params_.top_p) {
-        keep = i + 1;
-        break;
-      }
-    }
-    cands_.resize(keep);
-  }
-
-  // min-p: keep p_i >= min_p * p_max, i.e. logit_i >= max_logit + log(min_p).
   if (params_.min_p > 0.0f) {
-    float max_logit = cands_[0].second;
-    if (!sorted) {
-      for (const Cand& c : cands_) max_logit = std::max(max_logit, c.second);
-    }
     const float threshold = max_logit + std::log(params_.min_p);
     cands_.erase(std::remove_if(cands_.begin(), cands_.end(), [&](const Cand& c) { return c.second < threshold; }),
                  cands_.end());
   }
-
-  // Temperature, softmax, draw. Sorting the few survivors makes the draw independent of
-  // the order nth_element happened to leave them in.
-  ensure_sorted();
-  if (!std::isfinite(cands_[0].second)) {  // all masked (-inf) or a +inf logit: no distribution
-    probs_.push_back({cands_[0].first, 1.0f});
-    return cands_[0].first;
+  if (use_top_p) {
+    // Sort only as much as needed: the best m candidates, m growing until their mass reaches p.
+    const double target = static_cast<double>(params_.top_p) * top_p_total;
+    size_t m = std::min<size_t>(cands_.size(), 256);
+    size_t keep = cands_.size();
+    for (;;) {
+      std::partial_sort(cands_.begin(), cands_.begin() + m, cands_.end(), better);
+      double cum = 0.0;
+      size_t i = 0;
+      for (; i < m; ++i) {
+        cum += std::exp(static_cast<double>(cands_[i].second - max_logit));
+        if (cum >= target) break;
+      }
+      if (i < m) {
+        keep = i + 1;
+        break;
+      }
+      if (m == cands_.size()) break;  // everything is needed
+      m = std::min(cands_.size(), m * 8);
+    }
+    cands_.resize(keep);
   }
+
+  // Temperature, softmax, draw. Sorting the survivors makes the draw independent of the
+  // order the selection happened to leave them in.
+  std::sort(cands_.begin(), cands_.end(), better);
   const double inv_t = 1.0 / params_.temperature;
-  const double max_logit = cands_[0].second;
   double total = 0.0;
   probs_.reserve(cands_.size());
   for (const Cand& c : cands_) {
-    const double w = std::exp((c.second - max_logit) * inv_t);
-    total += w;
-    probs_.push_back({c.first, static_cast<float>(w)});
+    const float w = static_cast<float>(std::exp((c.second - max_logit) * inv_t));
+    total += w;  // the same float weights are summed again for the draw: no rounding gap
+    probs_.push_back({c.first, w});
   }
-  for (auto& p : probs_) p.second = static_cast<float>(p.second / total);
-
   const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53 * total;  // uniform in [0, total)
   double cum = 0.0;
-  for (const Cand& c : cands_) {
-    cum += std::exp((c.second - max_logit) * inv_t);
-    if (u < cum) return c.first;
+  int32_t chosen = cands_.back().first;  // if rounding leaves u at the very top
+  for (const auto& [id, w] : probs_) {
+    cum += w;
+    if (u < cum) {
+      chosen = id;
+      break;
+    }
   }
-  return cands_.back().first;  // rounding left u at the very top
+  for (auto& p : probs_) p.second = static_cast<float>(p.second / total);
+  return chosen;
 }
 
 }  // namespace lattice::engine

@@ -57,11 +57,12 @@ class Sampler {
   const std::vector<std::pair<int32_t, float>>& last_candidates() const { return probs_; }
 
  private:
-  void apply_penalties(std::vector<std::pair<int32_t, float>>& cands) const;
+  void apply_penalties(std::vector<float>& logits) const;
 
   SamplerParams params_;
   std::mt19937_64 rng_;
   std::deque<int32_t> history_;
+  std::vector<float> work_;                        // logits after penalties
   std::vector<std::pair<int32_t, float>> cands_;  // (token, logit)
   std::vector<std::pair<int32_t, float>> probs_;  // (token, probability)
 };

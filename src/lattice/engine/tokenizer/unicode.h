@@ -43,8 +43,8 @@ inline size_t utf8_len(uint8_t lead) {
 
 // Decodes UTF-8; a byte that does not start a well-formed sequence (bad lead, missing or
 // bad continuation, truncated at the end, or a value past U+10FFFF) becomes U+FFFD and
-// decoding resumes at the next byte. Overlong forms and surrogates are decoded as-is, so
-// re-encoding gives back the same bytes.
+// decoding resumes at the next byte (llama.cpp does the same since it stopped throwing).
+// Surrogates and overlong forms are not rejected: they decode to their value.
 std::vector<uint32_t> decode_utf8(std::string_view text);
 
 void append_utf8(std::string& out, uint32_t cp);
