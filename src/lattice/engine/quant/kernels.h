@@ -1,0 +1,73 @@
+// Internal interface between the matmul driver (matmul.cc) and the per-ISA kernels
+// (kernels_scalar.cc, kernels_avx2.cc, kernels_avx512.cc). Not part of the public API.
+//
+// Activations are quantized once per matmul call into one of these forms:
+//   kF32 : the float input itself (F32 / F16 / BF16 weights).
+//   kQ8  : blocks of 32 (Q4_0 / Q8_0 weights): int8 q[k], float d[k/32], int32 s[k/32] where
+//          x ~ d*q and s is the sum of the block's q (for the unsigned-weight offset trick).
+//   kQ8K : blocks of 256 (K-quant weights): int8 q[k], float d[k/256], int16 bsum[k/16]
+//          (sum of each 16 q's, for the K-quant mins and the Q6_K offset of 32).
+// Token t's data starts at q + t*k, d + t*(k/block), s/bsum + t*(k/32 or k/16).
+//
+// Packed ("interleaved") weight layout for Q4_0 and Q8_0, built by Weight::pack: rows are
+// taken 16 at a time (a "group"; missing rows of the last group are zero). Within a group,
+// block column b (32 input features) stores:
+//   Q4_0: 256 bytes at b*256: dword i (0..3) of row r's 16 nibble bytes at i*64 + r*4, i.e.
+//         one 64-byte vector per i whose lane r holds row r's bytes 4i..4i+3. The low nibbles
+//         are elements 4i..4i+3, the high ones 16+4i..16+4i+3 (GGUF order, unchanged).
+//   Q8_0: 512 bytes at b*512: dword i (0..7) of row r's 32 values at i*64 + r*4, each value
+//         stored as q + 128 (unsigned), so both types are u8 x s8 dot products.
+//   then all blocks' scales: 16 fp16 (one per row) at nb*bytes_per_block + b*32.
+// Group stride: nb*(256 or 512) + nb*32, rounded up to 64 bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "lattice/engine/quant/types.h"
+
+namespace lattice::engine::detail {
+
+inline constexpr size_t kPackRows = 16;
+inline constexpr size_t kMaxTileTokens = 8;  // a packed tile handles up to this many tokens
+
+struct Act {
+  size_t k = 0;  // n_cols
+  const float* f32 = nullptr;
+  const int8_t* q = nullptr;      // kQ8 and kQ8K quantized values (the one in use)
+  const float* d = nullptr;       // per-block scales
+  const int32_t* s = nullptr;     // kQ8: per-32 sums
+  const int16_t* bsum = nullptr;  // kQ8K: per-16 sums
+};
+
+// Dot product of one weight row in GGUF layout with token `tok` of the activations.
+using RowDotFn = float (*)(const void* row, const Act& a, size_t tok);
+// One packed group (16 rows) against tokens [t0, t0+nt), nt <= kMaxTileTokens:
+// out[i*16 + r] = row r . token t0+i.
+using PackedTileFn = void (*)(const uint8_t* group, size_t nb, const Act& a, size_t t0, size_t nt, float* out);
+// Quantizes one token of k floats (k a multiple of 32 / 256) into the kQ8 / kQ8K form.
+using QuantQ8Fn = void (*)(const float* x, size_t k, int8_t* q, float* d, int32_t* s);
+using QuantQ8KFn = void (*)(const float* x, size_t k, int8_t* q, float* d, int16_t* bsum);
+
+struct KernelTable {
+  const char* name;
+  QuantQ8Fn quant_q8;
+  QuantQ8KFn quant_q8k;
+  RowDotFn dot_f32, dot_f16, dot_bf16, dot_q8_0, dot_q4_0, dot_q4_k, dot_q5_k, dot_q6_k;
+  PackedTileFn tile_q4_0, tile_q8_0;
+};
+
+const KernelTable& scalar_kernels();
+const KernelTable& avx2_kernels();    // defined in kernels_avx2.cc
+const KernelTable& avx512_kernels();  // defined in kernels_avx512.cc
+
+inline size_t packed_block_bytes(TensorType t) { return t == TensorType::kQ4_0 ? 256 : 512; }
+inline size_t packed_group_bytes(TensorType t, size_t nb) {
+  return (nb * (packed_block_bytes(t) + 32) + 63) / 64 * 64;
+}
+
+}  // namespace lattice::engine::detail
+
+namespace lattice::engine::detail {
+const KernelTable& active_kernels();  // dispatch.cc
+}

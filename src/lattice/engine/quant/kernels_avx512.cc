@@ -1,0 +1,216 @@
+// AVX-512 (F/BW/VL/DQ + VNNI) kernels. The hot ones are the packed Q4_0 / Q8_0 tiles: one
+// 512-bit lane per weight row (16 rows per group), so a 64-byte load feeds vpdpbusd for all
+// 16 rows against one broadcast dword of activations, with no horizontal sums and one fp16
+// scale vector per block. Weights are unsigned (nibbles, or q+128), activations signed; the
+// offset is removed by starting each block's integer accumulator at -offset * sum(x block).
+// K-quant dot products reuse the AVX2 kernels (AVX-512 machines run them as well).
+#include <immintrin.h>
+
+// GCC 12 warns spuriously inside its own _mm512_reduce_* helpers.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+#include <cmath>
+#include <cstring>
+
+#include "lattice/engine/quant/blocks.h"
+#include "lattice/engine/quant/fp16.h"
+#include "lattice/engine/quant/kernels.h"
+
+namespace lattice::engine::detail {
+namespace {
+
+void quant_q8(const float* x, size_t k, int8_t* q, float* d, int32_t* s) {
+  const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  for (size_t b = 0; b < k / kQK; ++b, x += kQK, q += kQK) {
+    const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(v0, absmask), _mm512_and_ps(v1, absmask)));
+    d[b] = amax / 127.0f;
+    const __m512 id = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+    const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtepi32_epi8(q1));
+    s[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+  }
+}
+
+void quant_q8k(const float* x, size_t k, int8_t* q, float* d, int16_t* bsum) {
+  const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  for (size_t b = 0; b < k / kQKK; ++b, x += kQKK, q += kQKK) {
+    __m512 am = _mm512_setzero_ps();
+    for (int j = 0; j < 16; ++j) am = _mm512_max_ps(am, _mm512_and_ps(_mm512_loadu_ps(x + 16 * j), absmask));
+    const float amax = _mm512_reduce_max_ps(am);
+    d[b] = amax / 127.0f;
+    const __m512 id = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+    for (int j = 0; j < 16; ++j) {
+      const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * j), id));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * j), _mm512_cvtepi32_epi8(qi));
+      bsum[16 * b + j] = static_cast<int16_t>(_mm512_reduce_add_epi32(qi));
+    }
+  }
+}
+
+template <class Load>
+float dot_float(const float* x, size_t k, Load load) {
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  size_t i = 0;
+  for (; i + 64 <= k; i += 64)
+    for (int u = 0; u < 4; ++u) acc[u] = _mm512_fmadd_ps(load(i + 16 * u, 0xffff), _mm512_loadu_ps(x + i + 16 * u), acc[u]);
+  for (; i < k; i += 16) {
+    const __mmask16 m = k - i >= 16 ? 0xffff : static_cast<__mmask16>((1u << (k - i)) - 1);
+    acc[0] = _mm512_fmadd_ps(load(i, m), _mm512_maskz_loadu_ps(m, x + i), acc[0]);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+}
+
+float dot_f32(const void* row, const Act& a, size_t tok) {
+  const float* w = static_cast<const float*>(row);
+  return dot_float(a.f32 + tok * a.k, a.k, [w](size_t i, __mmask16 m) { return _mm512_maskz_loadu_ps(m, w + i); });
+}
+float dot_f16(const void* row, const Act& a, size_t tok) {
+  const uint16_t* w = static_cast<const uint16_t*>(row);
+  return dot_float(a.f32 + tok * a.k, a.k,
+                   [w](size_t i, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, w + i)); });
+}
+float dot_bf16(const void* row, const Act& a, size_t tok) {
+  const uint16_t* w = static_cast<const uint16_t*>(row);
+  return dot_float(a.f32 + tok * a.k, a.k, [w](size_t i, __mmask16 m) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, w + i)), 16));
+  });
+}
+
+// Raw (GGUF layout) Q4_0 / Q8_0 rows with 256-bit VNNI, one block per step.
+float dot_q4_0(const void* row, const Act& a, size_t tok) {
+  const auto* w = static_cast<const BlockQ4_0*>(row);
+  const size_t nb = a.k / kQK;
+  const int8_t* q = a.q + tok * a.k;
+  const float* d = a.d + tok * nb;
+  const int32_t* s = a.s + tok * nb;
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  __m256 acc = _mm256_setzero_ps();
+  for (size_t b = 0; b < nb; ++b) {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
+    const __m256i nib = _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(raw), _mm_srli_epi16(raw, 4), 1), m4);
+    const __m256i init = _mm256_setr_epi32(-8 * s[b], 0, 0, 0, 0, 0, 0, 0);
+    const __m256i dot = _mm256_dpbusd_epi32(init, nib, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + b * kQK)));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(_cvtsh_ss(w[b].d) * d[b]), acc);
+  }
+  __m128 r = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
+}
+
+float dot_q8_0(const void* row, const Act& a, size_t tok) {
+  const auto* w = static_cast<const BlockQ8_0*>(row);
+  const size_t nb = a.k / kQK;
+  const int8_t* q = a.q + tok * a.k;
+  const float* d = a.d + tok * nb;
+  const int32_t* s = a.s + tok * nb;
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  __m256 acc = _mm256_setzero_ps();
+  for (size_t b = 0; b < nb; ++b) {
+    const __m256i wu = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs)), flip);  // q+128
+    const __m256i init = _mm256_setr_epi32(-128 * s[b], 0, 0, 0, 0, 0, 0, 0);
+    const __m256i dot = _mm256_dpbusd_epi32(init, wu, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + b * kQK)));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(_cvtsh_ss(w[b].d) * d[b]), acc);
+  }
+  __m128 r = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
+}
+
+// Packed tile for NT tokens. With few tokens the low and high nibble products go to two
+// integer accumulators to halve the vpdpbusd dependency chain.
+template <bool kQ4, int NT>
+void tile_t(const uint8_t* group, size_t nb, const Act& a, size_t t0, float* out) {
+  constexpr size_t bb = kQ4 ? 256 : 512;
+  constexpr bool kSplit = NT <= 2;
+  const uint16_t* sc = reinterpret_cast<const uint16_t*>(group + nb * bb);
+  const int32_t* xq[NT];
+  const float* xd[NT];
+  const int32_t* xs[NT];
+  for (int t = 0; t < NT; ++t) {
+    xq[t] = reinterpret_cast<const int32_t*>(a.q + (t0 + t) * a.k);
+    xd[t] = a.d + (t0 + t) * nb;
+    xs[t] = a.s + (t0 + t) * nb;
+  }
+  __m512 facc[NT];
+  for (int t = 0; t < NT; ++t) facc[t] = _mm512_setzero_ps();
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  constexpr int kOffset = kQ4 ? 8 : 128;
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* p = group + b * bb;
+    _mm_prefetch(reinterpret_cast<const char*>(p) + 8 * bb, _MM_HINT_T0);
+    if constexpr (!kQ4) _mm_prefetch(reinterpret_cast<const char*>(p) + 8 * bb + 256, _MM_HINT_T0);
+    __m512i acc[NT], acc2[NT];
+    for (int t = 0; t < NT; ++t) {
+      acc[t] = _mm512_set1_epi32(-kOffset * xs[t][b]);
+      if constexpr (kSplit) acc2[t] = _mm512_setzero_si512();
+    }
+    const int32_t* xb[NT];
+    for (int t = 0; t < NT; ++t) xb[t] = xq[t] + b * 8;
+    if constexpr (kQ4) {
+      for (int i = 0; i < 4; ++i) {
+        const __m512i v = _mm512_loadu_si512(p + i * 64);
+        const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        for (int t = 0; t < NT; ++t) {
+          acc[t] = _mm512_dpbusd_epi32(acc[t], lo, _mm512_set1_epi32(xb[t][i]));
+          if constexpr (kSplit) acc2[t] = _mm512_dpbusd_epi32(acc2[t], hi, _mm512_set1_epi32(xb[t][4 + i]));
+          else acc[t] = _mm512_dpbusd_epi32(acc[t], hi, _mm512_set1_epi32(xb[t][4 + i]));
+        }
+      }
+    } else {
+      for (int i = 0; i < 8; ++i) {
+        const __m512i v = _mm512_loadu_si512(p + i * 64);
+        for (int t = 0; t < NT; ++t) {
+          if (kSplit && (i & 1)) acc2[t] = _mm512_dpbusd_epi32(acc2[t], v, _mm512_set1_epi32(xb[t][i]));
+          else acc[t] = _mm512_dpbusd_epi32(acc[t], v, _mm512_set1_epi32(xb[t][i]));
+        }
+      }
+    }
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + b * 16)));
+    for (int t = 0; t < NT; ++t) {
+      __m512i iv = acc[t];
+      if constexpr (kSplit) iv = _mm512_add_epi32(iv, acc2[t]);
+      facc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(iv), _mm512_set1_ps(xd[t][b])), dw, facc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + t * 16, facc[t]);
+}
+
+template <bool kQ4>
+void tile(const uint8_t* group, size_t nb, const Act& a, size_t t0, size_t nt, float* out) {
+  switch (nt) {
+    case 8: tile_t<kQ4, 8>(group, nb, a, t0, out); break;
+    case 7: tile_t<kQ4, 7>(group, nb, a, t0, out); break;
+    case 6: tile_t<kQ4, 6>(group, nb, a, t0, out); break;
+    case 5: tile_t<kQ4, 5>(group, nb, a, t0, out); break;
+    case 4: tile_t<kQ4, 4>(group, nb, a, t0, out); break;
+    case 3: tile_t<kQ4, 3>(group, nb, a, t0, out); break;
+    case 2: tile_t<kQ4, 2>(group, nb, a, t0, out); break;
+    case 1: tile_t<kQ4, 1>(group, nb, a, t0, out); break;
+    default: break;
+  }
+}
+
+}  // namespace
+
+const KernelTable& avx512_kernels() {
+  static const KernelTable t = [] {
+    KernelTable k = avx2_kernels();
+    k.name = "avx512";
+    k.quant_q8 = quant_q8;
+    k.quant_q8k = quant_q8k;
+    k.dot_f32 = dot_f32;
+    k.dot_f16 = dot_f16;
+    k.dot_bf16 = dot_bf16;
+    k.dot_q4_0 = dot_q4_0;
+    k.dot_q8_0 = dot_q8_0;
+    k.tile_q4_0 = tile<true>;
+    k.tile_q8_0 = tile<false>;
+    return k;
+  }();
+  return t;
+}
+
+}  // namespace lattice::engine::detail

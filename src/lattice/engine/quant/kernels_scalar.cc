@@ -1,0 +1,192 @@
+// Scalar reference kernels: the oracle the SIMD kernels are tested against, and the fallback
+// on CPUs without AVX2. Plain loops in the order the format describes, nothing clever.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "lattice/engine/quant/blocks.h"
+#include "lattice/engine/quant/fp16.h"
+#include "lattice/engine/quant/kernels.h"
+
+namespace lattice::engine::detail {
+namespace {
+
+void quant_q8(const float* x, size_t k, int8_t* q, float* d, int32_t* s) {
+  for (size_t b = 0; b < k / kQK; ++b, x += kQK, q += kQK) {
+    float amax = 0;
+    for (int i = 0; i < kQK; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float db = amax / 127.0f;
+    const float id = amax > 0 ? 127.0f / amax : 0.0f;
+    int32_t sum = 0;
+    for (int i = 0; i < kQK; ++i) {
+      q[i] = static_cast<int8_t>(std::nearbyint(x[i] * id));
+      sum += q[i];
+    }
+    d[b] = db;
+    s[b] = sum;
+  }
+}
+
+void quant_q8k(const float* x, size_t k, int8_t* q, float* d, int16_t* bsum) {
+  for (size_t b = 0; b < k / kQKK; ++b, x += kQKK, q += kQKK) {
+    float amax = 0;
+    for (int i = 0; i < kQKK; ++i) amax = std::max(amax, std::fabs(x[i]));
+    d[b] = amax / 127.0f;
+    const float id = amax > 0 ? 127.0f / amax : 0.0f;
+    for (int j = 0; j < 16; ++j) {
+      int sum = 0;
+      for (int i = 0; i < 16; ++i) {
+        q[16 * j + i] = static_cast<int8_t>(std::nearbyint(x[16 * j + i] * id));
+        sum += q[16 * j + i];
+      }
+      bsum[16 * b + j] = static_cast<int16_t>(sum);
+    }
+  }
+}
+
+float dot_f32(const void* row, const Act& a, size_t tok) {
+  const float* w = static_cast<const float*>(row);
+  const float* x = a.f32 + tok * a.k;
+  double sum = 0;
+  for (size_t i = 0; i < a.k; ++i) sum += double(w[i]) * x[i];
+  return static_cast<float>(sum);
+}
+float dot_f16(const void* row, const Act& a, size_t tok) {
+  const uint16_t* w = static_cast<const uint16_t*>(row);
+  const float* x = a.f32 + tok * a.k;
+  double sum = 0;
+  for (size_t i = 0; i < a.k; ++i) sum += double(fp16_to_fp32(w[i])) * x[i];
+  return static_cast<float>(sum);
+}
+float dot_bf16(const void* row, const Act& a, size_t tok) {
+  const uint16_t* w = static_cast<const uint16_t*>(row);
+  const float* x = a.f32 + tok * a.k;
+  double sum = 0;
+  for (size_t i = 0; i < a.k; ++i) sum += double(bf16_to_fp32(w[i])) * x[i];
+  return static_cast<float>(sum);
+}
+
+float dot_q8_0(const void* row, const Act& a, size_t tok) {
+  const auto* w = static_cast<const BlockQ8_0*>(row);
+  const size_t nb = a.k / kQK;
+  const int8_t* q = a.q + tok * a.k;
+  const float* d = a.d + tok * nb;
+  float sum = 0;
+  for (size_t b = 0; b < nb; ++b) {
+    int32_t acc = 0;
+    for (int i = 0; i < kQK; ++i) acc += int32_t(w[b].qs[i]) * q[b * kQK + i];
+    sum += fp16_to_fp32(w[b].d) * d[b] * static_cast<float>(acc);
+  }
+  return sum;
+}
+
+float dot_q4_0(const void* row, const Act& a, size_t tok) {
+  const auto* w = static_cast<const BlockQ4_0*>(row);
+  const size_t nb = a.k / kQK;
+  const int8_t* q = a.q + tok * a.k;
+  const float* d = a.d + tok * nb;
+  float sum = 0;
+  for (size_t b = 0; b < nb; ++b) {
+    int32_t acc = 0;
+    for (int i = 0; i < 16; ++i) {
+      acc += ((w[b].qs[i] & 15) - 8) * q[b * kQK + i];
+      acc += ((w[b].qs[i] >> 4) - 8) * q[b * kQK + 16 + i];
+    }
+    sum += fp16_to_fp32(w[b].d) * d[b] * static_cast<float>(acc);
+  }
+  return sum;
+}
+
+template <int kBits, class Block>
+float dot_k4like(const void* row, const Act& a, size_t tok) {
+  const auto* w = static_cast<const Block*>(row);
+  const size_t nb = a.k / kQKK;
+  const int8_t* q = a.q + tok * a.k;
+  const float* dx = a.d + tok * nb;
+  const int16_t* bs = a.bsum + tok * (a.k / 16);
+  float sum = 0;
+  for (size_t b = 0; b < nb; ++b, q += kQKK, bs += 16) {
+    const Block& blk = w[b];
+    int32_t acc_scaled = 0, acc_min = 0;
+    for (int c = 0; c < 4; ++c) {
+      for (int half = 0; half < 2; ++half) {
+        const int j = 2 * c + half;
+        int sc, m;
+        k4_scale_min(blk.scales, j, &sc, &m);
+        int32_t acc = 0;
+        for (int l = 0; l < 32; ++l) {
+          const uint8_t byte = blk.qs[32 * c + l];
+          int v = half ? (byte >> 4) : (byte & 15);
+          if constexpr (kBits == 5) {
+            if (blk.qh[l] & (1u << j)) v += 16;
+          }
+          acc += v * q[32 * j + l];
+        }
+        acc_scaled += sc * acc;
+        acc_min += m * (bs[2 * j] + bs[2 * j + 1]);
+      }
+    }
+    sum += dx[b] * (fp16_to_fp32(blk.d) * acc_scaled - fp16_to_fp32(blk.dmin) * acc_min);
+  }
+  return sum;
+}
+
+float dot_q6_k(const void* row, const Act& a, size_t tok) {
+  const auto* w = static_cast<const BlockQ6_K*>(row);
+  const size_t nb = a.k / kQKK;
+  const int8_t* q = a.q + tok * a.k;
+  const float* dx = a.d + tok * nb;
+  float sum = 0;
+  for (size_t b = 0; b < nb; ++b, q += kQKK) {
+    const BlockQ6_K& blk = w[b];
+    int32_t acc = 0;
+    for (int e = 0; e < kQKK; ++e) {
+      const int h = e / 128, r = e % 128, kq = r / 32, l = r % 32;
+      const uint8_t lo = blk.ql[64 * h + 32 * (kq & 1) + l];
+      const int v = ((kq < 2 ? (lo & 15) : (lo >> 4)) | (((blk.qh[32 * h + l] >> (2 * kq)) & 3) << 4)) - 32;
+      acc += blk.scales[e / 16] * v * q[e];
+    }
+    sum += dx[b] * fp16_to_fp32(blk.d) * static_cast<float>(acc);
+  }
+  return sum;
+}
+
+template <bool kQ4>
+void tile_packed(const uint8_t* group, size_t nb, const Act& a, size_t t0, size_t nt, float* out) {
+  const size_t bb = kQ4 ? 256 : 512;
+  const uint16_t* scales = reinterpret_cast<const uint16_t*>(group + nb * bb);
+  for (size_t i = 0; i < nt; ++i) {
+    const size_t t = t0 + i;
+    const int8_t* q = a.q + t * a.k;
+    const float* d = a.d + t * nb;
+    for (size_t r = 0; r < kPackRows; ++r) {
+      float sum = 0;
+      for (size_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = group + b * bb;
+        int32_t acc = 0;
+        if constexpr (kQ4) {
+          for (int j = 0; j < 16; ++j) {
+            const uint8_t byte = blk[(j / 4) * 64 + r * 4 + j % 4];
+            acc += ((byte & 15) - 8) * q[b * kQK + j] + ((byte >> 4) - 8) * q[b * kQK + 16 + j];
+          }
+        } else {
+          for (int j = 0; j < 32; ++j) acc += (int(blk[(j / 4) * 64 + r * 4 + j % 4]) - 128) * q[b * kQK + j];
+        }
+        sum += fp16_to_fp32(scales[b * kPackRows + r]) * d[b] * static_cast<float>(acc);
+      }
+      out[i * kPackRows + r] = sum;
+    }
+  }
+}
+
+}  // namespace
+
+const KernelTable& scalar_kernels() {
+  static const KernelTable t{
+      "scalar",        quant_q8,   quant_q8k, dot_f32, dot_f16, dot_bf16, dot_q8_0, dot_q4_0,
+      dot_k4like<4, BlockQ4_K>, dot_k4like<5, BlockQ5_K>, dot_q6_k, tile_packed<true>, tile_packed<false>,
+  };
+  return t;
+}
+
+}  // namespace lattice::engine::detail

@@ -1,0 +1,235 @@
+// The matmul driver: validates and packs weights, quantizes activations once per call,
+// splits the rows of every output into tasks, and runs them on the pool with the kernels
+// of the active ISA.
+#include "lattice/engine/quant/matmul.h"
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "lattice/core/check.h"
+#include "lattice/engine/quant/blocks.h"
+#include "lattice/engine/quant/kernels.h"
+#include "lattice/engine/quant/quantize.h"
+
+namespace lattice::engine {
+
+using namespace detail;
+
+namespace {
+
+Status validate(const WeightView& w) {
+  if (!is_supported_weight_type(w.type))
+    return InvalidArgument("matmul: unsupported weight type " + std::to_string(static_cast<uint32_t>(w.type)));
+  auto rb = row_bytes(w.type, w.n_cols);
+  if (!rb || w.n_cols == 0)
+    return InvalidArgument("matmul: " + std::to_string(w.n_cols) + " columns is not a whole number of blocks");
+  if (w.n_rows == 0) return InvalidArgument("matmul: a weight needs at least one row");
+  if (w.data == nullptr) return InvalidArgument("matmul: null weight data");
+  if (w.row_stride_bytes != 0 && w.row_stride_bytes < *rb)
+    return InvalidArgument("matmul: row stride shorter than a row");
+  return Status::Ok();
+}
+
+bool is_packable(TensorType t) { return t == TensorType::kQ4_0 || t == TensorType::kQ8_0; }
+
+enum class ActKind { kF32, kQ8, kQ8K };
+ActKind act_kind(TensorType t) {
+  switch (t) {
+    case TensorType::kQ4_0:
+    case TensorType::kQ8_0: return ActKind::kQ8;
+    case TensorType::kQ4_K:
+    case TensorType::kQ5_K:
+    case TensorType::kQ6_K: return ActKind::kQ8K;
+    default: return ActKind::kF32;
+  }
+}
+
+RowDotFn row_dot(const KernelTable& k, TensorType t) {
+  switch (t) {
+    case TensorType::kF32: return k.dot_f32;
+    case TensorType::kF16: return k.dot_f16;
+    case TensorType::kBF16: return k.dot_bf16;
+    case TensorType::kQ8_0: return k.dot_q8_0;
+    case TensorType::kQ4_0: return k.dot_q4_0;
+    case TensorType::kQ4_K: return k.dot_q4_k;
+    case TensorType::kQ5_K: return k.dot_q5_k;
+    case TensorType::kQ6_K: return k.dot_q6_k;
+    default: return nullptr;
+  }
+}
+
+// One unit of work: groups [a, b) of a packed output, or rows [a, b) of a raw one.
+struct Task {
+  uint32_t out;
+  size_t a, b;
+};
+
+// Per calling thread, reused across calls so decode allocates nothing in steady state.
+struct Scratch {
+  std::vector<int8_t> q8, qk;
+  std::vector<float> d8, dk;
+  std::vector<int32_t> s8;
+  std::vector<int16_t> bk;
+  std::vector<Task> tasks;
+};
+thread_local Scratch t_scratch;
+
+template <class T>
+T* grow(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+}  // namespace
+
+Result<Weight> Weight::view(const WeightView& w) {
+  LATTICE_RETURN_IF_ERROR(validate(w));
+  Weight out;
+  out.raw_ = w;
+  if (out.raw_.row_stride_bytes == 0) out.raw_.row_stride_bytes = *row_bytes(w.type, w.n_cols);
+  return out;
+}
+
+Result<Weight> Weight::pack(const WeightView& w) {
+  LATTICE_RETURN_IF_ERROR(validate(w));
+  if (!is_packable(w.type)) return view(w);
+  Weight out;
+  out.raw_ = w;
+  out.raw_.data = nullptr;
+  const size_t stride = w.row_stride_bytes ? w.row_stride_bytes : *row_bytes(w.type, w.n_cols);
+  out.raw_.row_stride_bytes = stride;
+  const size_t nb = w.n_cols / kQK;
+  const size_t n_groups = (w.n_rows + kPackRows - 1) / kPackRows;
+  out.group_stride_ = packed_group_bytes(w.type, nb);
+  const size_t total = n_groups * out.group_stride_;
+  auto* mem = static_cast<uint8_t*>(::operator new[](total, std::align_val_t{64}, std::nothrow));
+  if (mem == nullptr) return ResourceExhausted("matmul: cannot allocate " + std::to_string(total) + " bytes to pack a weight");
+  out.packed_ = std::shared_ptr<uint8_t[]>(mem, [](uint8_t* p) { ::operator delete[](p, std::align_val_t{64}); });
+  std::memset(mem, 0, total);
+  const bool q4 = w.type == TensorType::kQ4_0;
+  const size_t bb = packed_block_bytes(w.type);
+  for (size_t r = 0; r < w.n_rows; ++r) {
+    const uint8_t* src = static_cast<const uint8_t*>(w.data) + r * stride;
+    uint8_t* group = mem + (r / kPackRows) * out.group_stride_;
+    const size_t lane = r % kPackRows;
+    auto* scales = reinterpret_cast<uint16_t*>(group + nb * bb);
+    for (size_t b = 0; b < nb; ++b) {
+      uint8_t* dst = group + b * bb + lane * 4;
+      if (q4) {
+        const auto* blk = reinterpret_cast<const BlockQ4_0*>(src) + b;
+        for (int i = 0; i < 4; ++i) std::memcpy(dst + i * 64, blk->qs + 4 * i, 4);
+        std::memcpy(&scales[b * kPackRows + lane], &blk->d, 2);
+      } else {
+        const auto* blk = reinterpret_cast<const BlockQ8_0*>(src) + b;
+        for (int i = 0; i < 8; ++i)
+          for (int m = 0; m < 4; ++m) dst[i * 64 + m] = static_cast<uint8_t>(blk->qs[4 * i + m]) ^ 0x80;
+        std::memcpy(&scales[b * kPackRows + lane], &blk->d, 2);
+      }
+    }
+  }
+  return out;
+}
+
+size_t Weight::bytes() const {
+  if (packed()) return (n_rows() + kPackRows - 1) / kPackRows * group_stride_;
+  return n_rows() * *row_bytes(type(), n_cols());
+}
+
+void matmul(const Weight& w, const float* x, size_t n_tok, float* y, ThreadPool& pool) {
+  MatmulOut o{&w, y, 0, w.n_rows(), w.n_rows()};
+  matmul_multi({&o, 1}, x, n_tok, pool);
+}
+
+void matmul_multi(std::span<const MatmulOut> outs, const float* x, size_t n_tok, ThreadPool& pool) {
+  if (outs.empty() || n_tok == 0) return;
+  const KernelTable& kt = active_kernels();
+  const size_t k = outs[0].w->n_cols();
+  bool need_q8 = false, need_q8k = false;
+  for (const auto& o : outs) {
+    LATTICE_CHECK(o.w != nullptr && o.w->n_cols() == k && o.y != nullptr);
+    const size_t r1 = o.r1 ? o.r1 : o.w->n_rows();
+    LATTICE_CHECK(o.r0 < r1 && r1 <= o.w->n_rows());
+    need_q8 |= act_kind(o.w->type()) == ActKind::kQ8;
+    need_q8k |= act_kind(o.w->type()) == ActKind::kQ8K;
+  }
+  Scratch& sc = t_scratch;
+  Act act8, actk;
+  act8.k = actk.k = k;
+  act8.f32 = actk.f32 = x;
+  if (need_q8) {
+    act8.q = grow(sc.q8, n_tok * k);
+    act8.d = grow(sc.d8, n_tok * (k / kQK));
+    act8.s = grow(sc.s8, n_tok * (k / kQK));
+  }
+  if (need_q8k) {
+    actk.q = grow(sc.qk, n_tok * k);
+    actk.d = grow(sc.dk, n_tok * (k / kQKK));
+    actk.bsum = grow(sc.bk, n_tok * (k / 16));
+  }
+  if (need_q8 || need_q8k) {
+    auto quantize_token = [&](size_t t, size_t) {
+      if (need_q8)
+        kt.quant_q8(x + t * k, k, sc.q8.data() + t * k, sc.d8.data() + t * (k / kQK), sc.s8.data() + t * (k / kQK));
+      if (need_q8k)
+        kt.quant_q8k(x + t * k, k, sc.qk.data() + t * k, sc.dk.data() + t * (k / kQKK), sc.bk.data() + t * (k / 16));
+    };
+    if (n_tok >= 8) pool.parallel_for(n_tok, quantize_token);
+    else for (size_t t = 0; t < n_tok; ++t) quantize_token(t, 0);
+  }
+
+  // Split rows into tasks. Decode wants enough tasks for dynamic balance but each big enough
+  // to amortize the claim; prefill tasks keep one weight slice hot across all tokens.
+  const size_t n_thr = pool.n_threads();
+  std::vector<Task>& tasks = sc.tasks;
+  tasks.clear();
+  for (uint32_t oi = 0; oi < outs.size(); ++oi) {
+    const MatmulOut& o = outs[oi];
+    const size_t r0 = o.r0, r1 = o.r1 ? o.r1 : o.w->n_rows();
+    if (o.w->packed()) {
+      const size_t g0 = r0 / kPackRows, g1 = (r1 + kPackRows - 1) / kPackRows;
+      const size_t per = n_thr == 1 ? 16 : std::clamp<size_t>((g1 - g0) / (8 * n_thr), 1, n_tok == 1 ? 4 : 2);
+      for (size_t g = g0; g < g1; g += per) tasks.push_back({oi, g, std::min(g1, g + per)});
+    } else {
+      const size_t per = n_thr == 1 ? 256 : std::clamp<size_t>((r1 - r0) / (8 * n_thr), 1, n_tok == 1 ? 64 : 16);
+      for (size_t r = r0; r < r1; r += per) tasks.push_back({oi, r, std::min(r1, r + per)});
+    }
+  }
+
+  auto run_task = [&](size_t ti, size_t) {
+    const Task& task = tasks[ti];
+    const MatmulOut& o = outs[task.out];
+    const Weight& w = *o.w;
+    const size_t r0 = o.r0, r1 = o.r1 ? o.r1 : w.n_rows();
+    const size_t ys = o.y_stride ? o.y_stride : r1 - r0;
+    if (w.packed()) {
+      const PackedTileFn tile = w.type() == TensorType::kQ4_0 ? kt.tile_q4_0 : kt.tile_q8_0;
+      const size_t nb = k / kQK;
+      alignas(64) float tmp[kMaxTileTokens * kPackRows];
+      for (size_t g = task.a; g < task.b; ++g) {
+        const uint8_t* gp = w.packed_data() + g * w.group_stride();
+        const size_t ra = std::max(r0, g * kPackRows), rb = std::min(r1, (g + 1) * kPackRows);
+        for (size_t t0 = 0; t0 < n_tok; t0 += kMaxTileTokens) {
+          const size_t nt = std::min(kMaxTileTokens, n_tok - t0);
+          tile(gp, nb, act8, t0, nt, tmp);
+          for (size_t i = 0; i < nt; ++i)
+            std::memcpy(o.y + (t0 + i) * ys + (ra - r0), tmp + i * kPackRows + (ra - g * kPackRows),
+                        (rb - ra) * sizeof(float));
+        }
+      }
+    } else {
+      const RowDotFn dot = row_dot(kt, w.type());
+      const Act& a = act_kind(w.type()) == ActKind::kQ8K ? actk : act8;
+      const auto* base = static_cast<const uint8_t*>(w.raw().data);
+      for (size_t r = task.a; r < task.b; ++r) {
+        const void* row = base + r * w.raw().row_stride_bytes;
+        for (size_t t = 0; t < n_tok; ++t) o.y[t * ys + (r - r0)] = dot(row, a, t);
+      }
+    }
+  };
+  pool.parallel_for(tasks.size(), run_task);
+}
+
+}  // namespace lattice::engine
