@@ -2,6 +2,8 @@
 // comment at the top of pretokenize.cc), plus the Unicode class table.
 #include <gtest/gtest.h>
 
+#include <random>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -143,6 +145,83 @@ TEST(TokenizerPreTokenize, WordsConcatenateToTheText) {
       joined += w;
     }
     EXPECT_EQ(joined, s);
+  }
+}
+
+}  // namespace
+}  // namespace lattice::engine
+
+namespace lattice::engine {
+namespace {
+
+// An independent oracle: the regexes themselves, run by std::regex on a "collapsed" text
+// where every non-ASCII codepoint is replaced by one byte standing for its class (letter,
+// number, whitespace, other) and \p{L} / \p{N} by bracket expressions that include that
+// byte. This is how llama.cpp itself runs pre-tokenizer regexes it has no hand-written
+// matcher for (Qwen 2's among them).
+std::vector<std::string> regex_split(const std::string& pattern, std::string_view text) {
+  const std::vector<uint32_t> cps = unicode::decode_utf8(text);
+  std::string collapsed;
+  for (uint32_t cp : cps) {
+    if (cp < 128) collapsed.push_back(static_cast<char>(cp));
+    else if (unicode::is_whitespace(cp)) collapsed.push_back('\x0B');
+    else if (unicode::is_letter(cp)) collapsed.push_back('\xD2');
+    else if (unicode::is_number(cp)) collapsed.push_back('\xD1');
+    else collapsed.push_back('\xD0');
+  }
+  std::string re = pattern;
+  auto replace = [&](const std::string& from, const std::string& in_class) {
+    for (size_t at; (at = re.find(from)) != std::string::npos;) {
+      // Inside [...] insert the members; outside, wrap them in brackets.
+      const size_t open = re.rfind('[', at);
+      const size_t close = re.rfind(']', at);
+      const bool inside = open != std::string::npos && (close == std::string::npos || close < open);
+      re.replace(at, from.size(), inside ? in_class : "[" + in_class + "]");
+    }
+  };
+  replace("\\p{L}", "\xD2" "A-Za-z");
+  replace("\\p{N}", "\xD1" "0-9");
+  std::regex expr(re);
+  std::vector<std::string> words;
+  size_t last = 0;
+  auto emit = [&](size_t b, size_t e) {
+    std::string w;
+    for (size_t i = b; i < e; ++i) unicode::append_utf8(w, cps[i]);
+    words.push_back(w);
+  };
+  for (auto it = std::cregex_iterator(collapsed.data(), collapsed.data() + collapsed.size(), expr);
+       it != std::cregex_iterator(); ++it) {
+    const size_t b = static_cast<size_t>(it->position()), e = b + static_cast<size_t>(it->length());
+    if (b > last) emit(last, b);
+    if (e > b) emit(b, e);
+    last = e;
+  }
+  if (last < cps.size()) emit(last, cps.size());
+  return words;
+}
+
+const char* const kLlama3Regex =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}"
+    "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+const char* const kQwen2Regex =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"
+    "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+const char* const kGpt2Regex = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+TEST(TokenizerPreTokenize, MatchesTheRegexesOnRandomText) {
+  const std::vector<std::string> alphabet = {
+      "a", "Z", "q", "'", "s", "S", "t", "re", "LL", "d", "m", "ve", " ", " ", "  ", "\t", "\n", "\r", "\r\n",
+      "0", "12", "345", "!", "?", ".", ",", "$", "(", ")", "-", "_", "\xC2\xA0", "\xE3\x80\x80",
+      "\xE4\xBD\xA0", "\xC3\xA9", "\xD0\x96", "\xD9\xA3" /* Arabic 3 */, "\xE2\x85\xA5" /* Roman VI */,
+      "\xF0\x9F\x91\x8D", "\xCC\x81" /* combining */, "\xE2\x80\x94" /* em dash */, "\xFF"};
+  std::mt19937 rng(3);
+  for (int iter = 0; iter < 2000; ++iter) {
+    std::string s;
+    const int len = 1 + static_cast<int>(rng() % 16);
+    for (int i = 0; i < len; ++i) s += alphabet[rng() % alphabet.size()];
+    ASSERT_EQ(pre_tokenize(PreTokenizer::kLlama3, s), regex_split(kLlama3Regex, s)) << "llama3: '" << s << "'";
+    ASSERT_EQ(pre_tokenize(PreTokenizer::kQwen2, s), regex_split(kQwen2Regex, s)) << "qwen2: '" << s << "'";
+    ASSERT_EQ(pre_tokenize(PreTokenizer::kGpt2, s), regex_split(kGpt2Regex, s)) << "gpt2: '" << s << "'";
   }
 }
 
