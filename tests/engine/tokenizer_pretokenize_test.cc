@@ -2,6 +2,7 @@
 // comment at the top of pretokenize.cc), plus the Unicode class table.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
 #include <regex>
 #include <string>
@@ -181,7 +182,10 @@ std::vector<std::string> regex_split(const std::string& pattern, std::string_vie
   };
   replace("\\p{L}", "\xD2" "A-Za-z");
   replace("\\p{N}", "\xD1" "0-9");
-  std::regex expr(re);
+  static std::map<std::string, std::regex> compiled;  // compiling is the slow part
+  auto found = compiled.find(re);
+  if (found == compiled.end()) found = compiled.emplace(re, std::regex(re)).first;
+  const std::regex& expr = found->second;
   std::vector<std::string> words;
   size_t last = 0;
   auto emit = [&](size_t b, size_t e) {
