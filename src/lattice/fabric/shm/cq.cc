@@ -54,15 +54,18 @@ void ShmCq::detach(ShmEndpoint* ep) {
 }
 
 void ShmCq::push(const Completion& c) {
+  bool wake;
   {
     std::lock_guard lock(mu_);
     q_.push_back(c);
     n_ready_.store(q_.size(), std::memory_order_release);
+    // Read under the lock: a waiter raises sleeping_ before it takes this lock for its last
+    // check, so either it sees this completion or this push sees it sleeping. No fence needed.
+    wake = sleeping_.load(std::memory_order_relaxed) != 0;
   }
   // A waiter of this queue may sleep (a post on another thread completed at once, or the
   // watchdog failed an endpoint): wake it.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (sleeping_.load(std::memory_order_relaxed) != 0) provider_->ring_own_doorbell();
+  if (wake) provider_->ring_own_doorbell();
 }
 
 size_t ShmCq::pop(std::span<Completion> out) {

@@ -131,6 +131,7 @@ Status ShmEndpoint::connect(std::span<const std::byte> peer_address, Deadline de
   peer_seen_ = Clock::now();
   my_header()->peer_nonce = b.endpoint_nonce;
   connected_ = true;
+  connected_hint_.store(true, std::memory_order_release);
   lock.unlock();
   provider_->poke_watchdog();
   (void)deadline;  // nothing to wait for: the peer reads our ring whenever it connects
@@ -371,11 +372,13 @@ Status ShmEndpoint::post_send(LocalSlice src, WorkId id) {
     if (op.pushed == 0 && src.length <= kSlotPayload) op.staged.assign(src.data(), src.data() + src.length);
     op.sq_seq = add_sq_locked(id, Opcode::kSend, src.length);
     tx_pending_.push_back(std::move(op));
+    update_hints_locked();
     return Status::Ok();
   }
   op.sq_seq = add_sq_locked(id, Opcode::kSend, src.length);
   tx_pending_.push_back(std::move(op));
   if (tx_pending_.size() == 1) push_pending_locked();
+  update_hints_locked();
   return Status::Ok();
 }
 
@@ -455,6 +458,7 @@ Status ShmEndpoint::one_sided_locked(Opcode op, LocalSlice local, RemoteSlice re
     t.sq_seq = add_sq_locked(id, op, local.length);
     tx_pending_.push_back(std::move(t));
     if (tx_pending_.size() == 1) push_pending_locked();
+    update_hints_locked();
     return Status::Ok();
   }
   complete_now_locked(id, op, Status::Ok(), local.length);
@@ -612,18 +616,26 @@ void ShmEndpoint::progress_rx_locked() {
   if (acked || rx_next_ - start >= kSlots / 2) notify_peer();
 }
 
+bool ShmEndpoint::has_work() const {
+  if (!connected_hint_.load(std::memory_order_acquire) || failed_.load(std::memory_order_relaxed)) return false;
+  if (tx_work_hint_.load(std::memory_order_relaxed)) return true;
+  uint64_t next = rx_next_hint_.load(std::memory_order_relaxed);
+  uint64_t seq = load_acquire(peer_slot(next)->seq);
+  return seq != (next >= kSlots ? next + 1 - kSlots : 0);  // ready, or corrupt: either way, look
+}
+
 void ShmEndpoint::progress(bool try_only) {
   std::unique_lock lock(mu_, std::defer_lock);
   if (try_only) {
-    if (!lock.try_lock()) return;
+    if (!has_work() || !lock.try_lock()) return;
   } else {
     lock.lock();
   }
   if (failed_ || !connected_) return;
   progress_rx_locked();
-  if (failed_) return;
-  progress_acks_locked();
+  if (!failed_) progress_acks_locked();
   if (!failed_ && !tx_pending_.empty()) push_pending_locked();
+  update_hints_locked();
 }
 
 // ---- Liveness (watchdog thread) ----

@@ -190,6 +190,31 @@ std::vector<std::byte> encode_blob(const AddressBlob& blob);
 // Validates magic, version, size and host; errors name the peer.
 Result<AddressBlob> decode_blob(std::span<const std::byte> bytes, int peer_rank);
 
+// A test-and-test-and-set lock: an uncontended lock/unlock pair is one atomic exchange and one
+// store, half of a pthread mutex's cost on the latency path; a waiter yields after a short spin.
+class SpinLock {
+ public:
+  void lock() {
+    while (flag_.exchange(true, std::memory_order_acquire)) {
+      for (int n = 0; flag_.load(std::memory_order_relaxed); ++n) {
+        if (n < 100) {
+#if defined(__x86_64__) || defined(__i386__)
+          __builtin_ia32_pause();
+#endif
+        } else {
+          std::this_thread::yield();
+          n = 0;
+        }
+      }
+    }
+  }
+  bool try_lock() { return !flag_.load(std::memory_order_relaxed) && !flag_.exchange(true, std::memory_order_acquire); }
+  void unlock() { flag_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> flag_{false};
+};
+
 // ---- Classes ----
 
 class ShmProvider;
@@ -238,11 +263,11 @@ class ShmCq final : public CompletionQueue {
 
   ShmProvider* provider_;
   size_t depth_;
-  std::mutex mu_;
+  SpinLock mu_;
   std::deque<Completion> q_;
   std::atomic<size_t> n_ready_{0};
   std::atomic<int> sleeping_{0};
-  std::mutex attach_mu_;
+  SpinLock attach_mu_;
   std::vector<ShmEndpoint*> endpoints_;
 };
 
@@ -328,6 +353,9 @@ class ShmEndpoint final : public Endpoint {
 
   // Drives progress; called from CQ poll/wait. With try_only, skips if another thread holds it.
   void progress(bool try_only);
+  // Lock-free peek: could progress() do anything? (A ready or corrupt ring slot, queued sends,
+  // rendezvous acks awaited.) Lets idle polls skip the lock, so a poller never starves posters.
+  bool has_work() const;
   // Watchdog: checks the peer's heartbeat and state; `exited` when its pidfd fired.
   void check_peer(Clock::time_point now, bool exited);
   int peer_pidfd() const { return peer_pidfd_.load(std::memory_order_relaxed); }
@@ -366,6 +394,10 @@ class ShmEndpoint final : public Endpoint {
   void finish_sq_locked(uint64_t seq, Status st, size_t bytes);
   bool push_locked(TxOp& op);  // pushes as much of op as the ring takes; true when all of it
   void push_pending_locked();
+  void update_hints_locked() {
+    rx_next_hint_.store(rx_next_, std::memory_order_relaxed);
+    tx_work_hint_.store(!tx_pending_.empty() || rndv_acked_ != rndv_sent_, std::memory_order_relaxed);
+  }
   void progress_rx_locked();
   void progress_acks_locked();
   void notify_peer();
@@ -388,10 +420,13 @@ class ShmEndpoint final : public Endpoint {
   uint64_t nonce_ = 0;
   OwnedSegment segment_;
 
-  mutable std::mutex mu_;
+  mutable SpinLock mu_;
   Status error_;            // sticky
   std::atomic<bool> failed_{false};
   bool connected_ = false;
+  std::atomic<bool> connected_hint_{false};
+  std::atomic<uint64_t> rx_next_hint_{0};
+  std::atomic<bool> tx_work_hint_{false};
   int peer_pid_ = 0;
   std::atomic<int> peer_pidfd_{-1};
   std::unique_ptr<Mapping> peer_seg_;       // peer endpoint segment, read-only
