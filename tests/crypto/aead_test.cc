@@ -30,18 +30,26 @@ std::vector<std::byte> pattern(size_t n, uint8_t seed) {
 }
 std::span<const std::byte> as_bytes(const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); }
 
-class AeadTest : public ::testing::TestWithParam<Cipher> {
+struct Variant {
+  Cipher cipher;
+  AeadBackend backend;
+};
+
+class AeadTest : public ::testing::TestWithParam<Variant> {
  protected:
   void SetUp() override {
     ASSERT_EQ(sodium_init() >= 0, true);
-    if (!cipher_available(GetParam())) GTEST_SKIP() << to_string(GetParam()) << " not available on this CPU";
+    if (!cipher_available(cipher(), backend()))
+      GTEST_SKIP() << to_string(cipher()) << " not available with " << to_string(backend());
     keys_ = random_keys();
-    auto a = SessionCipher::create(GetParam(), keys_);
-    auto b = SessionCipher::create(GetParam(), swapped(keys_));
+    auto a = SessionCipher::create(cipher(), keys_, backend());
+    auto b = SessionCipher::create(cipher(), swapped(keys_), backend());
     ASSERT_TRUE(a.ok() && b.ok());
     alice_.emplace(std::move(a).value());
     bob_.emplace(std::move(b).value());
   }
+  Cipher cipher() const { return GetParam().cipher; }
+  AeadBackend backend() const { return GetParam().backend; }
   SessionKeys keys_;
   std::optional<SessionCipher> alice_, bob_;
 };
@@ -82,7 +90,7 @@ TEST_P(AeadTest, MatchesLibsodiumReferenceWithCounterNonce) {
     uint8_t ref_tag[kTagBytes];
     const auto* m = reinterpret_cast<const uint8_t*>(plain.data());
     const auto* ad = reinterpret_cast<const uint8_t*>(header.data());
-    if (GetParam() == Cipher::kAes256Gcm) {
+    if (cipher() == Cipher::kAes256Gcm) {
       crypto_aead_aes256gcm_encrypt_detached(ref.data(), ref_tag, nullptr, m, plain.size(), ad, header.size(), nullptr,
                                              nonce, keys_.tx.data());
     } else {
@@ -118,8 +126,8 @@ TEST_P(AeadTest, TamperedCiphertextIsRejectedWipedAndSticky) {
 TEST_P(AeadTest, EveryTamperedTagBitIsRejected) {
   const std::string header = "h";
   for (size_t bit = 0; bit < kTagBytes * 8; bit += 7) {
-    auto a = SessionCipher::create(GetParam(), keys_);
-    auto b = SessionCipher::create(GetParam(), swapped(keys_));
+    auto a = SessionCipher::create(cipher(), keys_, backend());
+    auto b = SessionCipher::create(cipher(), swapped(keys_), backend());
     auto buf = pattern(64, 9);
     Tag tag{};
     ASSERT_TRUE(a->seal(buf, as_bytes(header), tag).ok());
@@ -179,13 +187,13 @@ TEST_P(AeadTest, WrongKeyIsRejected) {
   auto buf = pattern(128, 5);
   Tag tag{};
   ASSERT_TRUE(alice_->seal(buf, as_bytes(header), tag).ok());
-  auto stranger = SessionCipher::create(GetParam(), random_keys());
+  auto stranger = SessionCipher::create(cipher(), random_keys(), backend());
   ASSERT_TRUE(stranger.ok());
   EXPECT_EQ(stranger->open(0, buf, as_bytes(header), tag).code(), ErrorCode::kAuthFailed);
   // And the sender's own rx key (the other direction) must not open it either.
-  auto same_dir = SessionCipher::create(GetParam(), keys_);
+  auto same_dir = SessionCipher::create(cipher(), keys_, backend());
   auto buf2 = pattern(128, 5);
-  auto a2 = SessionCipher::create(GetParam(), keys_);
+  auto a2 = SessionCipher::create(cipher(), keys_, backend());
   ASSERT_TRUE(a2->seal(buf2, as_bytes(header), tag).ok());
   EXPECT_EQ(same_dir->open(0, buf2, as_bytes(header), tag).code(), ErrorCode::kAuthFailed);
 }
@@ -215,8 +223,39 @@ TEST_P(AeadTest, BothDirectionsConcurrently) {
   EXPECT_EQ(b2a[9], pattern(77, 9));
 }
 
-INSTANTIATE_TEST_SUITE_P(Ciphers, AeadTest, ::testing::Values(Cipher::kAes256Gcm, Cipher::kChaCha20Poly1305),
-                         [](const auto& info) { return std::string(to_string(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Ciphers, AeadTest,
+                         ::testing::Values(Variant{Cipher::kAes256Gcm, AeadBackend::kOpenSsl},
+                                           Variant{Cipher::kChaCha20Poly1305, AeadBackend::kOpenSsl},
+                                           Variant{Cipher::kAes256Gcm, AeadBackend::kSodium},
+                                           Variant{Cipher::kChaCha20Poly1305, AeadBackend::kSodium}),
+                         [](const auto& info) {
+                           return std::string(to_string(info.param.cipher)) + "_" +
+                                  (info.param.backend == AeadBackend::kOpenSsl ? "openssl" : "sodium");
+                         });
+
+// The two backends must be interchangeable: what one seals the other opens, both ways.
+TEST(AeadCrossBackend, OpenSslAndLibsodiumInteroperate) {
+  if (!backend_available(AeadBackend::kOpenSsl)) GTEST_SKIP() << "built without OpenSSL";
+  for (Cipher c : {Cipher::kAes256Gcm, Cipher::kChaCha20Poly1305}) {
+    if (!cipher_available(c, AeadBackend::kSodium)) continue;
+    for (bool openssl_seals : {true, false}) {
+      SessionKeys k = random_keys();
+      auto sealer = SessionCipher::create(c, k, openssl_seals ? AeadBackend::kOpenSsl : AeadBackend::kSodium);
+      auto opener = SessionCipher::create(c, swapped(k), openssl_seals ? AeadBackend::kSodium : AeadBackend::kOpenSsl);
+      ASSERT_TRUE(sealer.ok() && opener.ok());
+      const std::string header = "cross";
+      for (size_t n : {size_t{0}, size_t{1}, size_t{63}, size_t{4096}, size_t{100003}}) {
+        auto plain = pattern(n, static_cast<uint8_t>(n + 3));
+        auto buf = plain;
+        Tag tag{};
+        auto seq = sealer->seal(buf, as_bytes(header), tag);
+        ASSERT_TRUE(seq.ok());
+        ASSERT_TRUE(opener->open(*seq, buf, as_bytes(header), tag).ok()) << to_string(c) << " n=" << n;
+        EXPECT_EQ(buf, plain);
+      }
+    }
+  }
+}
 
 TEST(CipherNames, ParseAndDefault) {
   EXPECT_EQ(*parse_cipher("aes256gcm"), Cipher::kAes256Gcm);
@@ -224,6 +263,9 @@ TEST(CipherNames, ParseAndDefault) {
   EXPECT_EQ(parse_cipher("rot13").status().code(), ErrorCode::kInvalidArgument);
   EXPECT_TRUE(cipher_available(default_cipher()));
   EXPECT_TRUE(cipher_available(Cipher::kChaCha20Poly1305));
+  auto c = SessionCipher::create(Cipher::kChaCha20Poly1305, SessionKeys{});
+  ASSERT_TRUE(c.ok());
+  EXPECT_NE(c->backend(), AeadBackend::kAuto);
 }
 
 }  // namespace

@@ -2,11 +2,16 @@
 
 #include <sodium.h>
 
+#include <climits>
 #include <cstring>
 #include <mutex>
 #include <string>
 
 #include "lattice/crypto/sodium.h"
+
+#if defined(LATTICE_CRYPTO_OPENSSL)
+#include <openssl/evp.h>
+#endif
 
 namespace lattice::crypto {
 
@@ -23,50 +28,185 @@ std::string_view to_string(Cipher c) {
   return "unknown";
 }
 
+std::string_view to_string(AeadBackend b) {
+  switch (b) {
+    case AeadBackend::kAuto: return "auto";
+    case AeadBackend::kOpenSsl: return "openssl";
+    case AeadBackend::kSodium: return "libsodium";
+  }
+  return "unknown";
+}
+
 Result<Cipher> parse_cipher(std::string_view name) {
   if (name == "aes256gcm" || name == "aes-256-gcm") return Cipher::kAes256Gcm;
   if (name == "chacha20poly1305" || name == "chacha20-poly1305") return Cipher::kChaCha20Poly1305;
   return InvalidArgument("unknown cipher '" + std::string(name) + "' (aes256gcm or chacha20poly1305)");
 }
 
-bool cipher_available(Cipher c) {
-  if (!detail::ensure_sodium().ok()) return false;
+namespace {
+AeadBackend resolve(AeadBackend b) {
+  if (b != AeadBackend::kAuto) return b;
+#if defined(LATTICE_CRYPTO_OPENSSL)
+  return AeadBackend::kOpenSsl;
+#else
+  return AeadBackend::kSodium;
+#endif
+}
+bool cpu_has_aes() { return detail::ensure_sodium().ok() && crypto_aead_aes256gcm_is_available() == 1; }
+}  // namespace
+
+bool backend_available(AeadBackend b) {
+  switch (resolve(b)) {
+    case AeadBackend::kOpenSsl:
+#if defined(LATTICE_CRYPTO_OPENSSL)
+      return true;
+#else
+      return false;
+#endif
+    case AeadBackend::kSodium: return detail::ensure_sodium().ok();
+    default: return false;
+  }
+}
+
+bool cipher_available(Cipher c, AeadBackend backend) {
+  if (!backend_available(backend)) return false;
   switch (c) {
-    case Cipher::kAes256Gcm: return crypto_aead_aes256gcm_is_available() == 1;
+    // libsodium implements AES-GCM only with AES-NI; OpenSSL has a (slow) software path too.
+    case Cipher::kAes256Gcm: return resolve(backend) == AeadBackend::kOpenSsl || cpu_has_aes();
     case Cipher::kChaCha20Poly1305: return true;
   }
   return false;
 }
 
-Cipher default_cipher() {
-  return cipher_available(Cipher::kAes256Gcm) ? Cipher::kAes256Gcm : Cipher::kChaCha20Poly1305;
-}
+Cipher default_cipher() { return cpu_has_aes() ? Cipher::kAes256Gcm : Cipher::kChaCha20Poly1305; }
 
 SessionKeys::~SessionKeys() {
   sodium_memzero(tx.data(), tx.size());
   sodium_memzero(rx.data(), rx.size());
 }
 
+namespace {
+
+inline void make_nonce(uint64_t seq, uint8_t out[kNonceBytes]) {
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(seq >> (8 * i));
+  std::memset(out + 8, 0, kNonceBytes - 8);
+}
+
+// One direction's AEAD state for one backend: seal or open one frame in place.
+class DirectionState {
+ public:
+  virtual ~DirectionState() = default;
+  virtual bool seal(uint8_t* p, size_t n, const uint8_t* ad, size_t ad_n, const uint8_t* nonce, uint8_t* tag) = 0;
+  virtual bool open(uint8_t* p, size_t n, const uint8_t* ad, size_t ad_n, const uint8_t* nonce, const uint8_t* tag) = 0;
+};
+
+class SodiumState final : public DirectionState {
+ public:
+  SodiumState(Cipher c, const Key& key) : cipher_(c), key_(key) {
+    // AES: expand the key schedule once; per frame it would cost more than a 1 KiB seal.
+    if (c == Cipher::kAes256Gcm) crypto_aead_aes256gcm_beforenm(&aes_, key.data());
+  }
+  ~SodiumState() override {
+    sodium_memzero(&aes_, sizeof aes_);
+    sodium_memzero(key_.data(), key_.size());
+  }
+  bool seal(uint8_t* p, size_t n, const uint8_t* ad, size_t ad_n, const uint8_t* nonce, uint8_t* tag) override {
+    uint8_t dummy = 0;  // libsodium declares the message pointer nonnull even when empty
+    if (n == 0) p = &dummy;
+    unsigned long long tag_len = 0;
+    if (cipher_ == Cipher::kAes256Gcm)
+      return crypto_aead_aes256gcm_encrypt_detached_afternm(p, tag, &tag_len, p, n, ad, ad_n, nullptr, nonce, &aes_) == 0;
+    return crypto_aead_chacha20poly1305_ietf_encrypt_detached(p, tag, &tag_len, p, n, ad, ad_n, nullptr, nonce,
+                                                              key_.data()) == 0;
+  }
+  bool open(uint8_t* p, size_t n, const uint8_t* ad, size_t ad_n, const uint8_t* nonce, const uint8_t* tag) override {
+    uint8_t dummy = 0;
+    if (n == 0) p = &dummy;
+    if (cipher_ == Cipher::kAes256Gcm)
+      return crypto_aead_aes256gcm_decrypt_detached_afternm(p, nullptr, p, n, tag, ad, ad_n, nonce, &aes_) == 0;
+    return crypto_aead_chacha20poly1305_ietf_decrypt_detached(p, nullptr, p, n, tag, ad, ad_n, nonce, key_.data()) == 0;
+  }
+
+ private:
+  Cipher cipher_;
+  Key key_;
+  crypto_aead_aes256gcm_state aes_;
+};
+
+#if defined(LATTICE_CRYPTO_OPENSSL)
+// OpenSSL EVP: the key is set once per context; each frame only re-initialises the IV.
+class OpenSslState final : public DirectionState {
+ public:
+  static std::unique_ptr<OpenSslState> create(Cipher c, const Key& key, bool encrypt) {
+    auto s = std::unique_ptr<OpenSslState>(new OpenSslState(encrypt));
+    if (s->ctx_ == nullptr) return nullptr;
+    const EVP_CIPHER* type = c == Cipher::kAes256Gcm ? EVP_aes_256_gcm() : EVP_chacha20_poly1305();
+    auto init = encrypt ? EVP_EncryptInit_ex : EVP_DecryptInit_ex;
+    if (init(s->ctx_, type, nullptr, nullptr, nullptr) != 1 ||
+        EVP_CIPHER_CTX_ctrl(s->ctx_, EVP_CTRL_AEAD_SET_IVLEN, static_cast<int>(kNonceBytes), nullptr) != 1 ||
+        init(s->ctx_, nullptr, nullptr, key.data(), nullptr) != 1)
+      return nullptr;
+    return s;
+  }
+  ~OpenSslState() override { EVP_CIPHER_CTX_free(ctx_); }  // clears the key schedule
+
+  bool seal(uint8_t* p, size_t n, const uint8_t* ad, size_t ad_n, const uint8_t* nonce, uint8_t* tag) override {
+    int len = 0;
+    if (EVP_EncryptInit_ex(ctx_, nullptr, nullptr, nullptr, nonce) != 1) return false;
+    if (!feed(ad, ad_n, nullptr) || !feed(p, n, p)) return false;
+    uint8_t tail[16];
+    return EVP_EncryptFinal_ex(ctx_, tail, &len) == 1 &&
+           EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_GET_TAG, static_cast<int>(kTagBytes), tag) == 1;
+  }
+  bool open(uint8_t* p, size_t n, const uint8_t* ad, size_t ad_n, const uint8_t* nonce, const uint8_t* tag) override {
+    int len = 0;
+    if (EVP_DecryptInit_ex(ctx_, nullptr, nullptr, nullptr, nonce) != 1 ||
+        EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_SET_TAG, static_cast<int>(kTagBytes), const_cast<uint8_t*>(tag)) != 1)
+      return false;
+    if (!feed(ad, ad_n, nullptr) || !feed(p, n, p)) return false;
+    uint8_t tail[16];
+    return EVP_DecryptFinal_ex(ctx_, tail, &len) == 1;
+  }
+
+ private:
+  explicit OpenSslState(bool encrypt) : ctx_(EVP_CIPHER_CTX_new()), encrypt_(encrypt) {}
+  // EVP takes int lengths: feed large frames in 1 GiB pieces. out == nullptr: AAD.
+  bool feed(const uint8_t* in, size_t n, uint8_t* out) {
+    auto update = encrypt_ ? EVP_EncryptUpdate : EVP_DecryptUpdate;
+    while (n > 0) {
+      int chunk = static_cast<int>(n < (size_t{1} << 30) ? n : (size_t{1} << 30));
+      int len = 0;
+      if (update(ctx_, out, &len, in, chunk) != 1) return false;
+      in += chunk;
+      if (out != nullptr) out += chunk;
+      n -= static_cast<size_t>(chunk);
+    }
+    return true;
+  }
+  EVP_CIPHER_CTX* ctx_;
+  bool encrypt_;
+};
+#endif
+
+std::unique_ptr<DirectionState> make_state(AeadBackend b, Cipher c, const Key& key, bool encrypt) {
+#if defined(LATTICE_CRYPTO_OPENSSL)
+  if (b == AeadBackend::kOpenSsl) return OpenSslState::create(c, key, encrypt);
+#endif
+  if (b == AeadBackend::kSodium) return std::make_unique<SodiumState>(c, key);
+  return nullptr;
+}
+
+}  // namespace
+
 struct SessionCipher::Impl {
   Cipher cipher;
-  // AES: expanded key schedules, computed once (key expansion per frame would cost more
-  // than sealing a 1 KiB frame). ChaCha has no schedule; the raw keys are used directly.
-  crypto_aead_aes256gcm_state aes_tx;
-  crypto_aead_aes256gcm_state aes_rx;
-  Key tx_key;
-  Key rx_key;
+  AeadBackend backend;
+  std::unique_ptr<DirectionState> tx, rx;
   uint64_t tx_seq = 0;
   uint64_t rx_seq = 0;
   std::atomic<bool> failed{false};
   mutable std::mutex failure_mu;
   Status failure;
-
-  ~Impl() {
-    sodium_memzero(&aes_tx, sizeof aes_tx);
-    sodium_memzero(&aes_rx, sizeof aes_rx);
-    sodium_memzero(tx_key.data(), tx_key.size());
-    sodium_memzero(rx_key.data(), rx_key.size());
-  }
 
   Status fail(Status s) {
     std::lock_guard lock(failure_mu);
@@ -82,29 +222,19 @@ struct SessionCipher::Impl {
   }
 };
 
-namespace {
-inline void make_nonce(uint64_t seq, uint8_t out[kNonceBytes]) {
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(seq >> (8 * i));
-  std::memset(out + 8, 0, kNonceBytes - 8);
-}
-// libsodium's prototypes declare the message pointer nonnull even for empty messages.
-inline uint8_t* bytes_or_dummy(std::span<std::byte> s, uint8_t* dummy) {
-  return s.empty() ? dummy : reinterpret_cast<uint8_t*>(s.data());
-}
-}  // namespace
-
-Result<SessionCipher> SessionCipher::create(Cipher cipher, const SessionKeys& keys) {
+Result<SessionCipher> SessionCipher::create(Cipher cipher, const SessionKeys& keys, AeadBackend backend) {
   LATTICE_RETURN_IF_ERROR(detail::ensure_sodium());
-  if (!cipher_available(cipher))
-    return Unavailable(std::string(to_string(cipher)) + " is not available on this CPU (needs AES-NI and PCLMUL)");
+  AeadBackend b = resolve(backend);
+  if (!backend_available(b)) return Unavailable("AEAD backend " + std::string(to_string(b)) + " is not built in");
+  if (!cipher_available(cipher, b))
+    return Unavailable(std::string(to_string(cipher)) + " is not available on this CPU with " +
+                       std::string(to_string(b)) + " (needs AES-NI and PCLMUL)");
   auto impl = std::make_unique<Impl>();
   impl->cipher = cipher;
-  impl->tx_key = keys.tx;
-  impl->rx_key = keys.rx;
-  if (cipher == Cipher::kAes256Gcm) {
-    crypto_aead_aes256gcm_beforenm(&impl->aes_tx, keys.tx.data());
-    crypto_aead_aes256gcm_beforenm(&impl->aes_rx, keys.rx.data());
-  }
+  impl->backend = b;
+  impl->tx = make_state(b, cipher, keys.tx, true);
+  impl->rx = make_state(b, cipher, keys.rx, false);
+  if (!impl->tx || !impl->rx) return Internal("cannot initialise " + std::string(to_string(cipher)));
   return SessionCipher(std::move(impl));
 }
 
@@ -114,6 +244,7 @@ SessionCipher& SessionCipher::operator=(SessionCipher&&) noexcept = default;
 SessionCipher::~SessionCipher() = default;
 
 Cipher SessionCipher::cipher() const { return impl_->cipher; }
+AeadBackend SessionCipher::backend() const { return impl_->backend; }
 uint64_t SessionCipher::next_tx_seq() const { return impl_->tx_seq; }
 uint64_t SessionCipher::next_rx_seq() const { return impl_->rx_seq; }
 Status SessionCipher::failure() const { return impl_->sticky(); }
@@ -122,56 +253,38 @@ Result<uint64_t> SessionCipher::seal(std::span<std::byte> data, std::span<const 
   Impl& s = *impl_;
   if (s.failed.load(std::memory_order_acquire)) [[unlikely]]
     return s.sticky();
-  if (data.size() > kMaxFrameBytes) return InvalidArgument("frame of " + std::to_string(data.size()) + " bytes exceeds the 4 GiB AEAD limit");
+  if (data.size() > kMaxFrameBytes)
+    return InvalidArgument("frame of " + std::to_string(data.size()) + " bytes exceeds the 4 GiB AEAD limit");
   if (s.tx_seq >= kMaxFrames) return ResourceExhausted("session sealed 2^48 frames; start a new session");
   uint8_t nonce[kNonceBytes];
   make_nonce(s.tx_seq, nonce);
-  uint8_t dummy = 0;
-  uint8_t* p = bytes_or_dummy(data, &dummy);
-  const auto* a = reinterpret_cast<const uint8_t*>(ad.data());
-  unsigned long long tag_len = 0;
-  int rc;
-  if (s.cipher == Cipher::kAes256Gcm) {
-    rc = crypto_aead_aes256gcm_encrypt_detached_afternm(p, tag.data(), &tag_len, p, data.size(), a, ad.size(),
-                                                        nullptr, nonce, &s.aes_tx);
-  } else {
-    rc = crypto_aead_chacha20poly1305_ietf_encrypt_detached(p, tag.data(), &tag_len, p, data.size(), a, ad.size(),
-                                                            nullptr, nonce, s.tx_key.data());
-  }
-  if (rc != 0) return s.fail(Internal("AEAD seal failed"));
+  if (!s.tx->seal(reinterpret_cast<uint8_t*>(data.data()), data.size(), reinterpret_cast<const uint8_t*>(ad.data()),
+                  ad.size(), nonce, tag.data()))
+    return s.fail(Internal("AEAD seal failed"));
   return s.tx_seq++;
 }
 
 Status SessionCipher::open(uint64_t seq, std::span<std::byte> data, std::span<const std::byte> ad, const Tag& tag) {
   Impl& s = *impl_;
+  auto wipe = [&] { sodium_memzero(data.data(), data.size()); };
   if (s.failed.load(std::memory_order_acquire)) [[unlikely]] {
-    sodium_memzero(data.data(), data.size());
+    wipe();
     return s.sticky();
   }
   if (seq != s.rx_seq) {
-    sodium_memzero(data.data(), data.size());
+    wipe();
     return s.fail(AuthFailed(std::string(seq < s.rx_seq ? "replayed" : "reordered or lost") + " frame: sequence number " +
                              std::to_string(seq) + ", expected " + std::to_string(s.rx_seq)));
   }
   if (data.size() > kMaxFrameBytes) {
-    sodium_memzero(data.data(), data.size());
+    wipe();
     return s.fail(AuthFailed("frame of " + std::to_string(data.size()) + " bytes exceeds the 4 GiB AEAD limit"));
   }
   uint8_t nonce[kNonceBytes];
   make_nonce(seq, nonce);
-  uint8_t dummy = 0;
-  uint8_t* p = bytes_or_dummy(data, &dummy);
-  const auto* a = reinterpret_cast<const uint8_t*>(ad.data());
-  int rc;
-  if (s.cipher == Cipher::kAes256Gcm) {
-    rc = crypto_aead_aes256gcm_decrypt_detached_afternm(p, nullptr, p, data.size(), tag.data(), a, ad.size(), nonce,
-                                                        &s.aes_rx);
-  } else {
-    rc = crypto_aead_chacha20poly1305_ietf_decrypt_detached(p, nullptr, p, data.size(), tag.data(), a, ad.size(),
-                                                            nonce, s.rx_key.data());
-  }
-  if (rc != 0) {
-    sodium_memzero(data.data(), data.size());
+  if (!s.rx->open(reinterpret_cast<uint8_t*>(data.data()), data.size(), reinterpret_cast<const uint8_t*>(ad.data()),
+                  ad.size(), nonce, tag.data())) {
+    wipe();  // decrypted-but-unauthenticated bytes must not reach the caller
     return s.fail(AuthFailed("frame " + std::to_string(seq) + " failed authentication (tampered, or keys differ)"));
   }
   ++s.rx_seq;

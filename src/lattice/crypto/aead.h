@@ -49,14 +49,20 @@ inline constexpr size_t kNonceBytes = 12;
 inline constexpr uint64_t kMaxFrames = uint64_t{1} << 48;
 inline constexpr size_t kMaxFrameBytes = size_t{1} << 32;  // 4 GiB, below both ciphers' limits
 
+// Who does the AEAD arithmetic. Both produce identical bytes (standard AES-256-GCM and
+// ChaCha20-Poly1305 IETF); kAuto takes OpenSSL when built with it (faster here), else libsodium.
+enum class AeadBackend : uint8_t { kAuto, kOpenSsl, kSodium };
+std::string_view to_string(AeadBackend b);
+bool backend_available(AeadBackend b);
+
 using Key = std::array<uint8_t, kKeyBytes>;
 using Tag = std::array<uint8_t, kTagBytes>;
 
 std::string_view to_string(Cipher c);
 Result<Cipher> parse_cipher(std::string_view name);  // "aes256gcm" | "chacha20poly1305"
-bool cipher_available(Cipher c);                     // run-time CPU check
-// The cipher sessions prefer: AES-256-GCM where the CPU accelerates it (measured faster,
-// see bench/aead_bench.cc), ChaCha20-Poly1305 otherwise.
+bool cipher_available(Cipher c, AeadBackend backend = AeadBackend::kAuto);  // run-time check
+// The cipher sessions prefer: AES-256-GCM where the CPU has AES-NI + PCLMUL (measured
+// faster, see bench/aead_bench.cc), ChaCha20-Poly1305 otherwise.
 Cipher default_cipher();
 
 // The keys of one session as seen from one side: `tx` seals what this side sends, `rx`
@@ -72,14 +78,16 @@ struct SessionKeys {
 
 class SessionCipher {
  public:
-  // kUnavailable if `cipher` is not usable on this CPU.
-  static Result<SessionCipher> create(Cipher cipher, const SessionKeys& keys);
+  // kUnavailable if `cipher` is not usable on this CPU with that backend.
+  static Result<SessionCipher> create(Cipher cipher, const SessionKeys& keys,
+                                      AeadBackend backend = AeadBackend::kAuto);
 
   SessionCipher(SessionCipher&&) noexcept;
   SessionCipher& operator=(SessionCipher&&) noexcept;
   ~SessionCipher();
 
   Cipher cipher() const;
+  AeadBackend backend() const;  // the one actually used (never kAuto)
 
   // Encrypts `data` in place, writes its tag, returns the sequence number it used.
   Result<uint64_t> seal(std::span<std::byte> data, std::span<const std::byte> ad, Tag& tag);
