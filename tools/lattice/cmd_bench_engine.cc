@@ -1,0 +1,197 @@
+// `lattice bench engine`: llama-bench style throughput of the engine on one GGUF file.
+// For every thread count: pp<N> (prefill N tokens from an empty cache, one batch pass) and
+// tg<N> (N single-token decode steps from an empty cache), each repeated -r times after one
+// warm-up run; the table reports tokens/s as mean +- sd over the repetitions.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "engine_cli.h"
+#include "lattice/engine/runtime/session.h"
+
+namespace lattice::cli {
+namespace {
+
+struct BenchArgs {
+  std::string model;
+  std::string prompts = "512";
+  std::string gens = "128";
+  std::string threads = "1";
+  int reps = 5;
+  int batch = 512;
+  bool json = false, no_pack = false;
+};
+
+int fail(const std::string& msg) {
+  std::fprintf(stderr, "lattice bench engine: %s\n", msg.c_str());
+  return 2;
+}
+
+// "64,512" -> {64, 512}; every value must be in [lo, hi].
+Result<std::vector<int>> parse_list(const std::string& s, const char* flag, int lo, int hi) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(item, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used != item.size() || v < lo || v > hi)
+      return InvalidArgument(std::string(flag) + ": '" + item + "' is not an integer in " + std::to_string(lo) +
+                             ".." + std::to_string(hi));
+    out.push_back(v);
+  }
+  return out;
+}
+
+struct Stats {
+  double mean = 0, sd = 0;
+  std::vector<double> samples;
+};
+Stats stats(std::vector<double> v) {
+  Stats s;
+  s.samples = v;
+  if (v.empty()) return s;
+  s.mean = std::accumulate(v.begin(), v.end(), 0.0) / v.size();
+  if (v.size() > 1) {
+    double acc = 0;
+    for (double x : v) acc += (x - s.mean) * (x - s.mean);
+    s.sd = std::sqrt(acc / (v.size() - 1));
+  }
+  return s;
+}
+
+int run(const BenchArgs& a) {
+  auto prompts = parse_list(a.prompts, "-p", 0, 1 << 16);
+  auto gens = parse_list(a.gens, "-n", 0, 1 << 16);
+  auto threads = parse_list(a.threads, "-t", 1, 1024);
+  if (!prompts.ok()) return fail(prompts.status().message());
+  if (!gens.ok()) return fail(gens.status().message());
+  if (!threads.ok() || threads->empty()) return fail(threads.ok() ? "-t: no thread count" : threads.status().message());
+  if (a.reps < 1) return fail("-r must be >= 1");
+  if (a.batch < 1) return fail("-b must be >= 1");
+
+  auto model = load_model_with_progress(a.model, !a.no_pack, a.json);
+  if (!model.ok()) return fail(model.status().to_string());
+  const engine::Model& m = **model;
+  const uint32_t V = m.hparams().n_vocab;
+  int max_p = 0, max_n = 0;
+  for (int p : *prompts) max_p = std::max(max_p, p);
+  for (int n : *gens) max_n = std::max(max_n, n);
+  const uint32_t n_ctx = static_cast<uint32_t>(std::max({max_p, max_n, 1}));
+
+  std::mt19937 rng(1234);
+  std::vector<int32_t> tokens(static_cast<size_t>(std::max(max_p, 1)));
+  for (auto& t : tokens) t = static_cast<int32_t>(rng() % V);
+
+  const std::string model_desc = std::string(m.arch().name) + " " + human_params(m.n_params()) + " " + m.type_name();
+  const std::string commit = build_commit(), flags = build_flags(), isa = build_isa();
+  nlohmann::json rows = nlohmann::json::array();
+  if (!a.json) {
+    std::printf("| model | size | params | type | threads | test | t/s |\n");
+    std::printf("| --- | ---: | ---: | --- | ---: | ---: | ---: |\n");
+  }
+  using Clock = std::chrono::steady_clock;
+  for (int t : *threads) {
+    auto session = engine::Session::create(
+        m, {.n_ctx = n_ctx, .n_threads = static_cast<uint32_t>(t), .n_batch = static_cast<uint32_t>(a.batch)});
+    if (!session.ok()) return fail(session.status().to_string());
+    engine::Session& s = **session;
+    struct Test {
+      bool prefill;
+      int n;
+    };
+    std::vector<Test> tests;
+    for (int p : *prompts)
+      if (p > 0) tests.push_back({true, p});
+    for (int n : *gens)
+      if (n > 0) tests.push_back({false, n});
+    for (const Test& test : tests) {
+      std::vector<double> tok_s;
+      for (int rep = -1; rep < a.reps; ++rep) {  // rep -1: warm-up, not recorded
+        s.reset();
+        const auto t0 = Clock::now();
+        Status st;
+        if (test.prefill) {
+          st = s.prefill(std::span<const int32_t>(tokens.data(), static_cast<size_t>(test.n)));
+        } else {
+          int32_t tok = tokens[0];
+          for (int i = 0; i < test.n && st.ok(); ++i) st = s.decode(tok);
+        }
+        const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+        if (!st.ok()) return fail(st.to_string());
+        if (rep >= 0) tok_s.push_back(test.n / sec);
+      }
+      const Stats st = stats(tok_s);
+      const std::string name = (test.prefill ? "pp" : "tg") + std::to_string(test.n);
+      if (a.json) {
+        nlohmann::json r;
+        r["model"] = model_desc;
+        r["model_file"] = a.model;
+        r["model_bytes"] = m.weight_bytes();
+        r["n_params"] = m.n_params();
+        r["type"] = m.type_name();
+        r["threads"] = t;
+        r["test"] = name;
+        r["n_prompt"] = test.prefill ? test.n : 0;
+        r["n_gen"] = test.prefill ? 0 : test.n;
+        r["prefill_tok_s"] = test.prefill ? nlohmann::json(st.mean) : nlohmann::json(nullptr);
+        r["prefill_tok_s_sd"] = test.prefill ? nlohmann::json(st.sd) : nlohmann::json(nullptr);
+        r["decode_tok_s"] = test.prefill ? nlohmann::json(nullptr) : nlohmann::json(st.mean);
+        r["decode_tok_s_sd"] = test.prefill ? nlohmann::json(nullptr) : nlohmann::json(st.sd);
+        r["avg_ts"] = st.mean;
+        r["stddev_ts"] = st.sd;
+        r["samples_ts"] = st.samples;
+        r["repetitions"] = a.reps;
+        r["kv_cache_bytes"] = s.kv_cache_bytes();
+        r["commit"] = commit;
+        r["build_flags"] = flags;
+        r["isa"] = isa;
+        rows.push_back(r);
+      } else {
+        std::printf("| %s | %s | %s | %s | %d | %s | %.2f ± %.2f |\n", model_desc.c_str(),
+                    human_bytes(m.weight_bytes()).c_str(), human_params(m.n_params()).c_str(),
+                    m.type_name().c_str(), t, name.c_str(), st.mean, st.sd);
+        std::fflush(stdout);
+      }
+    }
+  }
+  if (a.json) {
+    std::printf("%s\n", rows.dump(2).c_str());
+  } else {
+    std::printf("\ncommit %s, %s, isa %s\n", commit.c_str(), flags.c_str(), isa.c_str());
+  }
+  return 0;
+}
+
+Registrar bench_engine_cmd{
+    {"bench engine", "llama-bench style prefill/decode throughput of a GGUF model", [](CLI::App& app) {
+       auto a = std::make_shared<BenchArgs>();
+       app.add_option("-m,--model", a->model, "GGUF file")->required();
+       app.add_option("-p,--n-prompt", a->prompts, "prompt lengths (comma list; 0 skips)")->capture_default_str();
+       app.add_option("-n,--n-gen", a->gens, "generated tokens (comma list; 0 skips)")->capture_default_str();
+       app.add_option("-t,--threads", a->threads, "thread counts (comma list)")->capture_default_str();
+       app.add_option("-r,--repetitions", a->reps, "repetitions of each test")->capture_default_str();
+       app.add_option("-b,--batch", a->batch, "tokens per prefill pass")->capture_default_str();
+       app.add_flag("--no-pack", a->no_pack, "use every weight in place from the mapping (no repacking)");
+       app.add_flag("--json", a->json, "JSON: one object per row");
+       return [a] { return run(*a); };
+     }}};
+
+}  // namespace
+}  // namespace lattice::cli

@@ -1,0 +1,129 @@
+// `lattice run`: generate text from a GGUF model on this node, streaming it to stdout and
+// ending with prompt and generation speed; --json prints one object instead.
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "engine_cli.h"
+#include "lattice/engine/runtime/generate.h"
+#include "lattice/engine/tokenizer/from_gguf.h"
+
+namespace lattice::cli {
+namespace {
+
+struct RunArgs {
+  std::string model, prompt;
+  int n_predict = 128;
+  int threads = 0;
+  float temp = 0.8f;
+  uint64_t seed = 0;
+  bool seed_set = false;
+  int top_k = 40;
+  float top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1.0f;
+  int repeat_last_n = 64;
+  int ctx = 0;
+  bool chat = false, json = false, no_pack = false, ignore_eos = false;
+};
+
+int fail(const std::string& msg) {
+  std::fprintf(stderr, "lattice run: %s\n", msg.c_str());
+  return 2;
+}
+
+int run(const RunArgs& a) {
+  if (a.n_predict < 0) return fail("-n must be >= 0");
+  if (a.threads < 0 || a.threads > 1024) return fail("-t must be in 1..1024 (0: all cores)");
+  if (a.ctx < 0) return fail("--ctx must be >= 0");
+  if (a.prompt.empty()) return fail("the prompt (-p) is empty");
+  engine::SamplerParams sp;
+  sp.temperature = a.temp;
+  sp.top_k = a.top_k;
+  sp.top_p = a.top_p;
+  sp.min_p = a.min_p;
+  sp.repeat_penalty = a.repeat_penalty;
+  sp.repeat_last_n = a.repeat_last_n;
+  sp.seed = a.seed_set ? a.seed : static_cast<uint64_t>(std::random_device{}());
+  if (auto st = sp.validate(); !st.ok()) return fail(st.message());
+
+  auto model = load_model_with_progress(a.model, !a.no_pack, a.json);
+  if (!model.ok()) return fail(model.status().to_string());
+  auto tok = engine::tokenizer_from_gguf((*model)->file());
+  if (!tok.ok()) return fail("tokenizer: " + tok.status().to_string());
+
+  engine::GenerateOptions go;
+  go.prompt = a.prompt;
+  go.n_predict = static_cast<uint32_t>(a.n_predict);
+  go.chat = a.chat;
+  go.stop_at_eog = !a.ignore_eos;
+  go.sampler = sp;
+  const size_t n_prompt = engine::prompt_tokens(*tok, go).size();
+  // The cache holds what this run needs, not the model's whole training context.
+  const uint32_t need = static_cast<uint32_t>(n_prompt + go.n_predict);
+  engine::SessionOptions so;
+  so.n_ctx = a.ctx > 0 ? static_cast<uint32_t>(a.ctx) : std::max<uint32_t>(need, 1);
+  so.n_threads = a.threads > 0 ? static_cast<uint32_t>(a.threads) : std::max(1u, std::thread::hardware_concurrency());
+  auto session = engine::Session::create(**model, so);
+  if (!session.ok()) return fail(session.status().to_string());
+
+  auto on_text = [&](std::string_view s) {
+    if (a.json) return;
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    std::fflush(stdout);
+  };
+  auto r = engine::generate(**session, *tok, go, on_text);
+  if (!r.ok()) return fail(r.status().to_string());
+  if (a.json) {
+    nlohmann::json j;
+    j["tokens"] = r->tokens;
+    j["text"] = r->text;
+    j["prompt_tokens"] = r->prompt_tokens;
+    j["n_prompt"] = r->prompt_tokens.size();
+    j["n_gen"] = r->tokens.size();
+    j["prefill_tok_s"] = r->prefill_tok_s();
+    j["decode_tok_s"] = r->decode_tok_s();
+    j["prefill_ms"] = r->prefill_seconds * 1e3;
+    j["decode_ms"] = r->decode_seconds * 1e3;
+    j["stop_reason"] = r->stop_reason;
+    j["threads"] = so.n_threads;
+    // Invalid UTF-8 from a random model must not make the dump throw.
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    return 0;
+  }
+  std::printf("\n");
+  std::fprintf(stderr, "\nprompt: %zu tokens in %.1f ms, %.2f tok/s | generation: %zu tokens, %.2f tok/s (%u threads, %s)\n",
+               r->prompt_tokens.size(), r->prefill_seconds * 1e3, r->prefill_tok_s(), r->tokens.size(),
+               r->decode_tok_s(), so.n_threads, r->stop_reason.c_str());
+  return 0;
+}
+
+Registrar run_cmd{{"run", "generate text from a GGUF model (llama, qwen2, qwen3) on this node", [](CLI::App& app) {
+                     auto a = std::make_shared<RunArgs>();
+                     app.add_option("-m,--model", a->model, "GGUF file (the first file of a split set)")->required();
+                     app.add_option("-p,--prompt", a->prompt, "prompt text")->required();
+                     app.add_option("-n,--n-predict", a->n_predict, "tokens to generate")->capture_default_str();
+                     app.add_option("-t,--threads", a->threads, "threads (0: all cores)")->capture_default_str();
+                     app.add_option("--temp", a->temp, "temperature (0: greedy)")->capture_default_str();
+                     app.add_option("--seed", a->seed, "sampling seed (default: random)")->each([a](const std::string&) {
+                       a->seed_set = true;
+                     });
+                     app.add_option("--top-k", a->top_k, "top-k (<= 0: off)")->capture_default_str();
+                     app.add_option("--top-p", a->top_p, "top-p (1: off)")->capture_default_str();
+                     app.add_option("--min-p", a->min_p, "min-p (0: off)")->capture_default_str();
+                     app.add_option("--repeat-penalty", a->repeat_penalty, "repetition penalty (1: off)")
+                         ->capture_default_str();
+                     app.add_option("--repeat-last-n", a->repeat_last_n, "window of the penalty")->capture_default_str();
+                     app.add_option("--ctx", a->ctx, "context size (0: prompt + n)")->capture_default_str();
+                     app.add_flag("--chat", a->chat, "wrap the prompt in the model's chat template (one user turn)");
+                     app.add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-generation tokens");
+                     app.add_flag("--no-pack", a->no_pack, "use every weight in place from the mapping (no repacking)");
+                     app.add_flag("--json", a->json, "print one JSON object (tokens, text, speeds) instead of text");
+                     return [a] { return run(*a); };
+                   }}};
+
+}  // namespace
+}  // namespace lattice::cli
