@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -203,6 +204,27 @@ TEST(ShmProvider, EndpointSegmentMismatchIsRefused) {
   ab.endpoint_fd = ab.provider_fd;
   std::memcpy(blob.data(), &ab, sizeof ab);
   EXPECT_FALSE((*c)->ep->connect(blob, generous()).ok());
+}
+
+TEST(ShmProvider, UnsealedSegmentIsRefused) {
+  // A blob pointing at a memfd that could shrink under our mapping must not be mapped.
+  auto a = make_side("shm");
+  auto b = make_side("shm");
+  ASSERT_TRUE(a.ok() && b.ok());
+  int fd = memfd_create("unsealed", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, kEndpointSegmentBytes), 0);
+  struct stat st{};
+  ASSERT_EQ(fstat(fd, &st), 0);
+  auto blob = (*b)->ep->local_address();
+  AddressBlob ab{};
+  std::memcpy(&ab, blob.data(), sizeof ab);
+  ab.endpoint_fd = fd;
+  ab.endpoint_ino = st.st_ino;
+  std::memcpy(blob.data(), &ab, sizeof ab);
+  Status s = (*a)->ep->connect(blob, generous());
+  EXPECT_EQ(s.code(), ErrorCode::kCorrupt) << s.to_string();
+  close(fd);
 }
 
 size_t dev_shm_entries() {

@@ -37,7 +37,7 @@ uint64_t host_id() {
 
 Result<OwnedSegment> create_segment(const char* name, size_t bytes) {
   bytes = round_up_page(bytes);
-  int fd = memfd_create(name, MFD_CLOEXEC);
+  int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) {
     if (errno == ENOSYS) return Unavailable("shm: memfd_create is not supported by this kernel");
     return ErrnoError("shm: memfd_create", errno);
@@ -46,6 +46,13 @@ Result<OwnedSegment> create_segment(const char* name, size_t bytes) {
     int e = errno;
     close(fd);
     return ErrnoError("shm: ftruncate of a " + std::to_string(bytes) + "-byte segment", e);
+  }
+  // Sealed at its size: a peer that maps it can trust that it never shrinks under its
+  // mapping (which would turn an access into SIGBUS).
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    int e = errno;
+    close(fd);
+    return ErrnoError("shm: sealing a segment", e);
   }
   struct stat st{};
   if (fstat(fd, &st) != 0) {
@@ -87,8 +94,11 @@ Result<std::unique_ptr<Mapping>> map_peer_segment(int pid, int fd, uint64_t ino,
                          " (different user, or ptrace restrictions)");
     return ErrnoError(std::string("shm: open ") + path, e, peer_rank);
   }
+  // Only a memfd sealed against shrinking is mapped: otherwise a peer could truncate it and
+  // make our next access fault.
   struct stat st{};
-  if (fstat(lfd, &st) != 0 || static_cast<uint64_t>(st.st_ino) != ino ||
+  int seals = fcntl(lfd, F_GET_SEALS);
+  if (seals < 0 || !(seals & F_SEAL_SHRINK) || fstat(lfd, &st) != 0 || static_cast<uint64_t>(st.st_ino) != ino ||
       static_cast<uint64_t>(st.st_size) < offset + bytes) {
     close(lfd);
     return Corrupt(std::string("shm: peer segment ") + path + " does not match its description", peer_rank);

@@ -11,6 +11,13 @@
 //                     it read-only, so each side reads the other's state and never trusts it:
 //                     every index, length and key read from a peer is bounds-checked.
 //   region segment    one per allocate_memory(); peers map it on first access by key.
+// Every segment is sealed at its size (F_SEAL_SHRINK|GROW|SEAL) and a peer maps only sealed
+// memfds whose inode matches what the owner published, so a peer cannot make our mapping
+// fault by truncating it, nor point us at another file.
+// Remote-access rights are enforced by the initiator (it reads the target's directory), and
+// by the kernel for writes: a region without remote write/atomic rights is mapped read-only
+// by peers. Processes of one user can ptrace each other anyway; the checks stop mistakes and
+// corrupt peers, not a hostile same-user process.
 //
 // Data paths
 //   small send     copied into ring slots (<= kSlotPayload per slot, fragments up to kEagerMax)
