@@ -190,7 +190,8 @@ void matmul_multi(std::span<const MatmulOut> outs, const float* x, size_t n_tok,
     const size_t r0 = o.r0, r1 = o.r1 ? o.r1 : o.w->n_rows();
     if (o.w->packed()) {
       const size_t g0 = r0 / kPackRows, g1 = (r1 + kPackRows - 1) / kPackRows;
-      const size_t per = n_thr == 1 ? 16 : std::clamp<size_t>((g1 - g0) / (8 * n_thr), 1, n_tok == 1 ? 4 : 2);
+      const size_t per = n_tok == 1 ? (n_thr == 1 ? 16 : std::clamp<size_t>((g1 - g0) / (8 * n_thr), 1, 4))
+                                    : std::clamp<size_t>((g1 - g0) / (4 * n_thr), 1, 8);
       for (size_t g = g0; g < g1; g += per) tasks.push_back({oi, g, std::min(g1, g + per)});
     } else {
       const size_t per = n_thr == 1 ? 256 : std::clamp<size_t>((r1 - r0) / (8 * n_thr), 1, n_tok == 1 ? 64 : 16);
@@ -208,15 +209,21 @@ void matmul_multi(std::span<const MatmulOut> outs, const float* x, size_t n_tok,
       const PackedTileFn tile = w.type() == TensorType::kQ4_0 ? kt.tile_q4_0 : kt.tile_q8_0;
       const size_t nb = k / kQK;
       alignas(64) float tmp[kMaxTileTokens * kPackRows];
-      for (size_t g = task.a; g < task.b; ++g) {
-        const uint8_t* gp = w.packed_data() + g * w.group_stride();
-        const size_t ra = std::max(r0, g * kPackRows), rb = std::min(r1, (g + 1) * kPackRows);
-        for (size_t t0 = 0; t0 < n_tok; t0 += kMaxTileTokens) {
-          const size_t nt = std::min(kMaxTileTokens, n_tok - t0);
-          tile(gp, nb, act8, t0, nt, tmp);
-          for (size_t i = 0; i < nt; ++i)
-            std::memcpy(o.y + (t0 + i) * ys + (ra - r0), tmp + i * kPackRows + (ra - g * kPackRows),
-                        (rb - ra) * sizeof(float));
+      // Tokens in chunks whose activations stay in L2 while the task's groups cycle through
+      // L1/L2; each tile then reuses a group's blocks for up to 8 tokens.
+      constexpr size_t kTokChunk = 64;
+      for (size_t tc = 0; tc < n_tok; tc += kTokChunk) {
+        const size_t tc_end = std::min(n_tok, tc + kTokChunk);
+        for (size_t g = task.a; g < task.b; ++g) {
+          const uint8_t* gp = w.packed_data() + g * w.group_stride();
+          const size_t ra = std::max(r0, g * kPackRows), rb = std::min(r1, (g + 1) * kPackRows);
+          for (size_t t0 = tc; t0 < tc_end; t0 += kMaxTileTokens) {
+            const size_t nt = std::min(kMaxTileTokens, tc_end - t0);
+            tile(gp, nb, act8, t0, nt, tmp);
+            for (size_t i = 0; i < nt; ++i)
+              std::memcpy(o.y + (t0 + i) * ys + (ra - r0), tmp + i * kPackRows + (ra - g * kPackRows),
+                          (rb - ra) * sizeof(float));
+          }
         }
       }
     } else {
