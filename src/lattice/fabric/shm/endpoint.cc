@@ -612,8 +612,9 @@ void ShmEndpoint::progress_rx_locked() {
     store_release(my_header()->rx_consumed, rx_next_);
     rx_published_ = rx_next_;
   }
-  // The peer may sleep waiting for ring room or a rendezvous ack.
-  if (acked || rx_next_ - start >= kSlots / 2) notify_peer();
+  // The peer may sleep waiting for ring room or a rendezvous ack (notify_peer rings only if
+  // it sleeps).
+  if (acked || rx_next_ != start) notify_peer();
 }
 
 bool ShmEndpoint::has_work() const {
@@ -665,6 +666,15 @@ void ShmEndpoint::check_peer(Clock::time_point now, bool exited) {
                           : "code " + str(reason);
     (void)fail_locked(PeerLost("shm: the peer's endpoint failed (" + why + ")", rank));
     return;
+  }
+  // Drop mappings of regions the peer deregistered, so their memory is freed on both sides.
+  const DirEntry* entries = reinterpret_cast<const DirEntry*>(peer_dir_->base() + (kDirOffset - kPage));
+  for (auto it = peer_regions_.begin(); it != peer_regions_.end();) {
+    if (load_acquire(entries[it->second.slot].seq) != it->second.seq) {
+      it = peer_regions_.erase(it);
+    } else {
+      ++it;
+    }
   }
   const auto* prov = reinterpret_cast<const ProviderHeader*>(peer_dir_->base());
   uint64_t hb = load_acquire(prov->heartbeat);
