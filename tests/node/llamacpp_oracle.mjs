@@ -19,8 +19,11 @@ const tokens = tokenList.split(",").filter((s) => s.length > 0).map((s) => Numbe
 const llama = await getLlama({build: "never", gpu: false, logLevel: LlamaLogLevel.error});
 const model = await llama.loadModel({modelPath, gpuLayers: 0});
 const n = Number.parseInt(nArg ?? "0", 10);
-const context = await model.createContext({contextSize: Math.max(256, tokens.length + n + 16), threads: 1,
-                                          batchSize: 512});
+// f32 KV cache and no flash attention: the closest llama.cpp gets to an exact forward pass
+// (lattice keeps its cache in f32 too).
+const context = await model.createContext({
+  contextSize: Math.max(256, tokens.length + n + 16), threads: 1, batchSize: 512, flashAttention: false,
+  experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32"});
 const sequence = context.getSequence();
 
 if (mode === "greedy") {
