@@ -220,6 +220,14 @@ TEST(TopologyParse, ShmAcrossMachinesWarns) {
   EXPECT_HAS(t.warnings[0], "t.json:4: shm link between 'a' and 'b'");
 }
 
+TEST(TopologyParse, DeepNestingIsRefusedNotACrash) {
+  std::string deep(100000, '[');
+  deep += std::string(100000, ']');
+  EXPECT_HAS(parse_err("{\"version\": 1, \"hosts\": " + deep + "}"), "nested deeper than 32 levels");
+  // Brackets inside strings do not count.
+  parse_ok(R"({"version": 1, "hosts": [{"name": "a", "address": "x", "comment": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["}]})");
+}
+
 TEST(TopologyParse, ManyErrorsAreCapped) {
   std::string text = "{\"version\": 1, \"hosts\": [";
   for (int i = 0; i < 40; ++i) text += std::string(i ? "," : "") + "{\"name\": \"a\", \"address\": \"x\"}";

@@ -35,6 +35,10 @@ struct Variant {
   AeadBackend backend;
 };
 
+void PrintTo(const Variant& v, std::ostream* os) {
+  *os << to_string(v.cipher) << "/" << to_string(v.backend);
+}
+
 class AeadTest : public ::testing::TestWithParam<Variant> {
  protected:
   void SetUp() override {

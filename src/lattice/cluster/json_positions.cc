@@ -1,5 +1,6 @@
 #include "lattice/cluster/json_positions.h"
 
+#include <algorithm>
 #include <string>
 
 namespace lattice::cluster::detail {
@@ -146,6 +147,28 @@ std::string JsonPositions::escape(std::string_view token) {
     }
   }
   return out;
+}
+
+int json_max_depth(std::string_view t) {
+  int depth = 0, max_depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < t.size(); ++i) {
+    char c = t[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      max_depth = std::max(max_depth, ++depth);
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return max_depth;
 }
 
 std::pair<int, int> line_col(std::string_view text, size_t byte_offset) {

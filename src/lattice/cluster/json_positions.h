@@ -36,6 +36,10 @@ class JsonPositions {
   friend class PositionScanner;
 };
 
+// The deepest nesting of arrays/objects in `text` (strings skipped). The scanner recurses,
+// so callers refuse documents deeper than a small bound before building positions.
+int json_max_depth(std::string_view text);
+
 // 1-based line and column of a byte offset in `text`.
 std::pair<int, int> line_col(std::string_view text, size_t byte_offset);
 

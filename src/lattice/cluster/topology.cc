@@ -443,6 +443,8 @@ Result<Topology> parse_topology(std::string_view text, std::string_view source) 
     }
     return InvalidArgument(src + ":" + std::to_string(line) + ":" + std::to_string(col) + ": invalid JSON: " + what);
   }
+  // Topology files nest 3 deep; refuse pathological nesting before the recursive scanner.
+  if (detail::json_max_depth(text) > 32) return InvalidArgument(src + ": JSON nested deeper than 32 levels; not a topology file");
   auto positions = detail::JsonPositions::build(text);
   detail::ParseContext ctx(src, positions);
   for (const auto& d : positions.duplicates()) {
