@@ -102,6 +102,7 @@ TEST(GgufMakeModel, HyperparametersAndTensorTablePerArch) {
       EXPECT_EQ(*md.get_u32("qwen3.attention.value_length"), 32u);
     }
     EXPECT_EQ(*md.get_u32("general.file_type"), 0u);
+    EXPECT_FALSE(md.contains(a + ".rope.scaling.type"));
 
     // The exact tensor table, in ggml order (ne[0] = n_in).
     std::map<std::string, std::vector<uint64_t>> want = {
@@ -358,6 +359,13 @@ TEST(GgufMakeModel, TokenizerKeysInTheFile) {
   EXPECT_EQ(md.find("tokenizer.ggml.add_bos_token")->type(), ValueType::kBool);
   EXPECT_FALSE(*md.get_bool("tokenizer.ggml.add_bos_token"));
   EXPECT_NE(md.get_string("tokenizer.chat_template")->find("<|im_start|>"), std::string::npos);
+
+  MakeModelOptions scaled = small("llama");
+  scaled.rope_scale = 4;
+  Made sc = make(scaled);
+  ASSERT_TRUE(sc.file);
+  EXPECT_EQ(*sc.file->metadata().get_string("llama.rope.scaling.type"), "linear");
+  EXPECT_EQ(*sc.file->metadata().get_f32("llama.rope.scaling.factor"), 4.0f);
 
   Made l = make(small("llama"));
   ASSERT_TRUE(l.file);

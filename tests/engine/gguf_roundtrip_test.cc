@@ -88,7 +88,9 @@ void expect_same(const GgufWriter& w, const GgufFile& f, bool check_metadata = t
     for (size_t d = 0; d < 4; ++d) EXPECT_EQ(t.ne[d], d < s.ne.size() ? s.ne[d] : 1u) << s.name;
     EXPECT_EQ(t.n_bytes, s.data.size());
     EXPECT_EQ(t.file_offset % f.alignment(), 0u);
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data) % f.alignment(), 0u);
+    if (f.path(0) != "<memory>") {  // a mapping starts on a page: data pointers are aligned too
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data) % f.alignment(), 0u);
+    }
     ASSERT_EQ(std::memcmp(t.data, s.data.data(), s.data.size()), 0) << s.name;
     EXPECT_EQ(f.find_tensor(s.name), &t);
   }

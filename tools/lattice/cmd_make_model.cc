@@ -29,6 +29,7 @@ Registrar make_model_cmd{
        app.add_flag("--tied", o->tied, "no output.weight: the output reuses token_embd");
        app.add_option("--tokenizer", o->tokenizer, "llama (SentencePiece) or gpt2 (byte-level BPE); default by arch");
        app.add_option("--rope-theta", o->rope_theta, "RoPE base (0: 10000 llama, 1e6 qwen)");
+       app.add_option("--rope-scale", o->rope_scale, "linear RoPE scaling factor (0: none)");
        app.add_option("--rms-eps", o->rms_eps, "RMSNorm epsilon (0: 1e-5 llama, 1e-6 qwen)");
        app.add_option("--name", o->name, "general.name");
        app.add_option("--gguf-version", o->version, "2 or 3")->capture_default_str();

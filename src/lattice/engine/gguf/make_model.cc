@@ -107,6 +107,7 @@ Status check_options(const MakeModelOptions& o, Shape& s) {
   if (o.vocab > (1u << 22)) return InvalidArgument("--vocab must be at most 4194304");
   if (o.context_length == 0) return InvalidArgument("--ctx must be positive");
   if (o.version != 2 && o.version != 3) return InvalidArgument("--gguf-version must be 2 or 3");
+  if (o.rope_scale < 0 || !std::isfinite(o.rope_scale)) return InvalidArgument("--rope-scale must be positive");
   s = {o.arch, o.dim, o.layers, o.heads, kv, hd, ffn, o.vocab};
   return Status::Ok();
 }
@@ -143,6 +144,11 @@ Result<ModelPlan> plan_model(const MakeModelOptions& o) {
   md.set(a + ".attention.layer_norm_rms_epsilon", o.rms_eps > 0 ? o.rms_eps : (qwen ? 1e-6f : 1e-5f));
   md.set(a + ".rope.freq_base", o.rope_theta > 0 ? o.rope_theta : (qwen ? 1e6f : 1e4f));
   md.set(a + ".rope.dimension_count", s.head_dim);
+  if (o.rope_scale > 0) {
+    md.set(a + ".rope.scaling.type", "linear");
+    md.set(a + ".rope.scaling.factor", o.rope_scale);
+    md.set(a + ".rope.scaling.original_context_length", o.context_length);
+  }
   if (a == "qwen3" || s.head_dim * s.heads != s.dim) {
     md.set(a + ".attention.key_length", s.head_dim);
     md.set(a + ".attention.value_length", s.head_dim);

@@ -37,6 +37,7 @@ struct MakeModelOptions {
   std::string tokenizer;       // "" (llama: "llama"; qwen: "gpt2"), "llama" or "gpt2"
   float rope_theta = 0;        // 0: 10000 for llama, 1e6 for qwen
   float rms_eps = 0;           // 0: 1e-5 for llama, 1e-6 for qwen
+  float rope_scale = 0;        // > 0: linear RoPE scaling by this factor (rope.scaling.* keys)
   std::string name;            // general.name; "" = "lattice-random-<arch>"
   uint32_t version = 3;        // GGUF version (2 or 3)
   uint32_t max_tensors_per_file = 0;  // > 0: write a split set
