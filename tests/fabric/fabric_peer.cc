@@ -3,7 +3,8 @@
 //   fabric_peer <uri> <echo|idle> [peer_timeout_ms]
 //
 // Prints "ADDR <hex>" on stdout, reads the test's "ADDR <hex>" line on stdin, connects, then
-//   echo: receives messages and sends each one back; a 0-byte message ends it (exit 0).
+//   echo: prints "KEY <hex> <bytes>" of a 1 MiB region open to remote read/write/atomics,
+//         receives messages and sends each one back; a 0-byte message ends it (exit 0).
 //   idle: prints "READY" and does nothing until stdin closes (so the test can SIGKILL or
 //         SIGSTOP it); exits after 60 s at most.
 // Exit codes: 0 ok, 2 usage, 3 setup failed, 4 a fabric operation failed.
@@ -76,6 +77,11 @@ int main(int argc, char** argv) {
   constexpr size_t kMax = (size_t{1} << 21);
   auto region = s.provider->allocate_memory(kMax, kAllAccess);
   if (!region.ok()) return fail(3, "allocate_memory", region.status());
+  // A region the test reads, writes and updates atomically while we wait for messages.
+  auto target = s.provider->allocate_memory(size_t{1} << 20, kAllAccess);
+  if (!target.ok()) return fail(3, "allocate_memory", target.status());
+  std::printf("KEY %llx %zu\n", static_cast<unsigned long long>((*target)->key()), (*target)->size());
+  std::fflush(stdout);
   for (WorkId id = 0;; id += 2) {
     Status st = s.ep->post_recv({region->get(), 0, kMax}, id);
     if (!st.ok()) return fail(4, "post_recv", st);

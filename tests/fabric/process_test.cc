@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -139,6 +140,7 @@ class FabricProcess : public ::testing::TestWithParam<std::string> {
 TEST_P(FabricProcess, EchoAcrossProcesses) {
   start("echo");
   if (IsSkipped() || HasFatalFailure()) return;
+  ASSERT_EQ(peer_.read_line(generous()).rfind("KEY ", 0), 0u);
   auto src = me_->provider->allocate_memory((size_t{1} << 20) + 3, kAllAccess);
   auto dst = me_->provider->allocate_memory((size_t{1} << 20) + 3, kAllAccess);
   ASSERT_TRUE(src.ok() && dst.ok());
@@ -160,6 +162,66 @@ TEST_P(FabricProcess, EchoAcrossProcesses) {
   peer_.close_stdin();
   int st = peer_.reap(generous());
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "peer wait status " << st;
+}
+
+TEST_P(FabricProcess, OneSidedAcrossProcesses) {
+  start("echo");
+  if (IsSkipped() || HasFatalFailure()) return;
+  std::string line = peer_.read_line(generous());
+  unsigned long long key = 0;
+  size_t bytes = 0;
+  ASSERT_EQ(std::sscanf(line.c_str(), "KEY %llx %zu", &key, &bytes), 2) << line;
+  ASSERT_EQ(bytes, size_t{1} << 20);
+  const ProviderCaps& caps = me_->provider->caps();
+  if (!caps.rma_write || !caps.rma_read) GTEST_SKIP() << "no rma";
+  auto src = me_->provider->allocate_memory(bytes, kAllAccess);
+  auto back = me_->provider->allocate_memory(bytes, kAllAccess);
+  ASSERT_TRUE(src.ok() && back.ok());
+  for (size_t size : {size_t{1}, size_t{4097}, bytes}) {
+    SCOPED_TRACE("size " + std::to_string(size));
+    fill_pattern((*src)->data(), size, static_cast<uint32_t>(size) + 1);
+    std::memset((*back)->data(), 0, size);
+    ASSERT_TRUE(me_->ep->post_write({src->get(), 0, size}, {key, bytes - size, size}, 1).ok());
+    ASSERT_TRUE(me_->ep->post_read({back->get(), 0, size}, {key, bytes - size, size}, 2).ok());
+    for (WorkId id : {1, 2}) {
+      auto c = wait_one(me_->send_cq.get(), generous());
+      ASSERT_TRUE(c.ok()) << c.status().to_string();
+      ASSERT_TRUE(c->status.ok()) << c->status.to_string();
+      EXPECT_EQ(c->id, id);
+    }
+    EXPECT_EQ(std::memcmp((*back)->data(), (*src)->data(), size), 0) << "read back what was written";
+  }
+  if (caps.atomics) {
+    auto res = me_->provider->allocate_memory(8, kAllAccess);
+    ASSERT_TRUE(res.ok());
+    // The last write (1 MiB at offset 0) left the pattern's first 8 bytes in word 0.
+    uint64_t before;
+    std::memcpy(&before, (*src)->data(), 8);
+    ASSERT_TRUE(me_->ep->post_fetch_add({res->get(), 0, 8}, {key, 0, 8}, 5, 3).ok());
+    auto c = wait_one(me_->send_cq.get(), generous());
+    ASSERT_TRUE(c.ok() && c->status.ok());
+    uint64_t old;
+    std::memcpy(&old, (*res)->data(), 8);
+    EXPECT_EQ(old, before);
+    ASSERT_TRUE(me_->ep->post_compare_swap({res->get(), 0, 8}, {key, 0, 8}, before + 5, 42, 4).ok());
+    c = wait_one(me_->send_cq.get(), generous());
+    ASSERT_TRUE(c.ok() && c->status.ok());
+    std::memcpy(&old, (*res)->data(), 8);
+    EXPECT_EQ(old, before + 5);
+  }
+  // A bad key across processes: denied, and the peer process is unharmed (it exits cleanly).
+  auto small = me_->provider->allocate_memory(8, kAllAccess);
+  ASSERT_TRUE(small.ok());
+  Status posted = me_->ep->post_write({small->get(), 0, 8}, {key ^ 1, 0, 8}, 5);
+  if (posted.ok()) {
+    auto c = wait_one(me_->send_cq.get(), generous());
+    ASSERT_TRUE(c.ok());
+    posted = c->status;
+  }
+  EXPECT_EQ(posted.code(), ErrorCode::kAccessDenied) << posted.to_string();
+  peer_.close_stdin();
+  int st = peer_.reap(generous());
+  EXPECT_TRUE(WIFEXITED(st)) << "peer wait status " << st;
 }
 
 TEST_P(FabricProcess, PeerKilledFailsPendingAndLaterWork) {
