@@ -28,6 +28,7 @@ enum : TokenId {
   kImStart,    // <|im_start|> control
   kImStartX,   // <|im_start|>x control (longer: must win over <|im_start|>)
   kTool,       // <tool> user-defined
+  kRepoName,   // <|repo_name|> user-defined in the file; FIM repo: forced to control, ends generation
 };
 
 TokenizerSpec bpe_spec(std::string pre) {
@@ -50,6 +51,8 @@ TokenizerSpec bpe_spec(std::string pre) {
     s.token_types.push_back(3);
   }
   s.tokens.push_back("<tool>");
+  s.token_types.push_back(4);
+  s.tokens.push_back("<|repo_name|>");
   s.token_types.push_back(4);
   s.bos_id = kBegin;
   s.eos_id = kEotId;
@@ -139,6 +142,9 @@ TEST(TokenizerBpe, SpecialTokens) {
   EXPECT_EQ(t.decode(ids({kHello, kTool, kEotId}), {.render_special = true}), "hello<tool><|eot_id|>");
   EXPECT_TRUE(t.is_eog(kEotId));
   EXPECT_FALSE(t.is_eog(kBegin));
+  EXPECT_FALSE(t.is_eog(kTool));
+  EXPECT_TRUE(t.is_eog(kRepoName));
+  EXPECT_EQ(t.token_kind(kRepoName), TokenKind::kControl);
 }
 
 TEST(TokenizerBpe, DecodeRemovesBosLikeLlamaCpp) {

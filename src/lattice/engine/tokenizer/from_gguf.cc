@@ -55,6 +55,9 @@ Result<TokenizerSpec> tokenizer_spec_from_metadata(const Metadata& md) {
   LATTICE_RETURN_IF_ERROR(optional_id(md, "tokenizer.ggml.padding_token_id", n, spec.pad_id));
   LATTICE_RETURN_IF_ERROR(optional_id(md, "tokenizer.ggml.eot_token_id", n, spec.eot_id));
   LATTICE_RETURN_IF_ERROR(optional_id(md, "tokenizer.ggml.eom_token_id", n, spec.eom_id));
+  LATTICE_RETURN_IF_ERROR(optional_id(md, "tokenizer.ggml.fim_pad_token_id", n, spec.fim_pad_id));
+  LATTICE_RETURN_IF_ERROR(optional_id(md, "tokenizer.ggml.fim_rep_token_id", n, spec.fim_rep_id));
+  LATTICE_RETURN_IF_ERROR(optional_id(md, "tokenizer.ggml.fim_sep_token_id", n, spec.fim_sep_id));
   LATTICE_RETURN_IF_ERROR(optional_flag(md, "tokenizer.ggml.add_bos_token", spec.add_bos));
   LATTICE_RETURN_IF_ERROR(optional_flag(md, "tokenizer.ggml.add_eos_token", spec.add_eos));
   LATTICE_RETURN_IF_ERROR(optional_flag(md, "tokenizer.ggml.add_space_prefix", spec.add_space_prefix));

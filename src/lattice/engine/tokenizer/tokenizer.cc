@@ -191,6 +191,27 @@ Result<Tokenizer> Tokenizer::create(TokenizerSpec spec) {
       force_control(id);
     }
   }
+  // FIM tokens that end generation: given ids, else found by their text.
+  struct Fim {
+    const char* what;
+    const std::optional<TokenId>& given;
+    std::initializer_list<std::string_view> texts;
+  };
+  const Fim fims[] = {
+      {"FIM pad", spec.fim_pad_id, {"<|fim_pad|>", "<fim-pad>", "<PAD>"}},
+      {"FIM repo", spec.fim_rep_id, {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>"}},
+      {"FIM file separator", spec.fim_sep_id, {"<|file_sep|>"}},
+  };
+  for (const Fim& f : fims) {
+    TokenId id = kNoToken;
+    LATTICE_RETURN_IF_ERROR(pick(f.what, f.given, kNoToken, id));
+    for (std::string_view text : f.texts) {
+      if (id != kNoToken) break;
+      id = t.find_token(text);
+      if (id != kNoToken) force_control(id);
+    }
+    if (id != kNoToken) t.eog_.insert(id);
+  }
   for (TokenId id : {t.eos_, t.eot_, t.eom_}) {
     if (id != kNoToken) t.eog_.insert(id);
   }

@@ -67,6 +67,8 @@ struct TokenizerSpec {
   std::vector<std::string> merges;      // gpt2: "left right", rank = index
   // Special ids; unset means llama.cpp's default for the model kind.
   std::optional<TokenId> bos_id, eos_id, unk_id, pad_id, eot_id, eom_id;
+  // Fill-in-the-middle pad / repository / file-separator tokens: they end generation too.
+  std::optional<TokenId> fim_pad_id, fim_rep_id, fim_sep_id;
   // Unset means llama.cpp's default for the model kind / pre-tokenizer.
   std::optional<bool> add_bos, add_eos, add_space_prefix;
   std::string chat_template;  // tokenizer.chat_template (Jinja source), may be empty
@@ -121,7 +123,8 @@ class Tokenizer {
   bool add_bos() const { return add_bos_; }
   bool add_eos() const { return add_eos_; }
   bool add_space_prefix() const { return add_space_prefix_; }
-  // End of generation: EOS, EOT, EOM and the known end-of-turn tokens (<|eot_id|>, <|im_end|>...).
+  // End of generation: EOS, EOT, EOM, the FIM pad/repo/file-separator tokens and the known
+  // end-of-turn tokens (<|eot_id|>, <|im_end|>, ...), as llama.cpp decides it.
   bool is_eog(TokenId id) const { return eog_.count(id) != 0; }
   const std::string& chat_template() const { return chat_template_; }
 
