@@ -404,8 +404,12 @@ Status Conn::post_atomic(LocalSlice result, RemoteSlice target, FrameType type, 
 // ---- transmit -------------------------------------------------------------------------------
 
 void Conn::enqueue(TxOp&& op) {
+  if (rx_ == Rx::kDead) {  // failed meanwhile: the operation completes with the sticky error
+    if (op.completes) complete_send_side(op.id, Opcode::kSend, error_, 0);
+    return;
+  }
   if (op.is_response) ++queued_responses_;
-  if (tx_.empty() && rx_ != Rx::kDead) {
+  if (tx_.empty()) {
     // Fast path: straight to the kernel, no queueing.
     iovec iov[2];
     int n = 0;
@@ -429,12 +433,13 @@ void Conn::enqueue(TxOp&& op) {
     } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
       int e = errno;
       tx_.push_back(std::move(op));
-      fail(ErrnoError("sending to " + peer_text(), e, options_.peer_rank).with_context("tcp"), false);
+      fail(PeerLost("connection to " + peer_text() + " failed while sending: " + std::strerror(e), options_.peer_rank),
+           false);
       return;
     }
   }
   tx_.push_back(std::move(op));
-  if (rx_ != Rx::kDead && !want_write_.exchange(true)) rearm();
+  if (!want_write_.exchange(true)) rearm();
 }
 
 void Conn::enqueue_response(FrameHeader h, const std::byte* payload, size_t len) {
@@ -486,7 +491,9 @@ void Conn::flush_tx() {
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      fail(ErrnoError("sending to " + peer_text(), errno, options_.peer_rank).with_context("tcp"), false);
+      fail(PeerLost("connection to " + peer_text() + " failed while sending: " + std::strerror(errno),
+                    options_.peer_rank),
+           false);
       return;
     }
     last_tx_ = last_tx_progress_ = Clock::now();

@@ -249,7 +249,9 @@ Clock::time_point TcpProvider::housekeeping(Clock::time_point now) {
     conns.reserve(active_.size());
     for (auto& [id, c] : active_) {
       conns.push_back(c);
-      tick = std::min(tick, c->heartbeat_interval());
+      // Twice per heartbeat interval, so timer jitter never stretches the gap between two
+      // heartbeats beyond peer_timeout / 2.
+      tick = std::min(tick, c->heartbeat_interval() / 2);
     }
     std::vector<uint64_t> expired;
     for (auto& [id, s] : strangers_)
@@ -326,7 +328,7 @@ void TcpProvider::run() {
       } else if (c->caller_active()) {
         it->second = now + (c->sleepers.load() > 0 ? kRecheckSleeper : kRecheckActive);
         ++it;
-      } else if (c->progress_from_background(EPOLLERR)) {
+      } else if (c->progress_from_background(0)) {
         it = deferred_.erase(it);
       } else {
         it->second = now + kRecheckActive;
