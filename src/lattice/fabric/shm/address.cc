@@ -40,6 +40,10 @@ Result<OwnedSegment> create_segment(const char* name, size_t bytes) {
   int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) {
     if (errno == ENOSYS) return Unavailable("shm: memfd_create is not supported by this kernel");
+    // Each region and endpoint holds one fd (peers open it through /proc): say what to raise.
+    if (errno == EMFILE || errno == ENFILE)
+      return ResourceExhausted("shm: out of file descriptors for a segment (each region and endpoint holds one; "
+                               "raise `ulimit -n`)");
     return ErrnoError("shm: memfd_create", errno);
   }
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {

@@ -642,8 +642,11 @@ void ShmEndpoint::progress(bool try_only) {
 // ---- Liveness (watchdog thread) ----
 
 void ShmEndpoint::check_peer(Clock::time_point now, bool exited) {
-  std::lock_guard lock(mu_);
-  if (failed_ || !connected_) return;
+  // Skip an endpoint busy in a long copy rather than stall the heartbeat of the whole
+  // provider behind it; the next tick looks again.
+  std::unique_lock lock(mu_, std::defer_lock);
+  for (int i = 0; i < 1000 && !lock.try_lock(); ++i) std::this_thread::yield();
+  if (!lock.owns_lock() || failed_ || !connected_) return;
   const int rank = options_.peer_rank;
   if (int fd = peer_pidfd_.load(); fd >= 0) {
     pollfd p{fd, POLLIN, 0};
