@@ -1,0 +1,195 @@
+// Smoke tests of the CLI's fabric commands: `lattice bench fabric` and `lattice demo`, run as
+// real processes (the built binary at LATTICE_BINARY_DIR/lattice). They check behaviour
+// (exit codes, JSON fields, matrix shape, payload checks), never speed.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out;
+};
+
+// Runs `lattice ARGS` with a generous liveness bound (a loaded 2-core machine); stderr is
+// folded into the captured output only when `with_stderr`.
+CliRun run_lattice(const std::string& args, bool with_stderr = false) {
+  const std::string cmd =
+      "timeout -k 5 180 " + std::string(LATTICE_BINARY_DIR) + "/lattice " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
+  CliRun r;
+  FILE* f = ::popen(cmd.c_str(), "r");
+  if (!f) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) r.out.append(buf, n);
+  int st = ::pclose(f);
+  r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+bool provider_available(const std::string& name) {
+  CliRun r = run_lattice("providers");
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);)
+    if (line == name) return true;
+  return false;
+}
+
+std::vector<nlohmann::json> json_lines(const std::string& out) {
+  std::vector<nlohmann::json> v;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] != '{') continue;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded()) v.push_back(j);
+  }
+  return v;
+}
+
+#define SKIP_UNLESS_PROVIDER(name)                                                             \
+  if (!provider_available(name)) GTEST_SKIP() << "fabric provider '" << name                   \
+                                              << "' is unavailable on this build/machine"
+
+TEST(BenchCli, BadFlagsExitTwoWithAMessage) {
+  for (const char* args : {"bench fabric --op nope", "bench fabric --no-such-flag", "bench fabric --min 1K --max 8",
+                           "bench fabric --window 0", "bench fabric --min 12Q", "bench fabric --peer h:1 --listen 5",
+                           "demo -n 1", "demo --size 0"}) {
+    CliRun r = run_lattice(args, /*with_stderr=*/true);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.out;
+    EXPECT_FALSE(r.out.empty()) << args << ": no error message";
+  }
+}
+
+TEST(BenchCli, UnknownProviderFailsCleanly) {
+  CliRun r = run_lattice("bench fabric --provider nosuch:// --min 8 --max 8", true);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("nosuch"), std::string::npos) << r.out;
+}
+
+void check_sweep(const std::string& provider_uri, const std::string& provider_name, const std::string& op,
+                 const std::vector<size_t>& sizes, const std::string& extra) {
+  CliRun r = run_lattice("bench fabric --provider " + provider_uri + " --op " + op + " --min " +
+                      std::to_string(sizes.front()) + " --max " + std::to_string(sizes.back()) +
+                      " --iters 200 --warmup 20 --bw-time 0.02 --json " + extra);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto rows = json_lines(r.out);
+  ASSERT_EQ(rows.size(), sizes.size()) << r.out;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& j = rows[i];
+    SCOPED_TRACE(j.dump());
+    EXPECT_EQ(j.at("provider"), provider_name);
+    EXPECT_EQ(j.at("op"), op);
+    EXPECT_EQ(j.at("bytes").get<size_t>(), sizes[i]);
+    // 200 iterations, scaled down above 64 KiB (200 * 64 KiB / bytes, at least 20).
+    const int want_iters = sizes[i] <= 65536 ? 200 : std::max<int>(20, static_cast<int>(200 * 65536 / sizes[i]));
+    EXPECT_EQ(j.at("iters").get<int>(), want_iters);
+    const double mn = j.at("lat_us_min").get<double>(), med = j.at("lat_us_median").get<double>();
+    EXPECT_GT(mn, 0.0);
+    EXPECT_LE(mn, med);
+    EXPECT_LE(med, j.at("lat_us_p99").get<double>());
+    EXPECT_LT(med, 1e6);  // under a second one way: sane, not a speed assertion
+    const double bw = j.at("bw_gbps").get<double>();
+    EXPECT_GT(bw, 0.0);
+    EXPECT_LT(bw, 1000.0);
+    EXPECT_EQ(j.at("check_errors").get<uint64_t>(), 0u);
+  }
+}
+
+TEST(BenchCliProcess, ShmSendSweepJson) {
+  SKIP_UNLESS_PROVIDER("shm");
+  check_sweep("shm", "shm", "send", {8, 16, 32, 64}, "");
+}
+
+TEST(BenchCliProcess, ShmWriteAndReadWithPayloadCheck) {
+  SKIP_UNLESS_PROVIDER("shm");
+  check_sweep("shm", "shm", "write", {8, 64, 512, 4096}, "-f 8 --check");
+  check_sweep("shm", "shm", "read", {8, 64, 512, 4096}, "-f 8 --check");
+  check_sweep("shm", "shm", "send", {1, 64, 4096, 262144}, "-f 64 --check --window 4");
+}
+
+TEST(BenchCliProcess, TcpSendSweepJson) {
+  SKIP_UNLESS_PROVIDER("tcp");
+  check_sweep("tcp://127.0.0.1:0", "tcp", "send", {8, 512, 32768}, "-f 64 --check");
+}
+
+TEST(BenchCliProcess, TableOutputHasHeaderAndOneRowPerSize) {
+  SKIP_UNLESS_PROVIDER("shm");
+  CliRun r = run_lattice("bench fabric --provider shm --min 8 --max 32 --iters 100 --bw-time 0.02");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("lat_median"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("GB/s = 1e9 bytes/s"), std::string::npos) << r.out;
+  int rows = 0;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    auto first = line.find_first_not_of(' ');
+    if (first != std::string::npos && line[first] != '#') ++rows;
+  }
+  EXPECT_EQ(rows, 3) << r.out;
+}
+
+// The demo: N x N matrices with every off-diagonal pair measured.
+void check_demo(const std::string& provider) {
+  CliRun r = run_lattice("demo -n 3 --provider " + provider + " --iters 200 --bw-time 0.02 --size 64K --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto rows = json_lines(r.out);
+  ASSERT_EQ(rows.size(), 1u) << r.out;
+  const auto& j = rows[0];
+  EXPECT_EQ(j.at("provider"), provider);
+  EXPECT_EQ(j.at("ranks"), 3);
+  for (const char* key : {"lat_us_median", "bw_gbps"}) {
+    const auto& m = j.at(key);
+    ASSERT_EQ(m.size(), 3u) << key;
+    for (size_t a = 0; a < 3; ++a) {
+      ASSERT_EQ(m[a].size(), 3u) << key;
+      for (size_t b = 0; b < 3; ++b) {
+        if (a == b) continue;
+        EXPECT_GT(m[a][b].get<double>(), 0.0) << key << " " << a << "," << b;
+        EXPECT_EQ(m[a][b].get<double>(), m[b][a].get<double>()) << key << ": a pair has one figure";
+      }
+    }
+  }
+}
+
+TEST(DemoProcess, ShmThreeRanksJson) {
+  SKIP_UNLESS_PROVIDER("shm");
+  check_demo("shm");
+}
+
+TEST(DemoProcess, TcpThreeRanksJson) {
+  SKIP_UNLESS_PROVIDER("tcp");
+  check_demo("tcp");
+}
+
+TEST(DemoProcess, ShmThreeRanksPrintsMatrices) {
+  SKIP_UNLESS_PROVIDER("shm");
+  CliRun r = run_lattice("demo -n 3 --iters 200 --bw-time 0.02 --size 64K");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("provider shm"), std::string::npos) << r.out;
+  // Two matrices, each a header naming rank0..rank2 and three rows.
+  int headers = 0, rows = 0;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream w(line);
+    std::vector<std::string> words;
+    for (std::string s; w >> s;) words.push_back(s);
+    if (words == std::vector<std::string>{"rank0", "rank1", "rank2"}) ++headers;
+    if (words.size() == 4 && words[0].rfind("rank", 0) == 0) {
+      ++rows;
+      int dashes = 0;
+      for (size_t k = 1; k < 4; ++k) dashes += words[k] == "-";
+      EXPECT_EQ(dashes, 1) << line;
+    }
+  }
+  EXPECT_EQ(headers, 2) << r.out;
+  EXPECT_EQ(rows, 6) << r.out;
+}
+
+}  // namespace
