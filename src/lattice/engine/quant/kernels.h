@@ -19,6 +19,15 @@
 //         stored as q + 128 (unsigned), so both types are u8 x s8 dot products.
 //   then all blocks' scales: 16 fp16 (one per row) at nb*bytes_per_block + b*32.
 // Group stride: nb*(256 or 512) + nb*32, rounded up to 64 bytes.
+//
+// Packed Q4_K (16-row groups, kQ4KPackedBytes per 256-column super-block s, at s*2368):
+//   [0, 2048)    nibbles: sub-block j (0..7) at j*256, arranged like a Q4_0 block: dword i of
+//                lane r holds row r's elements 4i..4i+3 (low nibbles) and 16+4i.. (high);
+//   [2048, 2176) scales: byte j*16 + r = 6-bit scale of sub-block j, row r;
+//   [2176, 2304) mins, by pairs: byte p*32 + 2r + h = 6-bit min of sub-block 2p+h, row r
+//                (zero-extended to int16, lane r holds the pair for vpdpwssd);
+//   [2304, 2336) d of the 16 rows (fp16); [2336, 2368) dmin of the 16 rows (fp16).
+// Row r's element 32j + e equals d*sc_j*q - dmin*m_j as in GGUF; only the byte order changes.
 #pragma once
 
 #include <cstddef>
@@ -54,15 +63,18 @@ struct KernelTable {
   QuantQ8Fn quant_q8;
   QuantQ8KFn quant_q8k;
   RowDotFn dot_f32, dot_f16, dot_bf16, dot_q8_0, dot_q4_0, dot_q4_k, dot_q5_k, dot_q6_k;
-  PackedTileFn tile_q4_0, tile_q8_0;
+  PackedTileFn tile_q4_0, tile_q8_0, tile_q4_k;
 };
 
 const KernelTable& scalar_kernels();
 const KernelTable& avx2_kernels();    // defined in kernels_avx2.cc
 const KernelTable& avx512_kernels();  // defined in kernels_avx512.cc
 
+inline constexpr size_t kQ4KPackedBytes = 2368;
 inline size_t packed_block_bytes(TensorType t) { return t == TensorType::kQ4_0 ? 256 : 512; }
+// nb = number of format blocks in a row (32-blocks for Q4_0/Q8_0, 256-blocks for Q4_K).
 inline size_t packed_group_bytes(TensorType t, size_t nb) {
+  if (t == TensorType::kQ4_K) return nb * kQ4KPackedBytes;
   return (nb * (packed_block_bytes(t) + 32) + 63) / 64 * 64;
 }
 

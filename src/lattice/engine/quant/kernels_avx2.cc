@@ -320,6 +320,7 @@ const KernelTable& avx2_kernels() {
   static const KernelTable t{
       "avx2",   quant_q8,  quant_q8k, dot_f32, dot_f16, dot_bf16, dot_q8_0, dot_q4_0, dot_k4like<4, BlockQ4_K>,
       dot_k4like<5, BlockQ5_K>, dot_q6_k, tile<true>, tile<false>,
+      scalar_kernels().tile_q4_k,  // no AVX2 version yet: packed Q4_K runs the reference tile
   };
   return t;
 }

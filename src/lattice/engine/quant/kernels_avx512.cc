@@ -203,6 +203,93 @@ void tile(const uint8_t* group, size_t nb, const Act& a, size_t t0, size_t nt, f
   }
 }
 
+// Packed Q4_K (layout in kernels.h): per sub-block the integer dots come from vpdpbusd as for
+// Q4_0, are scaled by d*sc (one vector per sub-block, shared by the tokens) in float, and the
+// mins term sum_j m_j * sum(x of sub-block j) is 4 vpdpwssd per super-block.
+template <int NT>
+void tile_q4_k_t(const uint8_t* group, size_t nsb, const Act& a, size_t t0, float* out) {
+  constexpr bool kSplit = NT <= 2;
+  const int32_t* xq[NT];
+  const float* xd[NT];
+  const int16_t* xb[NT];
+  for (int t = 0; t < NT; ++t) {
+    xq[t] = reinterpret_cast<const int32_t*>(a.q + (t0 + t) * a.k);
+    xd[t] = a.d + (t0 + t) * nsb;
+    xb[t] = a.bsum + (t0 + t) * (a.k / 16);
+  }
+  __m512 facc[NT];
+  for (int t = 0; t < NT; ++t) facc[t] = _mm512_setzero_ps();
+  const __m512i m4 = _mm512_set1_epi8(0x0f), m4hi = _mm512_set1_epi8(static_cast<char>(0xf0));
+  for (size_t s = 0; s < nsb; ++s) {
+    const uint8_t* sb = group + s * kQ4KPackedBytes;
+    const __m512 dvec = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 2304)));
+    const __m512 mvec = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 2336)));
+    __m512 fs[NT];
+    for (int t = 0; t < NT; ++t) fs[t] = _mm512_setzero_ps();
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t* p = sb + j * 256;
+      _mm_prefetch(reinterpret_cast<const char*>(p) + 4 * kQ4KPackedBytes, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p) + 4 * kQ4KPackedBytes + 64, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p) + 4 * kQ4KPackedBytes + 128, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p) + 4 * kQ4KPackedBytes + 192, _MM_HINT_T0);
+      const __m512 dsc = _mm512_mul_ps(
+          _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 2048 + j * 16)))), dvec);
+      __m512i dot[NT], dot2[NT];
+      for (int t = 0; t < NT; ++t) dot[t] = dot2[t] = _mm512_setzero_si512();
+      const size_t xoff = s * 64 + j * 8;
+      for (int i = 0; i < 4; ++i) {
+        const __m512i v = _mm512_loadu_si512(p + i * 64);
+        const __m512i lo = _mm512_and_si512(v, m4);
+        if constexpr (kSplit) {
+          const __m512i hi16 = _mm512_and_si512(v, m4hi);
+          for (int t = 0; t < NT; ++t) {
+            dot[t] = _mm512_dpbusd_epi32(dot[t], lo, _mm512_set1_epi32(xq[t][xoff + i]));
+            dot2[t] = _mm512_dpbusd_epi32(dot2[t], hi16, _mm512_set1_epi32(xq[t][xoff + 4 + i]));
+          }
+        } else {
+          const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+          for (int t = 0; t < NT; ++t) {
+            dot[t] = _mm512_dpbusd_epi32(dot[t], lo, _mm512_set1_epi32(xq[t][xoff + i]));
+            dot[t] = _mm512_dpbusd_epi32(dot[t], hi, _mm512_set1_epi32(xq[t][xoff + 4 + i]));
+          }
+        }
+      }
+      for (int t = 0; t < NT; ++t) {
+        __m512i iv = dot[t];
+        if constexpr (kSplit) iv = _mm512_add_epi32(iv, _mm512_srai_epi32(dot2[t], 4));
+        fs[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iv), dsc, fs[t]);
+      }
+    }
+    __m512i mins[4];
+    for (int pr = 0; pr < 4; ++pr)
+      mins[pr] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 2176 + pr * 32)));
+    for (int t = 0; t < NT; ++t) {
+      const int16_t* b = xb[t] + s * 16;
+      __m512i imin = _mm512_setzero_si512();
+      for (int pr = 0; pr < 4; ++pr) {
+        const uint32_t s0 = static_cast<uint16_t>(b[4 * pr] + b[4 * pr + 1]);
+        const uint32_t s1 = static_cast<uint16_t>(b[4 * pr + 2] + b[4 * pr + 3]);
+        imin = _mm512_dpwssd_epi32(imin, mins[pr], _mm512_set1_epi32(static_cast<int>(s0 | (s1 << 16))));
+      }
+      facc[t] = _mm512_fmadd_ps(_mm512_set1_ps(xd[t][s]), _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin), mvec, fs[t]), facc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + t * 16, facc[t]);
+}
+
+void tile_q4_k(const uint8_t* group, size_t nsb, const Act& a, size_t t0, size_t nt, float* out) {
+  while (nt >= 4) {
+    tile_q4_k_t<4>(group, nsb, a, t0, out);
+    t0 += 4, nt -= 4, out += 4 * 16;
+  }
+  switch (nt) {
+    case 3: tile_q4_k_t<3>(group, nsb, a, t0, out); break;
+    case 2: tile_q4_k_t<2>(group, nsb, a, t0, out); break;
+    case 1: tile_q4_k_t<1>(group, nsb, a, t0, out); break;
+    default: break;
+  }
+}
+
 }  // namespace
 
 const KernelTable& avx512_kernels() {
@@ -218,6 +305,7 @@ const KernelTable& avx512_kernels() {
     k.dot_q8_0 = dot_q8_0;
     k.tile_q4_0 = tile<true>;
     k.tile_q8_0 = tile<false>;
+    k.tile_q4_k = tile_q4_k;
     return k;
   }();
   return t;

@@ -33,7 +33,34 @@ Status validate(const WeightView& w) {
   return Status::Ok();
 }
 
-bool is_packable(TensorType t) { return t == TensorType::kQ4_0 || t == TensorType::kQ8_0; }
+bool is_packable(TensorType t) {
+  return t == TensorType::kQ4_0 || t == TensorType::kQ8_0 || t == TensorType::kQ4_K;
+}
+
+// Rearranges one Q4_K row into lane `lane` of its packed group (layout in kernels.h).
+void pack_q4_k_row(const BlockQ4_K* src, size_t nsb, uint8_t* group, size_t lane) {
+  for (size_t s = 0; s < nsb; ++s) {
+    const BlockQ4_K& blk = src[s];
+    uint8_t* sb = group + s * kQ4KPackedBytes;
+    for (int j = 0; j < 8; ++j) {
+      int sc, m;
+      k4_scale_min(blk.scales, j, &sc, &m);
+      sb[2048 + j * 16 + lane] = static_cast<uint8_t>(sc);
+      sb[2176 + (j / 2) * 32 + 2 * lane + (j % 2)] = static_cast<uint8_t>(m);
+      // Sub-block j: GGUF keeps it in the low (j even) or high (j odd) nibbles of qs[32*(j/2)..].
+      uint8_t v[32];
+      for (int e = 0; e < 32; ++e) {
+        const uint8_t byte = blk.qs[32 * (j / 2) + e];
+        v[e] = (j % 2) ? (byte >> 4) : (byte & 15);
+      }
+      for (int i = 0; i < 4; ++i)
+        for (int mm = 0; mm < 4; ++mm)
+          sb[j * 256 + i * 64 + lane * 4 + mm] = static_cast<uint8_t>(v[4 * i + mm] | (v[16 + 4 * i + mm] << 4));
+    }
+    std::memcpy(sb + 2304 + 2 * lane, &blk.d, 2);
+    std::memcpy(sb + 2336 + 2 * lane, &blk.dmin, 2);
+  }
+}
 
 enum class ActKind { kF32, kQ8, kQ8K };
 ActKind act_kind(TensorType t) {
@@ -101,7 +128,7 @@ Result<Weight> Weight::pack(const WeightView& w) {
   out.raw_.data = nullptr;
   const size_t stride = w.row_stride_bytes ? w.row_stride_bytes : *row_bytes(w.type, w.n_cols);
   out.raw_.row_stride_bytes = stride;
-  const size_t nb = w.n_cols / kQK;
+  const size_t nb = w.n_cols / (w.type == TensorType::kQ4_K ? kQKK : kQK);
   const size_t n_groups = (w.n_rows + kPackRows - 1) / kPackRows;
   out.group_stride_ = packed_group_bytes(w.type, nb);
   const size_t total = n_groups * out.group_stride_;
@@ -115,6 +142,10 @@ Result<Weight> Weight::pack(const WeightView& w) {
     const uint8_t* src = static_cast<const uint8_t*>(w.data) + r * stride;
     uint8_t* group = mem + (r / kPackRows) * out.group_stride_;
     const size_t lane = r % kPackRows;
+    if (w.type == TensorType::kQ4_K) {
+      pack_q4_k_row(reinterpret_cast<const BlockQ4_K*>(src), nb, group, lane);
+      continue;
+    }
     auto* scales = reinterpret_cast<uint16_t*>(group + nb * bb);
     for (size_t b = 0; b < nb; ++b) {
       uint8_t* dst = group + b * bb + lane * 4;
@@ -206,8 +237,10 @@ void matmul_multi(std::span<const MatmulOut> outs, const float* x, size_t n_tok,
     const size_t r0 = o.r0, r1 = o.r1 ? o.r1 : w.n_rows();
     const size_t ys = o.y_stride ? o.y_stride : r1 - r0;
     if (w.packed()) {
-      const PackedTileFn tile = w.type() == TensorType::kQ4_0 ? kt.tile_q4_0 : kt.tile_q8_0;
-      const size_t nb = k / kQK;
+      const bool q4k = w.type() == TensorType::kQ4_K;
+      const PackedTileFn tile = w.type() == TensorType::kQ4_0 ? kt.tile_q4_0 : q4k ? kt.tile_q4_k : kt.tile_q8_0;
+      const Act& a = q4k ? actk : act8;
+      const size_t nb = q4k ? k / kQKK : k / kQK;
       alignas(64) float tmp[kMaxTileTokens * kPackRows];
       // Tokens in chunks whose activations stay in L2 while the task's groups cycle through
       // L1/L2; each tile then reuses a group's blocks for up to 8 tokens.
@@ -219,7 +252,7 @@ void matmul_multi(std::span<const MatmulOut> outs, const float* x, size_t n_tok,
           const size_t ra = std::max(r0, g * kPackRows), rb = std::min(r1, (g + 1) * kPackRows);
           for (size_t t0 = tc; t0 < tc_end; t0 += kMaxTileTokens) {
             const size_t nt = std::min(kMaxTileTokens, tc_end - t0);
-            tile(gp, nb, act8, t0, nt, tmp);
+            tile(gp, nb, a, t0, nt, tmp);
             for (size_t i = 0; i < nt; ++i)
               std::memcpy(o.y + (t0 + i) * ys + (ra - r0), tmp + i * kPackRows + (ra - g * kPackRows),
                           (rb - ra) * sizeof(float));
