@@ -140,8 +140,13 @@ void tile_t(const uint8_t* group, size_t nb, const Act& a, size_t t0, float* out
   constexpr int kOffset = kQ4 ? 8 : 128;
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* p = group + b * bb;
-    _mm_prefetch(reinterpret_cast<const char*>(p) + 8 * bb, _MM_HINT_T0);
-    if constexpr (!kQ4) _mm_prefetch(reinterpret_cast<const char*>(p) + 8 * bb + 256, _MM_HINT_T0);
+#ifndef LATTICE_PF_BLOCKS
+#define LATTICE_PF_BLOCKS 8
+#endif
+    if constexpr (LATTICE_PF_BLOCKS > 0) {
+      _mm_prefetch(reinterpret_cast<const char*>(p) + LATTICE_PF_BLOCKS * bb, _MM_HINT_T0);
+      if constexpr (!kQ4) _mm_prefetch(reinterpret_cast<const char*>(p) + LATTICE_PF_BLOCKS * bb + 256, _MM_HINT_T0);
+    }
     __m512i acc[NT], acc2[NT];
     for (int t = 0; t < NT; ++t) {
       acc[t] = _mm512_set1_epi32(-kOffset * xs[t][b]);

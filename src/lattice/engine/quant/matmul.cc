@@ -122,7 +122,8 @@ Result<Weight> Weight::view(const WeightView& w) {
 
 Result<Weight> Weight::pack(const WeightView& w) {
   LATTICE_RETURN_IF_ERROR(validate(w));
-  if (!is_packable(w.type)) return view(w);
+  // Q4_K has a fast packed tile only with AVX-512; elsewhere its GGUF rows are faster.
+  if (!is_packable(w.type) || (w.type == TensorType::kQ4_K && active_isa() != Isa::kAvx512)) return view(w);
   Weight out;
   out.raw_ = w;
   out.raw_.data = nullptr;
