@@ -210,6 +210,20 @@ TEST(TokenizerSpm, LongInputIsNotQuadratic) {
   EXPECT_EQ(got.back(), kAa);
 }
 
+TEST(TokenizerSpm, OutOfRangeIdsAreHarmless) {
+  Tokenizer t = make();
+  for (TokenId id : {-1, 282, 1 << 30}) {
+    EXPECT_FALSE(t.valid(id));
+    EXPECT_EQ(t.token_text(id), "");
+    EXPECT_EQ(t.token_kind(id), TokenKind::kUndefined);
+    EXPECT_EQ(t.token_to_piece(id, true), "");
+    EXPECT_FALSE(t.is_eog(id));
+  }
+  // Invalid ids print nothing (the first one still takes the "strip the prefix space" turn).
+  EXPECT_EQ(t.decode(ids({-5, kSpaceH, 99999, kEll, kO})), " hello");
+  EXPECT_EQ(t.token_text(kEll), "ell");
+}
+
 TEST(TokenizerSpm, RejectsBadSpecs) {
   TokenizerSpec s = spm_spec();
   s.bos_id = 100000;

@@ -110,8 +110,11 @@ class Tokenizer {
   size_t n_vocab() const { return tokens_.size(); }
   Kind kind() const { return kind_; }
   PreTokenizer pre_tokenizer() const { return pre_; }
-  const std::string& token_text(TokenId id) const { return tokens_.at(static_cast<size_t>(id)); }
-  TokenKind token_kind(TokenId id) const { return types_.at(static_cast<size_t>(id)); }
+  // The vocabulary entry as stored; "" / kUndefined for ids out of range (ids may come from
+  // outside, e.g. an API request).
+  std::string_view token_text(TokenId id) const { return valid(id) ? std::string_view(tokens_[id]) : std::string_view(); }
+  TokenKind token_kind(TokenId id) const { return valid(id) ? types_[id] : TokenKind::kUndefined; }
+  bool valid(TokenId id) const { return id >= 0 && static_cast<size_t>(id) < tokens_.size(); }
   // kNoToken when the text is not one token.
   TokenId find_token(std::string_view text) const;
 
