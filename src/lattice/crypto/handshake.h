@@ -94,9 +94,9 @@ static_assert(sizeof(Confirm) == 40);
 }  // namespace wire
 
 struct HandshakeOptions {
-  std::string context;          // bound into every MAC and key; must match on both sides
+  std::string context{};        // bound into every MAC and key; must match on both sides
   bool insecure = false;        // agree to send plaintext after authenticating (both must ask)
-  std::vector<Cipher> ciphers;  // preference order; empty: default_cipher() first, then the other
+  std::vector<Cipher> ciphers{};  // preference order; empty: default_cipher() first, then the other
 };
 
 // What a completed handshake yields.
