@@ -120,6 +120,12 @@ TEST(Matmul, EveryTypeIsaLayoutAndTokenCountMatchesReference) {
     auto packed = Weight::pack(view);
     auto in_place = Weight::view(view);
     ASSERT_TRUE(packed.ok() && in_place.ok());
+    // Which types get the interleaved layout: Q4_0/Q8_0 always, Q4_K/Q6_K with AVX-512.
+    const bool kquant = type == TensorType::kQ4_K || type == TensorType::kQ6_K;
+    const bool expect_packed = type == TensorType::kQ4_0 || type == TensorType::kQ8_0 ||
+                               (kquant && active_isa() == Isa::kAvx512);
+    EXPECT_EQ(packed->packed(), expect_packed) << static_cast<int>(type);
+    EXPECT_FALSE(in_place->packed());
     for (size_t n_tok : {1, 2, 3, 5, 7, 9, 13}) {
       const auto x = make_x(n_tok, cols, 7 * static_cast<uint32_t>(n_tok));
       std::vector<float> y_scalar;

@@ -28,6 +28,13 @@
 //                (zero-extended to int16, lane r holds the pair for vpdpwssd);
 //   [2304, 2336) d of the 16 rows (fp16); [2336, 2368) dmin of the 16 rows (fp16).
 // Row r's element 32j + e equals d*sc_j*q - dmin*m_j as in GGUF; only the byte order changes.
+//
+// Packed Q6_K (16-row groups, kQ6KPackedBytes per super-block, values q in 0..63, x = d*sc*(q-32)):
+//   [0, 2048)    low 4 bits, sub-block j (32 elements) at j*256 arranged as a Q4_0 block;
+//   [2048, 3072) top 2 bits, sub-block j at 2048 + j*128, half p (0,1) at +p*64, byte r*4+m:
+//                bits 0-1: element 4p+m, 2-3: 16+4p+m, 4-5: 4(p+2)+m, 6-7: 16+4(p+2)+m;
+//   [3072, 3328) int8 scales: byte g*16 + r = scale of elements 16g..16g+15 of row r;
+//   [3328, 3360) d of the 16 rows (fp16); padded to 3392 bytes.
 #pragma once
 
 #include <cstddef>
@@ -63,7 +70,7 @@ struct KernelTable {
   QuantQ8Fn quant_q8;
   QuantQ8KFn quant_q8k;
   RowDotFn dot_f32, dot_f16, dot_bf16, dot_q8_0, dot_q4_0, dot_q4_k, dot_q5_k, dot_q6_k;
-  PackedTileFn tile_q4_0, tile_q8_0, tile_q4_k;
+  PackedTileFn tile_q4_0, tile_q8_0, tile_q4_k, tile_q6_k;
 };
 
 const KernelTable& scalar_kernels();
@@ -71,10 +78,12 @@ const KernelTable& avx2_kernels();    // defined in kernels_avx2.cc
 const KernelTable& avx512_kernels();  // defined in kernels_avx512.cc
 
 inline constexpr size_t kQ4KPackedBytes = 2368;
+inline constexpr size_t kQ6KPackedBytes = 3392;
 inline size_t packed_block_bytes(TensorType t) { return t == TensorType::kQ4_0 ? 256 : 512; }
 // nb = number of format blocks in a row (32-blocks for Q4_0/Q8_0, 256-blocks for Q4_K).
 inline size_t packed_group_bytes(TensorType t, size_t nb) {
   if (t == TensorType::kQ4_K) return nb * kQ4KPackedBytes;
+  if (t == TensorType::kQ6_K) return nb * kQ6KPackedBytes;
   return (nb * (packed_block_bytes(t) + 32) + 63) / 64 * 64;
 }
 

@@ -295,6 +295,86 @@ void tile_q4_k(const uint8_t* group, size_t nsb, const Act& a, size_t t0, size_t
   }
 }
 
+// Packed Q6_K (layout in kernels.h): 6-bit values rebuilt from a nibble vector and a 2-bit
+// vector (shift, mask, one vpternlogd each), products per 16 elements into their own
+// accumulator started at -32 * sum(x) (the offset), scaled in float by d*sc.
+template <int NT>
+void tile_q6_k_t(const uint8_t* group, size_t nsb, const Act& a, size_t t0, float* out) {
+  const int32_t* xq[NT];
+  const float* xd[NT];
+  const int16_t* xb[NT];
+  for (int t = 0; t < NT; ++t) {
+    xq[t] = reinterpret_cast<const int32_t*>(a.q + (t0 + t) * a.k);
+    xd[t] = a.d + (t0 + t) * nsb;
+    xb[t] = a.bsum + (t0 + t) * (a.k / 16);
+  }
+  __m512 facc[NT];
+  for (int t = 0; t < NT; ++t) facc[t] = _mm512_setzero_ps();
+  const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+  constexpr int kAndOr = 0xEA;  // vpternlogd: (A & B) | C
+  for (size_t s = 0; s < nsb; ++s) {
+    const uint8_t* sb = group + s * kQ6KPackedBytes;
+    const __m512 dvec = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 3328)));
+    __m512 fs[NT];
+    for (int t = 0; t < NT; ++t) fs[t] = _mm512_setzero_ps();
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t* p = sb + j * 256;
+      const uint8_t* ph = sb + 2048 + j * 128;
+      for (int l = 0; l < 6; ++l)
+        _mm_prefetch(reinterpret_cast<const char*>(p) + 3 * kQ6KPackedBytes + 64 * l, _MM_HINT_T0);
+      const __m512 sc_lo = _mm512_mul_ps(
+          _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 3072 + (2 * j) * 16)))), dvec);
+      const __m512 sc_hi = _mm512_mul_ps(
+          _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 3072 + (2 * j + 1) * 16)))), dvec);
+      const __m512i h0 = _mm512_loadu_si512(ph), h1 = _mm512_loadu_si512(ph + 64);
+      __m512i alo[NT], ahi[NT];
+      for (int t = 0; t < NT; ++t) {
+        const int16_t* b = xb[t] + s * 16 + 2 * j;
+        alo[t] = _mm512_set1_epi32(-32 * b[0]);
+        ahi[t] = _mm512_set1_epi32(-32 * b[1]);
+      }
+      const size_t xoff = s * 64 + j * 8;
+      for (int i = 0; i < 4; ++i) {
+        const __m512i v = _mm512_loadu_si512(p + i * 64);
+        const __m512i h = (i & 1) ? h1 : h0;
+        __m512i top_lo, top_hi;  // the 2-bit fields moved to bits 4-5
+        if (i < 2) {
+          top_lo = _mm512_and_si512(_mm512_slli_epi16(h, 4), m30);
+          top_hi = _mm512_and_si512(_mm512_slli_epi16(h, 2), m30);
+        } else {
+          top_lo = _mm512_and_si512(h, m30);
+          top_hi = _mm512_and_si512(_mm512_srli_epi16(h, 2), m30);
+        }
+        const __m512i lo = _mm512_ternarylogic_epi32(v, m4, top_lo, kAndOr);
+        const __m512i hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), m4, top_hi, kAndOr);
+        for (int t = 0; t < NT; ++t) {
+          alo[t] = _mm512_dpbusd_epi32(alo[t], lo, _mm512_set1_epi32(xq[t][xoff + i]));
+          ahi[t] = _mm512_dpbusd_epi32(ahi[t], hi, _mm512_set1_epi32(xq[t][xoff + 4 + i]));
+        }
+      }
+      for (int t = 0; t < NT; ++t) {
+        fs[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(alo[t]), sc_lo, fs[t]);
+        fs[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ahi[t]), sc_hi, fs[t]);
+      }
+    }
+    for (int t = 0; t < NT; ++t) facc[t] = _mm512_fmadd_ps(fs[t], _mm512_set1_ps(xd[t][s]), facc[t]);
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + t * 16, facc[t]);
+}
+
+void tile_q6_k(const uint8_t* group, size_t nsb, const Act& a, size_t t0, size_t nt, float* out) {
+  while (nt >= 4) {
+    tile_q6_k_t<4>(group, nsb, a, t0, out);
+    t0 += 4, nt -= 4, out += 4 * 16;
+  }
+  switch (nt) {
+    case 3: tile_q6_k_t<3>(group, nsb, a, t0, out); break;
+    case 2: tile_q6_k_t<2>(group, nsb, a, t0, out); break;
+    case 1: tile_q6_k_t<1>(group, nsb, a, t0, out); break;
+    default: break;
+  }
+}
+
 }  // namespace
 
 const KernelTable& avx512_kernels() {
@@ -311,6 +391,7 @@ const KernelTable& avx512_kernels() {
     k.tile_q4_0 = tile<true>;
     k.tile_q8_0 = tile<false>;
     k.tile_q4_k = tile_q4_k;
+    k.tile_q6_k = tile_q6_k;
     return k;
   }();
   return t;

@@ -211,12 +211,44 @@ void tile_q4_k(const uint8_t* group, size_t nsb, const Act& a, size_t t0, size_t
   }
 }
 
+void tile_q6_k(const uint8_t* group, size_t nsb, const Act& a, size_t t0, size_t nt, float* out) {
+  for (size_t i = 0; i < nt; ++i) {
+    const size_t t = t0 + i;
+    const int8_t* q = a.q + t * a.k;
+    const float* dx = a.d + t * nsb;
+    for (size_t r = 0; r < kPackRows; ++r) {
+      float sum = 0;
+      for (size_t s = 0; s < nsb; ++s) {
+        const uint8_t* sb = group + s * kQ6KPackedBytes;
+        uint16_t dh;
+        std::memcpy(&dh, sb + 3328 + 2 * r, 2);
+        int32_t isum = 0;
+        for (int j = 0; j < 8; ++j) {
+          const int8_t* xq = q + s * kQKK + 32 * j;
+          for (int e = 0; e < 16; ++e) {
+            const int i4 = e / 4, m = e % 4, p = i4 % 2, shift = i4 < 2 ? 0 : 4;
+            const uint8_t nib = sb[j * 256 + i4 * 64 + r * 4 + m];
+            const uint8_t hb = sb[2048 + j * 128 + p * 64 + r * 4 + m] >> shift;
+            const int v_lo = ((nib & 15) | ((hb & 3) << 4)) - 32;
+            const int v_hi = ((nib >> 4) | (((hb >> 2) & 3) << 4)) - 32;
+            const int sc_lo = static_cast<int8_t>(sb[3072 + (2 * j) * 16 + r]);
+            const int sc_hi = static_cast<int8_t>(sb[3072 + (2 * j + 1) * 16 + r]);
+            isum += sc_lo * v_lo * xq[e] + sc_hi * v_hi * xq[16 + e];
+          }
+        }
+        sum += dx[s] * fp16_to_fp32(dh) * static_cast<float>(isum);
+      }
+      out[i * kPackRows + r] = sum;
+    }
+  }
+}
+
 }  // namespace
 
 const KernelTable& scalar_kernels() {
   static const KernelTable t{
       "scalar",        quant_q8,   quant_q8k, dot_f32, dot_f16, dot_bf16, dot_q8_0, dot_q4_0,
-      dot_k4like<4, BlockQ4_K>, dot_k4like<5, BlockQ5_K>, dot_q6_k, tile_packed<true>, tile_packed<false>, tile_q4_k,
+      dot_k4like<4, BlockQ4_K>, dot_k4like<5, BlockQ5_K>, dot_q6_k, tile_packed<true>, tile_packed<false>, tile_q4_k, tile_q6_k,
   };
   return t;
 }

@@ -34,7 +34,34 @@ Status validate(const WeightView& w) {
 }
 
 bool is_packable(TensorType t) {
-  return t == TensorType::kQ4_0 || t == TensorType::kQ8_0 || t == TensorType::kQ4_K;
+  return t == TensorType::kQ4_0 || t == TensorType::kQ8_0 || t == TensorType::kQ4_K || t == TensorType::kQ6_K;
+}
+
+// Rearranges one Q6_K row into lane `lane` of its packed group (layout in kernels.h).
+void pack_q6_k_row(const BlockQ6_K* src, size_t nsb, uint8_t* group, size_t lane) {
+  for (size_t s = 0; s < nsb; ++s) {
+    const BlockQ6_K& blk = src[s];
+    uint8_t q[kQKK];  // 0..63
+    for (int e = 0; e < kQKK; ++e) {
+      const int h = e / 128, r = e % 128, kq = r / 32, l = r % 32;
+      const uint8_t lo = blk.ql[64 * h + 32 * (kq & 1) + l];
+      q[e] = static_cast<uint8_t>((kq < 2 ? (lo & 15) : (lo >> 4)) | (((blk.qh[32 * h + l] >> (2 * kq)) & 3) << 4));
+    }
+    uint8_t* sb = group + s * kQ6KPackedBytes;
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t* v = q + 32 * j;
+      for (int i = 0; i < 4; ++i)
+        for (int m = 0; m < 4; ++m)
+          sb[j * 256 + i * 64 + lane * 4 + m] = static_cast<uint8_t>((v[4 * i + m] & 15) | ((v[16 + 4 * i + m] & 15) << 4));
+      for (int p = 0; p < 2; ++p)
+        for (int m = 0; m < 4; ++m)
+          sb[2048 + j * 128 + p * 64 + lane * 4 + m] =
+              static_cast<uint8_t>((v[4 * p + m] >> 4) | ((v[16 + 4 * p + m] >> 4) << 2) |
+                                   ((v[4 * (p + 2) + m] >> 4) << 4) | ((v[16 + 4 * (p + 2) + m] >> 4) << 6));
+    }
+    for (int g = 0; g < 16; ++g) sb[3072 + g * 16 + lane] = static_cast<uint8_t>(blk.scales[g]);
+    std::memcpy(sb + 3328 + 2 * lane, &blk.d, 2);
+  }
 }
 
 // Rearranges one Q4_K row into lane `lane` of its packed group (layout in kernels.h).
@@ -123,13 +150,16 @@ Result<Weight> Weight::view(const WeightView& w) {
 Result<Weight> Weight::pack(const WeightView& w) {
   LATTICE_RETURN_IF_ERROR(validate(w));
   // Q4_K has a fast packed tile only with AVX-512; elsewhere its GGUF rows are faster.
-  if (!is_packable(w.type) || (w.type == TensorType::kQ4_K && active_isa() != Isa::kAvx512)) return view(w);
+  if (!is_packable(w.type) ||
+      ((w.type == TensorType::kQ4_K || w.type == TensorType::kQ6_K) && active_isa() != Isa::kAvx512))
+    return view(w);
   Weight out;
   out.raw_ = w;
   out.raw_.data = nullptr;
   const size_t stride = w.row_stride_bytes ? w.row_stride_bytes : *row_bytes(w.type, w.n_cols);
   out.raw_.row_stride_bytes = stride;
-  const size_t nb = w.n_cols / (w.type == TensorType::kQ4_K ? kQKK : kQK);
+  const bool kquant = w.type == TensorType::kQ4_K || w.type == TensorType::kQ6_K;
+  const size_t nb = w.n_cols / (kquant ? kQKK : kQK);
   const size_t n_groups = (w.n_rows + kPackRows - 1) / kPackRows;
   out.group_stride_ = packed_group_bytes(w.type, nb);
   const size_t total = n_groups * out.group_stride_;
@@ -145,6 +175,10 @@ Result<Weight> Weight::pack(const WeightView& w) {
     const size_t lane = r % kPackRows;
     if (w.type == TensorType::kQ4_K) {
       pack_q4_k_row(reinterpret_cast<const BlockQ4_K*>(src), nb, group, lane);
+      continue;
+    }
+    if (w.type == TensorType::kQ6_K) {
+      pack_q6_k_row(reinterpret_cast<const BlockQ6_K*>(src), nb, group, lane);
       continue;
     }
     auto* scales = reinterpret_cast<uint16_t*>(group + nb * bb);
@@ -238,10 +272,13 @@ void matmul_multi(std::span<const MatmulOut> outs, const float* x, size_t n_tok,
     const size_t r0 = o.r0, r1 = o.r1 ? o.r1 : w.n_rows();
     const size_t ys = o.y_stride ? o.y_stride : r1 - r0;
     if (w.packed()) {
-      const bool q4k = w.type() == TensorType::kQ4_K;
-      const PackedTileFn tile = w.type() == TensorType::kQ4_0 ? kt.tile_q4_0 : q4k ? kt.tile_q4_k : kt.tile_q8_0;
-      const Act& a = q4k ? actk : act8;
-      const size_t nb = q4k ? k / kQKK : k / kQK;
+      const bool kq = act_kind(w.type()) == ActKind::kQ8K;
+      const PackedTileFn tile = w.type() == TensorType::kQ4_0   ? kt.tile_q4_0
+                                : w.type() == TensorType::kQ8_0 ? kt.tile_q8_0
+                                : w.type() == TensorType::kQ4_K ? kt.tile_q4_k
+                                                                : kt.tile_q6_k;
+      const Act& a = kq ? actk : act8;
+      const size_t nb = kq ? k / kQKK : k / kQK;
       alignas(64) float tmp[kMaxTileTokens * kPackRows];
       // Tokens in chunks whose activations stay in L2 while the task's groups cycle through
       // L1/L2; each tile then reuses a group's blocks for up to 8 tokens.
