@@ -41,6 +41,8 @@
 //     sessions) and K; each direction has its own key; the context C binds a session to
 //     its purpose so a handshake for one link cannot be spliced into another.
 //   - Cipher choice and --insecure are covered by the MACs: no silent downgrade.
+//   - The initiator is done once M2 verifies; it learns the responder accepted M3 only from
+//     the first authenticated frame it receives (or the link closing), as in TLS.
 //
 // Errors: a failed handshake is failed for good (sticky). Authentication failures of any
 // kind (bad MAC, malformed or unexpected message, a reject received) are kAuthFailed; a
