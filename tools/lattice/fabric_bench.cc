@@ -236,10 +236,17 @@ Status BenchSide::repost_recv(size_t slot) {
   return ep_->post_recv(recv_slot(slot, layout_.slot_bytes), kRecvTag | slot);
 }
 
-Status BenchSide::poll_once() {
+Status BenchSide::poll_once(bool block) {
   if (!error_.ok()) return error_;
   std::array<Completion, 32> comps;
-  size_t n = cq_->poll(comps);
+  size_t n = 0;
+  if (block) {
+    auto r = cq_->wait(comps, Deadline::after(std::chrono::milliseconds(1)));
+    if (r.ok()) n = *r;
+    else if (r.status().code() != ErrorCode::kTimeout) return r.status().with_context("bench: waiting on the queue");
+  } else {
+    n = cq_->poll(comps);
+  }
   // Handle the whole batch even after an error: a message that arrived before the failure
   // (the peer's last word before it exited) is still delivered by wait_recv().
   for (size_t i = 0; i < n; ++i) {
@@ -258,7 +265,7 @@ Status BenchSide::poll_once() {
   return error_;
 }
 
-Status BenchSide::wait_recv(size_t* slot, size_t* n_bytes, Deadline deadline) {
+Status BenchSide::wait_recv(size_t* slot, size_t* n_bytes, Deadline deadline, bool block) {
   for (int spins = 0;; ++spins) {
     if (!ready_recvs_.empty()) {
       *slot = ready_recvs_.front().first;
@@ -266,8 +273,8 @@ Status BenchSide::wait_recv(size_t* slot, size_t* n_bytes, Deadline deadline) {
       ready_recvs_.pop_front();
       return Status::Ok();
     }
-    if (Status st = poll_once(); !st.ok() && ready_recvs_.empty()) return st;
-    if (spins == kSpinsPerCheck) {
+    if (Status st = poll_once(block); !st.ok() && ready_recvs_.empty()) return st;
+    if (spins == kSpinsPerCheck || block) {
       spins = 0;
       if (deadline.expired()) return Timeout("bench: waiting for a message from the peer", peer_rank_);
       LATTICE_RETURN_IF_ERROR(ep_->status());
@@ -304,9 +311,9 @@ Status BenchSide::post_ctl(const Ctl& c) {
   return Status::Ok();
 }
 
-Result<BenchSide::Ctl> BenchSide::wait_ctl(uint32_t kind, Deadline deadline) {
+Result<BenchSide::Ctl> BenchSide::wait_ctl(uint32_t kind, Deadline deadline, bool block) {
   size_t slot = 0, n = 0;
-  LATTICE_RETURN_IF_ERROR(wait_recv(&slot, &n, deadline));
+  LATTICE_RETURN_IF_ERROR(wait_recv(&slot, &n, deadline, block));
   Ctl c;
   if (n != sizeof(Ctl)) {
     (void)repost_recv(slot);
@@ -548,7 +555,9 @@ Status BenchSide::bw_responder(const PhaseSpec& s, uint64_t* errors, Deadline d)
       LATTICE_RETURN_IF_ERROR(repost_recv(slot));
     }
   } else {
-    LATTICE_ASSIGN_OR_RETURN(end, wait_ctl(kEnd, d));
+    // The target of one-sided operations only waits (like an RDMA target, whose CPU is not
+    // involved): sleeping here leaves the core to the initiator on a busy machine.
+    LATTICE_ASSIGN_OR_RETURN(end, wait_ctl(kEnd, d, /*block=*/true));
     received = end.count;
     if (s.op == BenchOp::kWrite && s.check) {
       // Each slot holds the last write made to it.

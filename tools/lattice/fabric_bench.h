@@ -112,12 +112,14 @@ class BenchSide {
 
  private:
   Status post_ctl(const Ctl& c);
-  Result<Ctl> wait_ctl(uint32_t kind, Deadline deadline);
-  // Polls the CQ once; handles send/write/read completions, queues receives.
-  Status poll_once();
+  Result<Ctl> wait_ctl(uint32_t kind, Deadline deadline, bool block = false);
+  // Polls the CQ once; handles send/write/read completions, queues receives. With `block`,
+  // waits (CompletionQueue::wait, which sleeps) up to a millisecond for one instead.
+  Status poll_once(bool block = false);
   // Waits for the next receive completion; returns its slot and byte count. The caller must
-  // repost it with repost_recv(slot) once it has read the data.
-  Status wait_recv(size_t* slot, size_t* n_bytes, Deadline deadline);
+  // repost it with repost_recv(slot) once it has read the data. `block`: sleep-wait instead of
+  // busy polling (for a side that only waits while its peer streams one-sided operations).
+  Status wait_recv(size_t* slot, size_t* n_bytes, Deadline deadline, bool block = false);
   Status repost_recv(size_t slot);
   Status wait_sends_below(int limit, Deadline deadline);
 
