@@ -8,6 +8,7 @@
 
 #include "lattice/engine/tokenizer/tokenizer.h"
 #include "lattice/engine/tokenizer/unicode.h"
+#include "tokenizer_testlib.h"
 
 namespace lattice::engine {
 namespace {
@@ -31,36 +32,9 @@ enum : TokenId {
   kRepoName,   // <|repo_name|> user-defined in the file; FIM repo: forced to control, ends generation
 };
 
-TokenizerSpec bpe_spec(std::string pre) {
-  TokenizerSpec s;
-  s.model = "gpt2";
-  s.pre = std::move(pre);
-  for (int b = 0; b < 256; ++b) s.tokens.push_back(unicode::encode_utf8(unicode::byte_to_cp(static_cast<uint8_t>(b))));
-  s.token_types.assign(256, 1);
-  const std::string G = "\xC4\xA0";  // Ġ
-  const std::vector<std::pair<std::string, std::string>> merges = {
-      {"h", "e"}, {"l", "l"}, {G, "w"}, {"he", "ll"}, {"hell", "o"}, {"o", "r"}, {G + "w", "or"}, {"l", "d"},
-      {G + "wor", "ld"}};
-  for (const auto& [a, b] : merges) {
-    s.merges.push_back(a + " " + b);
-    s.tokens.push_back(a + b);
-    s.token_types.push_back(1);
-  }
-  for (const char* sp : {"<|begin_of_text|>", "<|eot_id|>", "<|im_start|>", "<|im_start|>x"}) {
-    s.tokens.push_back(sp);
-    s.token_types.push_back(3);
-  }
-  s.tokens.push_back("<tool>");
-  s.token_types.push_back(4);
-  s.tokens.push_back("<|repo_name|>");
-  s.token_types.push_back(4);
-  s.bos_id = kBegin;
-  s.eos_id = kEotId;
-  return s;
-}
 
 Tokenizer make(std::string pre = "llama-bpe") {
-  auto t = Tokenizer::create(bpe_spec(std::move(pre)));
+  auto t = Tokenizer::create(test_vocab::hand_bpe_spec(std::move(pre)));
   EXPECT_TRUE(t.ok()) << t.status().to_string();
   return std::move(t).value();
 }
@@ -206,15 +180,15 @@ TEST(TokenizerBpe, StreamDecoderJoinsByteSymbols) {
 }
 
 TEST(TokenizerBpe, RejectsBadSpecs) {
-  TokenizerSpec s = bpe_spec("llama-bpe");
+  TokenizerSpec s = test_vocab::hand_bpe_spec("llama-bpe");
   s.merges.push_back("nospace");
   EXPECT_EQ(Tokenizer::create(s).status().code(), ErrorCode::kInvalidArgument);
-  s = bpe_spec("llama-bpe");
+  s = test_vocab::hand_bpe_spec("llama-bpe");
   s.tokens[' '] = "space";  // the byte symbol Ġ is gone
   EXPECT_EQ(Tokenizer::create(s).status().code(), ErrorCode::kInvalidArgument);
-  s = bpe_spec("made-up-pre");
+  s = test_vocab::hand_bpe_spec("made-up-pre");
   EXPECT_EQ(Tokenizer::create(s).status().code(), ErrorCode::kUnavailable);
-  s = bpe_spec("llama-bpe");
+  s = test_vocab::hand_bpe_spec("llama-bpe");
   s.bos_id.reset();  // llama3 adds BOS, and the gpt2 default id 11 is a byte symbol: accepted
   EXPECT_TRUE(Tokenizer::create(s).ok());
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "lattice/engine/tokenizer/tokenizer.h"
+#include "tokenizer_testlib.h"
 
 namespace lattice::engine {
 namespace {
@@ -36,44 +37,9 @@ enum : TokenId {
   kEot,      // 281 "<|eot_id|>" (declared normal; forced to control)
 };
 
-TokenizerSpec spm_spec() {
-  TokenizerSpec s;
-  s.model = "llama";
-  auto add = [&](std::string text, float score, TokenKind kind) {
-    s.tokens.push_back(std::move(text));
-    s.scores.push_back(score);
-    s.token_types.push_back(static_cast<int32_t>(kind));
-  };
-  add("<unk>", 0, TokenKind::kUnknown);
-  add("<s>", 0, TokenKind::kControl);
-  add("</s>", 0, TokenKind::kControl);
-  for (int b = 0; b < 256; ++b) {
-    char name[8];
-    std::snprintf(name, sizeof name, "<0x%02X>", b);
-    add(name, 0, TokenKind::kByte);
-  }
-  add("\xE2\x96\x81", -1000, TokenKind::kNormal);
-  for (const char* c : {"h", "e", "l", "o", "w", "r", "d"}) add(c, -1000, TokenKind::kNormal);
-  add("\xE2\x96\x81h", -5, TokenKind::kNormal);
-  add("el", -3, TokenKind::kNormal);
-  add("ll", -1, TokenKind::kNormal);
-  add("lo", -2, TokenKind::kNormal);
-  add("ell", -4, TokenKind::kNormal);
-  add("hell", -6, TokenKind::kNormal);
-  add("\xE2\x96\x81w", -1.5, TokenKind::kNormal);
-  add("or", -1.5, TokenKind::kNormal);
-  add("\xE2\x96\x81wor", -2.5, TokenKind::kNormal);
-  add("ld", -7, TokenKind::kNormal);
-  add("aa", -1, TokenKind::kNormal);
-  add("a", -1000, TokenKind::kNormal);
-  add("<user>", 0, TokenKind::kUserDefined);
-  add("<|ctl|>", 0, TokenKind::kControl);
-  add("<|eot_id|>", 0, TokenKind::kNormal);
-  return s;
-}
 
 Tokenizer make() {
-  auto t = Tokenizer::create(spm_spec());
+  auto t = Tokenizer::create(test_vocab::hand_spm_spec());
   EXPECT_TRUE(t.ok()) << t.status().to_string();
   return std::move(t).value();
 }
@@ -225,25 +191,25 @@ TEST(TokenizerSpm, OutOfRangeIdsAreHarmless) {
 }
 
 TEST(TokenizerSpm, RejectsBadSpecs) {
-  TokenizerSpec s = spm_spec();
+  TokenizerSpec s = test_vocab::hand_spm_spec();
   s.bos_id = 100000;
   EXPECT_EQ(Tokenizer::create(s).status().code(), ErrorCode::kInvalidArgument);
-  s = spm_spec();
+  s = test_vocab::hand_spm_spec();
   s.tokens[kH] = "e";  // duplicate text
   EXPECT_EQ(Tokenizer::create(s).status().code(), ErrorCode::kInvalidArgument);
-  s = spm_spec();
+  s = test_vocab::hand_spm_spec();
   s.scores.pop_back();
   EXPECT_EQ(Tokenizer::create(s).status().code(), ErrorCode::kInvalidArgument);
-  s = spm_spec();
+  s = test_vocab::hand_spm_spec();
   s.token_types[kH] = 9;
   EXPECT_EQ(Tokenizer::create(s).status().code(), ErrorCode::kInvalidArgument);
-  s = spm_spec();
+  s = test_vocab::hand_spm_spec();
   s.tokens[byte_id(5)] = "<0xZZ>";
   EXPECT_EQ(Tokenizer::create(s).status().code(), ErrorCode::kInvalidArgument);
-  s = spm_spec();
+  s = test_vocab::hand_spm_spec();
   s.model = "bert";
   EXPECT_EQ(Tokenizer::create(s).status().code(), ErrorCode::kUnavailable);
-  s = spm_spec();
+  s = test_vocab::hand_spm_spec();
   s.tokens.clear();
   s.scores.clear();
   s.token_types.clear();
