@@ -235,6 +235,37 @@ TEST(Matmul, RowRangesAndFusedOutputsMatchWholeMatmul) {
   }
 }
 
+TEST(Matmul, SmallestAndLongRowsMatchReference) {
+  // One row (a packed group that is mostly padding), one block of columns; and rows as long
+  // as the 1.1B model's ffn_down (5632 columns) to exercise long accumulations.
+  IsaGuard guard;
+  ThreadPool pool(2);
+  for (TensorType type : kTypes) {
+    const size_t min_cols = (type == TensorType::kQ4_K || type == TensorType::kQ5_K || type == TensorType::kQ6_K) ? 256
+                            : (type == TensorType::kQ4_0 || type == TensorType::kQ8_0)                       ? 32
+                                                                                                              : 1;
+    for (auto [rows, cols] : {std::pair<size_t, size_t>{1, min_cols}, {20, 5632}}) {
+      const Mat m = make_mat(type, rows, cols, 5);
+      auto w = Weight::pack({type, m.bytes.data(), rows, cols, m.stride});
+      ASSERT_TRUE(w.ok());
+      for (Isa isa : isas()) {
+        ASSERT_TRUE(set_active_isa(isa).ok());
+        for (size_t n_tok : {1, 9}) {
+          const auto x = make_x(n_tok, cols, 21);
+          std::vector<float> y(n_tok * rows);
+          matmul(*w, x.data(), n_tok, y.data(), pool);
+          for (size_t t = 0; t < n_tok; ++t)
+            for (size_t r = 0; r < rows; ++r) {
+              const Bound b = reference(m, x, t, r);
+              ASSERT_NEAR(y[t * rows + r], b.ref, b.tol) << "type " << static_cast<int>(type) << " cols " << cols
+                                                         << " isa " << isa_name(isa) << " t " << t << " r " << r;
+            }
+        }
+      }
+    }
+  }
+}
+
 TEST(Matmul, RejectsBadWeights) {
   std::vector<uint8_t> bytes(1024);
   EXPECT_EQ(Weight::view({TensorType::kQ4_0, bytes.data(), 2, 33, 0}).status().code(), ErrorCode::kInvalidArgument);
