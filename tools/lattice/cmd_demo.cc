@@ -40,7 +40,15 @@ struct DemoArgs {
 };
 
 constexpr int kWindow = 8;
-constexpr auto kStep = std::chrono::seconds(10);  // any one step (connect, one pair's measurement)
+constexpr auto kStep = std::chrono::seconds(10);  // any one step (connect, one exchange with rank 0)
+
+// One pair's measurement: generous, since spinning ranks on an oversubscribed machine can be
+// descheduled for milliseconds per round trip.
+std::chrono::microseconds pair_time(const DemoArgs& a) {
+  return kStep + std::chrono::microseconds(200) * a.iters +
+         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(4 * a.bw_seconds));
+}
+Deadline pair_deadline(const DemoArgs& a) { return Deadline::after(pair_time(a)); }
 
 std::string provider_uri(const std::string& p) {
   if (p == "tcp") return "tcp://127.0.0.1:0";
@@ -83,10 +91,10 @@ struct RankState {
     return Status::Ok();
   }
   // Drives progress on every endpoint until `oob` has a message or the deadline passes.
-  Status idle_until_readable(OobChannel& oob, Deadline d) {
+  Status idle_until_readable(OobChannel& oob, Deadline d, const char* waiting_for) {
     while (!oob.readable()) {
       for (auto& [p, s] : sides) LATTICE_RETURN_IF_ERROR(s->progress());
-      if (d.expired()) return Timeout("rank " + std::to_string(rank) + ": no instruction from rank 0 in time");
+      if (d.expired()) return Timeout(std::string("no ") + waiting_for + " in time");
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
     return Status::Ok();
@@ -142,7 +150,11 @@ Result<json> recv_json(OobChannel& oob, Deadline d) {
 int run_child(const DemoArgs& a, size_t bw_bytes) {
   OobChannel oob(a.rank_fd);
   oob.set_peer(0);
-  const Deadline run_deadline = Deadline::after(std::chrono::duration<double>(a.timeout_s));
+  // An idle rank waits while the other pairs measure: at least that long.
+  const auto all_pairs = pair_time(a) * (a.n * (a.n - 1) / 2);
+  const Deadline run_deadline = Deadline::after(
+      std::max<std::chrono::microseconds>(all_pairs, std::chrono::duration_cast<std::chrono::microseconds>(
+                                                         std::chrono::duration<double>(a.timeout_s))));
   auto report = [&](const Status& st) {
     (void)oob.send(json{{"error", st.to_string()}}.dump(), Deadline::after(std::chrono::seconds(1)));
     return fail(a.rank, st);
@@ -162,7 +174,7 @@ int run_child(const DemoArgs& a, size_t bw_bytes) {
   if (Status st = rs.connect_all((*theirs)["infos"], Deadline::after(kStep)); !st.ok()) return report(st);
   if (Status st = oob.send(json{{"connected", a.rank}}.dump(), Deadline::after(kStep)); !st.ok()) return report(st);
   for (;;) {
-    if (Status st = rs.idle_until_readable(oob, run_deadline); !st.ok()) return report(st);
+    if (Status st = rs.idle_until_readable(oob, run_deadline, "instruction from rank 0"); !st.ok()) return report(st);
     auto cmd = recv_json(oob, Deadline::after(kStep));
     if (!cmd.ok()) return report(cmd.status());
     const json& c = *cmd;
@@ -170,12 +182,12 @@ int run_child(const DemoArgs& a, size_t bw_bytes) {
     if (c.contains("serve") && c["serve"].is_number_integer()) {
       int peer = c["serve"].get<int>();
       if (!rs.sides.count(peer)) return report(Corrupt("serve: no such peer"));
-      if (Status st = rs.sides.at(peer)->serve(Deadline::after(kStep)); !st.ok()) return report(st);
+      if (Status st = rs.sides.at(peer)->serve(pair_deadline(a)); !st.ok()) return report(st);
       if (Status st = oob.send(json{{"served", peer}}.dump(), Deadline::after(kStep)); !st.ok()) return report(st);
     } else if (c.contains("measure") && c["measure"].is_number_integer()) {
       int peer = c["measure"].get<int>();
       if (!rs.sides.count(peer)) return report(Corrupt("measure: no such peer"));
-      auto r = rs.measure(peer, bw_bytes, a.iters, a.bw_seconds, Deadline::after(kStep));
+      auto r = rs.measure(peer, bw_bytes, a.iters, a.bw_seconds, pair_deadline(a));
       if (!r.ok()) return report(r.status().with_context("measuring rank " + std::to_string(peer)));
       if (Status st = oob.send(json{{"result", *r}}.dump(), Deadline::after(kStep)); !st.ok()) return report(st);
     } else {
@@ -213,12 +225,15 @@ int run_root(const DemoArgs& a, size_t bw_bytes) {
   rs.provider = std::move(*prov);
 
   LocalProcs procs;
-  // A child's failure, explained by how it ended when it already did.
+  // A step involving child `r` failed: say so, then how every child that already ended did
+  // (the first to die is usually the cause; the others' own messages are on stderr too).
   auto child_failed = [&](int r, const Status& st) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    std::string why = procs.exit_reason(r);
-    std::fprintf(stderr, "lattice demo: rank %d failed: %s%s%s\n", r, st.to_string().c_str(),
-                 why.empty() ? "" : "; ", why.c_str());
+    std::fprintf(stderr, "lattice demo: failed at rank %d: %s\n", r, st.to_string().c_str());
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    for (int c = 1; c < a.n; ++c) {
+      std::string why = procs.exit_reason(c);
+      if (!why.empty()) std::fprintf(stderr, "lattice demo:   %s\n", why.c_str());
+    }
     procs.kill_all();
     return 1;
   };
@@ -269,13 +284,13 @@ int run_root(const DemoArgs& a, size_t bw_bytes) {
         return child_failed(j, st);
       json result;
       if (i == 0) {
-        auto r = rs.measure(j, bw_bytes, a.iters, a.bw_seconds, Deadline::after(kStep));
+        auto r = rs.measure(j, bw_bytes, a.iters, a.bw_seconds, pair_deadline(a));
         if (!r.ok()) return child_failed(j, r.status().with_context("rank 0 measuring rank " + std::to_string(j)));
         result = *r;
       } else {
         if (Status st = procs.channel(i)->send(json{{"measure", j}}.dump(), Deadline::after(kStep)); !st.ok())
           return child_failed(i, st);
-        if (Status st = rs.idle_until_readable(*procs.channel(i), Deadline::after(kStep)); !st.ok())
+        if (Status st = rs.idle_until_readable(*procs.channel(i), pair_deadline(a), "result"); !st.ok())
           return child_failed(i, st);
         auto m = recv_json(*procs.channel(i), Deadline::after(kStep));
         if (!m.ok()) return child_failed(i, m.status());
@@ -367,7 +382,7 @@ Registrar demo_cmd{{"demo",
                       app.add_option("--bw-time", a->bw_seconds, "seconds of streaming per pair")
                           ->capture_default_str();
                       app.add_flag("--json", a->json_out, "print the matrices as one JSON object");
-                      app.add_option("--timeout", a->timeout_s, "a child gives up after this many seconds")
+                      app.add_option("--timeout", a->timeout_s, "an idle rank gives up after this many seconds (at least the time all pairs may take)")
                           ->capture_default_str();
                       app.add_option("--rank", a->rank, "")->group("");
                       app.add_option("--rank-fd", a->rank_fd, "")->group("");
