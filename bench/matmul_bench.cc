@@ -12,6 +12,10 @@
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 
+// GCC 12 warns spuriously inside its own _mm512_reduce_* helpers.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include <map>
 #include <memory>
 #include <random>

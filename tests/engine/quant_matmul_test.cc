@@ -280,8 +280,11 @@ TEST(Matmul, IsaSelection) {
   EXPECT_TRUE(isa_supported(Isa::kScalar));
   EXPECT_TRUE(set_active_isa(Isa::kScalar).ok());
   EXPECT_EQ(active_isa(), Isa::kScalar);
-  for (Isa i : {Isa::kAvx2, Isa::kAvx512})
-    if (!isa_supported(i)) EXPECT_EQ(set_active_isa(i).code(), ErrorCode::kUnavailable);
+  for (Isa i : {Isa::kAvx2, Isa::kAvx512}) {
+    if (!isa_supported(i)) {
+      EXPECT_EQ(set_active_isa(i).code(), ErrorCode::kUnavailable);
+    }
+  }
 }
 
 }  // namespace

@@ -53,6 +53,8 @@ struct Act {
   const int8_t* q = nullptr;      // kQ8 and kQ8K quantized values (the one in use)
   const float* d = nullptr;       // per-block scales
   const int32_t* s = nullptr;     // kQ8: per-32 sums
+  const int32_t* off4 = nullptr;  // kQ8: -8 * s, -128 * s (the packed tiles' accumulator starts,
+  const int32_t* off8 = nullptr;  //      broadcast straight from memory)
   const int16_t* bsum = nullptr;  // kQ8K: per-16 sums
 };
 

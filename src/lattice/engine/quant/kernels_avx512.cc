@@ -132,12 +132,11 @@ void tile_t(const uint8_t* group, size_t nb, const Act& a, size_t t0, float* out
   for (int t = 0; t < NT; ++t) {
     xq[t] = reinterpret_cast<const int32_t*>(a.q + (t0 + t) * a.k);
     xd[t] = a.d + (t0 + t) * nb;
-    xs[t] = a.s + (t0 + t) * nb;
+    xs[t] = (kQ4 ? a.off4 : a.off8) + (t0 + t) * nb;
   }
   __m512 facc[NT];
   for (int t = 0; t < NT; ++t) facc[t] = _mm512_setzero_ps();
   const __m512i m4 = _mm512_set1_epi8(0x0f), m4hi = _mm512_set1_epi8(static_cast<char>(0xf0));
-  constexpr int kOffset = kQ4 ? 8 : 128;
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* p = group + b * bb;
 #ifndef LATTICE_PF_BLOCKS
@@ -149,7 +148,7 @@ void tile_t(const uint8_t* group, size_t nb, const Act& a, size_t t0, float* out
     }
     __m512i acc[NT], acc2[NT];
     for (int t = 0; t < NT; ++t) {
-      acc[t] = _mm512_set1_epi32(-kOffset * xs[t][b]);
+      acc[t] = _mm512_set1_epi32(xs[t][b]);
       if constexpr (kSplit) acc2[t] = _mm512_setzero_si512();
     }
     const int32_t* xb[NT];

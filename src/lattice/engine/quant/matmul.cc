@@ -125,7 +125,7 @@ struct Task {
 struct Scratch {
   std::vector<int8_t> q8, qk;
   std::vector<float> d8, dk;
-  std::vector<int32_t> s8;
+  std::vector<int32_t> s8, off4, off8;
   std::vector<int16_t> bk;
   std::vector<Task> tasks;
 };
@@ -244,6 +244,17 @@ void matmul_multi(std::span<const MatmulOut> outs, const float* x, size_t n_tok,
     };
     if (n_tok >= 8) pool.parallel_for(n_tok, quantize_token);
     else for (size_t t = 0; t < n_tok; ++t) quantize_token(t, 0);
+  }
+  if (need_q8) {
+    const size_t n = n_tok * (k / kQK);
+    int32_t* o4 = grow(sc.off4, n);
+    int32_t* o8 = grow(sc.off8, n);
+    for (size_t i = 0; i < n; ++i) {
+      o4[i] = -8 * sc.s8[i];
+      o8[i] = -128 * sc.s8[i];
+    }
+    act8.off4 = o4;
+    act8.off8 = o8;
   }
 
   // Split rows into tasks. Decode wants enough tasks for dynamic balance but each big enough
