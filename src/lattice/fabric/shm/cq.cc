@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <thread>
 
 #include "lattice/fabric/shm/shm.h"
 
@@ -16,6 +17,7 @@ namespace lattice::fabric::shm {
 namespace {
 
 constexpr auto kSpin = std::chrono::microseconds(50);
+constexpr uint32_t kEmptyPollsBeforeYield = 2048;
 constexpr auto kMaxSleep = std::chrono::milliseconds(100);
 
 void futex_wait(uint32_t* word, uint32_t expected, Clock::duration timeout) {
@@ -88,7 +90,19 @@ size_t ShmCq::progress_and_pop(std::span<Completion> out, bool blocking_locks) {
   return pop(out);
 }
 
-size_t ShmCq::poll(std::span<Completion> out) { return progress_and_pop(out, false); }
+size_t ShmCq::poll(std::span<Completion> out) {
+  size_t n = progress_and_pop(out, false);
+  // A caller spinning on poll() with nothing arriving for a while (~50-100 us) gives its CPU
+  // away once: on an oversubscribed host the peer it waits for may need exactly this core.
+  // A busy stream or a ping-pong never gets here.
+  if (n > 0) {
+    empty_polls_ = 0;
+  } else if (++empty_polls_ >= kEmptyPollsBeforeYield) {
+    empty_polls_ = 0;
+    std::this_thread::yield();
+  }
+  return n;
+}
 
 Result<size_t> ShmCq::wait(std::span<Completion> out, Deadline deadline) {
   if (out.empty()) return InvalidArgument("shm: CompletionQueue::wait with an empty output span");

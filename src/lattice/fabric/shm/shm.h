@@ -274,6 +274,7 @@ class ShmCq final : public CompletionQueue {
   std::deque<Completion> q_;
   std::atomic<size_t> n_ready_{0};
   std::atomic<int> sleeping_{0};
+  uint32_t empty_polls_ = 0;  // consecutive empty poll() calls (one poller at a time)
   SpinLock attach_mu_;
   std::vector<ShmEndpoint*> endpoints_;
 };
