@@ -72,4 +72,27 @@ TokenizerSpec hand_bpe_spec(std::string pre) {
   return s;
 }
 
+TokenizerSpec dense_bpe_spec(std::string pre) {
+  TokenizerSpec s;
+  s.model = "gpt2";
+  s.pre = std::move(pre);
+  for (int b = 0; b < 256; ++b) s.tokens.push_back(unicode::encode_utf8(unicode::byte_to_cp(static_cast<uint8_t>(b))));
+  s.token_types.assign(256, 1);
+  const std::string chars = "ab XY12.,!'$\n";
+  for (char x : chars) {
+    for (char y : chars) {
+      const std::string a = unicode::bytes_to_bpe_text(std::string(1, x));
+      const std::string b = unicode::bytes_to_bpe_text(std::string(1, y));
+      s.merges.push_back(a + " " + b);
+      s.tokens.push_back(a + b);
+      s.token_types.push_back(1);
+    }
+  }
+  s.tokens.push_back("<|endoftext|>");
+  s.token_types.push_back(3);
+  s.bos_id = static_cast<TokenId>(s.tokens.size() - 1);
+  s.eos_id = s.bos_id;
+  return s;
+}
+
 }  // namespace lattice::engine::test_vocab

@@ -16,5 +16,9 @@ TokenizerSpec hand_spm_spec();
 // "gpt2" with pre-tokenizer `pre`: the 256 byte symbols, nine merges, control tokens
 // <|begin_of_text|> <|eot_id|> <|im_start|> <|im_start|>x, user-defined <tool> and <|repo_name|>.
 TokenizerSpec hand_bpe_spec(std::string pre);
+// "gpt2" with a merge for every ordered pair of a few characters (letters, digits, space,
+// newline, punctuation, an apostrophe): nearly every adjacent pair inside a word merges, so
+// the ids show where the pre-tokenizer split the text.
+TokenizerSpec dense_bpe_spec(std::string pre);
 
 }  // namespace lattice::engine::test_vocab
