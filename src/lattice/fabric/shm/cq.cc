@@ -109,7 +109,7 @@ Result<size_t> ShmCq::wait(std::span<Completion> out, Deadline deadline) {
   const auto spin_until = Clock::now() + kSpin;
   const bool busy = provider_->busy_poll();
   for (;;) {
-    if (size_t n = progress_and_pop(out, false); n > 0) return n;
+    if (size_t n = poll(out); n > 0) return n;
     auto now = Clock::now();
     if (now >= deadline.when()) break;
     if (busy || now < spin_until) {
