@@ -152,6 +152,31 @@ void shapes_prefill(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_Decode)->Apply(shapes_decode)->ArgNames({"type", "rows", "cols", "thr", "cold"})->UseRealTime();
 BENCHMARK(BM_Prefill)->Apply(shapes_prefill)->ArgNames({"type", "rows", "cols", "thr", "ntok"})->UseRealTime();
 
+// Cost of one pool dispatch with trivial tasks (the floor under every matmul call).
+void BM_Dispatch(benchmark::State& st) {
+  ThreadPool& pool = pool_for(st.range(0));
+  std::vector<int> v(64);
+  for (auto _ : st) {
+    pool.parallel_for(v.size(), [&](size_t i, size_t) { v[i] += 1; });
+    benchmark::DoNotOptimize(v.data());
+  }
+}
+BENCHMARK(BM_Dispatch)->Arg(1)->Arg(2)->ArgNames({"thr"})->UseRealTime();
+
+// Load-time cost of Weight::pack (bytes/s of GGUF rows repacked).
+void BM_Pack(benchmark::State& st) {
+  const auto type = kTypes[st.range(0)];
+  const size_t rows = 5632, cols = 2048;
+  auto raw = raw_matrix(type, rows, cols);
+  for (auto _ : st) {
+    auto w = Weight::pack({type, raw.data(), rows, cols, 0});
+    benchmark::DoNotOptimize(w.ok());
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * raw.size()));
+  st.SetLabel(std::string(type_traits(static_cast<uint32_t>(type))->name));
+}
+BENCHMARK(BM_Pack)->DenseRange(0, 3)->ArgNames({"type"})->UseRealTime();
+
 // ---- The whole model's matrices ----
 struct Layer {
   Weight q, k, v, o, gate, up, down;

@@ -24,37 +24,47 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::work(size_t thread) {
-  const size_t n = job_tasks_;
-  for (size_t t = next_task_.fetch_add(1, std::memory_order_relaxed); t < n;
-       t = next_task_.fetch_add(1, std::memory_order_relaxed))
-    job_fn_(job_ctx_, t, thread);
-}
-
-void ThreadPool::run(size_t n_tasks, RawFn fn, void* ctx) {
-  LATTICE_CHECK(workers_busy_.load(std::memory_order_relaxed) == 0);  // not reentrant
-  job_fn_ = fn;
-  job_ctx_ = ctx;
-  job_tasks_ = n_tasks;
-  next_task_.store(0, std::memory_order_relaxed);
-  workers_busy_.store(workers_.size(), std::memory_order_relaxed);
-  // seq_cst pairs with the worker's sleepers_ increment / generation re-check, so a worker
-  // either sees the new generation or is counted as a sleeper that we wake.
-  generation_.fetch_add(1, std::memory_order_seq_cst);
-  if (sleepers_.load(std::memory_order_seq_cst) != 0) generation_.notify_all();
-  work(0);
-  // Workers normally finish within microseconds of us; if they are descheduled (more threads
-  // than free cores), yield so they can run instead of burning their time slice.
-  for (int i = 0; workers_busy_.load(std::memory_order_acquire) != 0; ++i) {
-    if (i < 2000) LATTICE_CPU_RELAX();
-    else std::this_thread::yield();
+void ThreadPool::work(uint32_t gen, size_t thread) {
+  uint64_t cur = claim_.load(std::memory_order_acquire);
+  for (;;) {
+    if (static_cast<uint32_t>(cur >> 32) != gen) return;  // a newer job: ours has ended
+    const uint64_t tag = job_tag_.load(std::memory_order_acquire);
+    if (static_cast<uint32_t>(tag >> 32) != gen) return;  // the next job is being set up
+    const uint32_t idx = static_cast<uint32_t>(cur);
+    if (idx >= static_cast<uint32_t>(tag)) return;
+    if (!claim_.compare_exchange_weak(cur, cur + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+    job_fn_(job_ctx_, idx, thread);
+    done_.fetch_add(1, std::memory_order_release);
+    cur = claim_.load(std::memory_order_acquire);
   }
 }
 
+void ThreadPool::run(size_t n_tasks, RawFn fn, void* ctx) {
+  LATTICE_CHECK(!running_);  // not reentrant
+  LATTICE_CHECK(n_tasks < (size_t{1} << 32));
+  running_ = true;
+  job_fn_ = fn;
+  job_ctx_ = ctx;
+  done_.store(0, std::memory_order_relaxed);
+  const uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
+  job_tag_.store((static_cast<uint64_t>(gen) << 32) | n_tasks, std::memory_order_release);
+  claim_.store(static_cast<uint64_t>(gen) << 32, std::memory_order_release);
+  // seq_cst pairs with the worker's sleepers_ increment / generation re-check, so a worker
+  // either sees the new generation or is counted as a sleeper that we wake.
+  generation_.store(gen, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) != 0) generation_.notify_all();
+  work(gen, 0);
+  // Tasks claimed by workers finish within microseconds unless their thread was preempted
+  // (more threads than free cores); then yield so it can run.
+  for (int i = 0; done_.load(std::memory_order_acquire) != n_tasks; ++i) {
+    if (i < 2000) LATTICE_CPU_RELAX();
+    else std::this_thread::yield();
+  }
+  running_ = false;
+}
+
 void ThreadPool::worker_main(size_t thread) {
-  // Generation 0 is the one before any job: reading generation_ here instead would miss a job
-  // published before this thread got to run (the owner then waits for it forever).
-  uint32_t seen = 0;
+  uint32_t seen = 0;  // generation 0 is "no job yet"
   for (;;) {
     // Spin a little for the next job, then sleep.
     const auto spin_until = std::chrono::steady_clock::now() + options_.spin;
@@ -76,8 +86,7 @@ void ThreadPool::worker_main(size_t thread) {
     }
     seen = g;
     if (stop_.load(std::memory_order_acquire)) return;
-    work(thread);
-    workers_busy_.fetch_sub(1, std::memory_order_release);
+    work(g, thread);
   }
 }
 

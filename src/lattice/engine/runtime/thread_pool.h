@@ -57,23 +57,31 @@ class ThreadPool {
 
   void run(size_t n_tasks, RawFn fn, void* ctx);
   void worker_main(size_t thread);
-  void work(size_t thread);
+  // Claims and runs tasks of job `gen` until none is left or another job replaced it.
+  void work(uint32_t gen, size_t thread);
 
   const size_t n_threads_;
   const Options options_;
   std::vector<std::thread> workers_;
 
-  // The current job. Written by the owner before bumping generation_, read by workers after
-  // they observe the new generation.
+  // The current job. Written by the owner before it publishes the job in claim_, read by a
+  // thread only after it claimed a task of that job (so the job cannot have ended yet).
   RawFn job_fn_ = nullptr;
   void* job_ctx_ = nullptr;
-  size_t job_tasks_ = 0;
+  // (generation << 32) | task count, written before claim_: a thread that sees job g in
+  // claim_ reads g's count here, or a newer generation (and then gives up).
+  std::atomic<uint64_t> job_tag_{0};
 
-  alignas(64) std::atomic<uint32_t> generation_{0};
-  alignas(64) std::atomic<size_t> next_task_{0};
-  alignas(64) std::atomic<size_t> workers_busy_{0};  // workers not yet done with this job
+  // (generation << 32) | next task index: a claim is a CAS that fails once a newer job is
+  // published, so a worker that wakes late never runs tasks of a job it did not see start.
+  // Completion counts finished tasks, not workers: the owner never waits for a worker that
+  // is descheduled and took no task.
+  alignas(64) std::atomic<uint64_t> claim_{0};
+  alignas(64) std::atomic<size_t> done_{0};
+  alignas(64) std::atomic<uint32_t> generation_{0};  // futex word for sleeping workers
   alignas(64) std::atomic<uint32_t> sleepers_{0};
   std::atomic<bool> stop_{false};
+  bool running_ = false;  // owner-only: catches reentrant use
 };
 
 }  // namespace lattice::engine
