@@ -4,6 +4,7 @@
 
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "lattice/engine/tokenizer/tokenizer.h"
@@ -177,6 +178,22 @@ TEST(TokenizerBpe, StreamDecoderJoinsByteSymbols) {
   EXPECT_EQ(d.push(got[2]), "\xE4\xBD\xA0");
   EXPECT_EQ(d.push(got[3]), "!");
   EXPECT_EQ(d.flush(), "");
+}
+
+TEST(TokenizerBpe, ConcurrentEncodeGivesTheSameIds) {
+  const Tokenizer t = make("llama-bpe");
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "hello world <|eot_id|> lll 12345 \xE4\xBD\xA0 ";
+  const std::vector<TokenId> want = t.encode(text, {.parse_special = true});
+  std::vector<std::vector<TokenId>> got(4);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      for (int rep = 0; rep < 20; ++rep) got[i] = t.encode(text, {.parse_special = true});
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (const auto& g : got) EXPECT_EQ(g, want);
 }
 
 TEST(TokenizerBpe, RejectsBadSpecs) {
