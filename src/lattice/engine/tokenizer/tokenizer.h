@@ -31,7 +31,7 @@ namespace lattice::engine {
 using TokenId = int32_t;
 inline constexpr TokenId kNoToken = -1;
 
-// tokenizer.ggml.token_type values.
+// tokenizer.ggml.token_type values. (Named TokenKind: gguf/vocab_gen.h has its own TokenType.)
 enum class TokenKind : int32_t {
   kUndefined = 0,
   kNormal = 1,
@@ -101,7 +101,13 @@ class Tokenizer {
   // with a message naming the bad entry.
   static Result<Tokenizer> create(TokenizerSpec spec);
 
+  // llama_tokenize(add_special, parse_special). Invalid UTF-8 never fails: SPM carries the
+  // bytes through byte tokens, BPE sees U+FFFD per bad byte (as llama.cpp does).
   std::vector<TokenId> encode(std::string_view text, EncodeOptions options = {}) const;
+  // llama_detokenize(remove_special, unparse_special), quirks included: SPM drops the space
+  // prefix from the first piece unless a BOS was removed before it; llama-bpe and gpt-2
+  // vocabularies clean up " ," " ." " ?" " !" and " 's"-style spaces. So decode(encode(s)) == s
+  // for SPM with add_special=false, for qwen2 always, for llama3 unless s has those spaces.
   std::string decode(std::span<const TokenId> ids, DecodeOptions options = {}) const;
   // The bytes one token stands for (may be part of a UTF-8 character). Control and unknown
   // tokens give "" unless render_special. Out-of-range ids give "".
