@@ -5,12 +5,14 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "fabric_testlib.h"
 
@@ -18,6 +20,12 @@ extern char** environ;
 
 namespace lattice::fabric::testing {
 namespace {
+
+double cpu_seconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
 
 // A spawned fabric_peer with pipes to its stdin and from its stdout.
 class PeerProcess {
@@ -247,6 +255,12 @@ TEST_P(FabricProcess, PeerKilledFailsPendingAndLaterWork) {
   EXPECT_EQ(me_->ep->post_send({buf->get(), 0, 8}, 8).code(), ErrorCode::kPeerLost);
   EXPECT_EQ(me_->ep->status().code(), ErrorCode::kPeerLost);
   peer_.reap(generous());
+  // Nothing spins after the failure: this process uses (almost) no CPU while it idles.
+  double before = cpu_seconds();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // Idle costs ~1 ms (a 20 ms watchdog tick); a spinning thread takes far more even when it
+  // gets only a share of an oversubscribed core.
+  EXPECT_LT(cpu_seconds() - before, 0.05) << "a background thread spins after the peer died";
 }
 
 TEST_P(FabricProcess, PeerStoppedIsDeclaredLost) {

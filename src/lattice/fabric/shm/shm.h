@@ -366,7 +366,9 @@ class ShmEndpoint final : public Endpoint {
   bool has_work() const;
   // Watchdog: checks the peer's heartbeat and state; `exited` when its pidfd fired.
   void check_peer(Clock::time_point now, bool exited);
-  int peer_pidfd() const { return peer_pidfd_.load(std::memory_order_relaxed); }
+  // The pidfd the watchdog polls; -1 once failed (an exited peer's pidfd stays readable, and
+  // polling it would spin the watchdog).
+  int peer_pidfd() const { return failed_.load() ? -1 : peer_pidfd_.load(std::memory_order_relaxed); }
 
  private:
   struct TxOp {
