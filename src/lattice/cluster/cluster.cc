@@ -1,0 +1,402 @@
+#include "lattice/cluster/cluster.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "lattice/cluster/control.h"
+#include "lattice/cluster/topology_links.h"
+#include "lattice/core/log.h"
+
+namespace lattice::cluster {
+
+using nlohmann::json;
+
+namespace {
+
+std::mutex g_state_mu;  // guards Cluster::state_ swaps against the heartbeat thread's reads
+
+// A fabric endpoint whose peer the membership may declare dead: from then on every post and
+// status() answers kPeerLost at once, without waiting for the provider's own timeout.
+// Outstanding operations still complete through the provider (with its sticky error).
+class GuardedEndpoint final : public fabric::Endpoint {
+ public:
+  GuardedEndpoint(std::unique_ptr<fabric::Endpoint> inner, const std::atomic<bool>* lost, uint64_t epoch)
+      : inner_(std::move(inner)), lost_(lost), epoch_(epoch) {}
+  std::vector<std::byte> local_address() const override { return inner_->local_address(); }
+  Status connect(std::span<const std::byte> a, Deadline d) override { return inner_->connect(a, d); }
+  Status post_send(fabric::LocalSlice s, fabric::WorkId id) override {
+    LATTICE_RETURN_IF_ERROR(check());
+    return inner_->post_send(s, id);
+  }
+  Status post_recv(fabric::LocalSlice s, fabric::WorkId id) override {
+    LATTICE_RETURN_IF_ERROR(check());
+    return inner_->post_recv(s, id);
+  }
+  Status post_write(fabric::LocalSlice s, fabric::RemoteSlice d, fabric::WorkId id) override {
+    LATTICE_RETURN_IF_ERROR(check());
+    return inner_->post_write(s, d, id);
+  }
+  Status post_write_with_imm(fabric::LocalSlice s, fabric::RemoteSlice d, uint32_t imm, fabric::WorkId id) override {
+    LATTICE_RETURN_IF_ERROR(check());
+    return inner_->post_write_with_imm(s, d, imm, id);
+  }
+  Status post_read(fabric::LocalSlice d, fabric::RemoteSlice s, fabric::WorkId id) override {
+    LATTICE_RETURN_IF_ERROR(check());
+    return inner_->post_read(d, s, id);
+  }
+  Status post_fetch_add(fabric::LocalSlice r, fabric::RemoteSlice t, uint64_t add, fabric::WorkId id) override {
+    LATTICE_RETURN_IF_ERROR(check());
+    return inner_->post_fetch_add(r, t, add, id);
+  }
+  Status post_compare_swap(fabric::LocalSlice r, fabric::RemoteSlice t, uint64_t e, uint64_t d,
+                           fabric::WorkId id) override {
+    LATTICE_RETURN_IF_ERROR(check());
+    return inner_->post_compare_swap(r, t, e, d, id);
+  }
+  Status status() const override {
+    LATTICE_RETURN_IF_ERROR(check());
+    return inner_->status();
+  }
+  int peer_rank() const override { return inner_->peer_rank(); }
+
+ private:
+  Status check() const {
+    if (lost_->load(std::memory_order_acquire))
+      return PeerLost("rank " + std::to_string(inner_->peer_rank()) + " was declared dead by the cluster (epoch " +
+                          std::to_string(epoch_) + "); call shrink()",
+                      inner_->peer_rank());
+    return Status::Ok();
+  }
+  std::unique_ptr<fabric::Endpoint> inner_;
+  const std::atomic<bool>* lost_;
+  uint64_t epoch_;
+};
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "?";
+  return buf;
+}
+
+Result<int> env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  if (*end != '\0' || x < 0 || x > 1'000'000)
+    return InvalidArgument(std::string(name) + "='" + v + "' is not a non-negative integer");
+  return static_cast<int>(x);
+}
+
+}  // namespace
+
+// One epoch's fabric state. Destroyed in order: endpoints, then queues.
+struct Cluster::EpochState {
+  uint64_t epoch = 0;
+  int world = 0;
+  std::unique_ptr<std::atomic<bool>[]> lost;
+  std::vector<std::unique_ptr<fabric::CompletionQueue>> cqs;  // one per link (send and recv)
+  std::vector<std::unique_ptr<fabric::Endpoint>> endpoints;   // by peer (GuardedEndpoint)
+  std::vector<Link> links;                                    // by peer
+  ~EpochState() {
+    endpoints.clear();
+    cqs.clear();
+  }
+};
+
+Result<ClusterOptions> cluster_options_from_env() {
+  ClusterOptions o;
+  struct Pair {
+    const char* rank;
+    const char* size;
+  };
+  const Pair sources[] = {{"LATTICE_RANK", "LATTICE_WORLD_SIZE"},
+                          {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                          {"PMI_RANK", "PMI_SIZE"},
+                          {"SLURM_PROCID", "SLURM_NTASKS"}};
+  bool found = false;
+  for (const auto& p : sources) {
+    if (std::getenv(p.rank) && std::getenv(p.size)) {
+      LATTICE_ASSIGN_OR_RETURN(o.rank, env_int(p.rank, 0));
+      LATTICE_ASSIGN_OR_RETURN(o.world_size, env_int(p.size, 1));
+      found = true;
+      break;
+    }
+  }
+  if (!found) {
+    o.rank = 0;
+    o.world_size = 1;
+  }
+  if (o.world_size < 1 || o.rank >= o.world_size)
+    return InvalidArgument("rank " + std::to_string(o.rank) + " is not below the world size " +
+                           std::to_string(o.world_size));
+  if (const char* c = std::getenv("LATTICE_COORDINATOR"); c && *c) o.coordinator = c;
+  if (const char* t = std::getenv("LATTICE_TOPOLOGY"); t && *t) {
+    LATTICE_ASSIGN_OR_RETURN(TopologyPlan plan, plan_from_topology_file(t));
+    if (plan.world_size != o.world_size)
+      return InvalidArgument(std::string(t) + " lists " + std::to_string(plan.world_size) + " hosts but the world has " +
+                             std::to_string(o.world_size) + " ranks");
+    if (o.coordinator.empty()) o.coordinator = plan.coordinator;
+    o.linked = plan.linked;  // only the pairs the topology cables get an endpoint
+  }
+  if (const char* p = std::getenv("LATTICE_PROVIDER"); p && *p) o.provider = p;
+  if (o.provider != "tcp" && o.provider != "shm")
+    return InvalidArgument("LATTICE_PROVIDER='" + o.provider + "': use shm or tcp");
+  if (const char* a = std::getenv("LATTICE_FABRIC_ADDR"); a && *a) o.fabric_host = a;
+  if (const char* v = std::getenv("LATTICE_INSECURE"); v && *v && std::string(v) != "0") o.insecure = true;
+  if (const char* v = std::getenv("LATTICE_REJOIN"); v && *v && std::string(v) != "0") o.rejoin = true;
+  LATTICE_ASSIGN_OR_RETURN(int hb, env_int("LATTICE_HEARTBEAT_MS", 100));
+  LATTICE_ASSIGN_OR_RETURN(int ft, env_int("LATTICE_FAILURE_TIMEOUT_MS", 700));
+  if (hb < 1 || ft <= hb) return InvalidArgument("need 0 < LATTICE_HEARTBEAT_MS < LATTICE_FAILURE_TIMEOUT_MS");
+  o.membership.heartbeat_interval = std::chrono::milliseconds(hb);
+  o.membership.failure_timeout = std::chrono::milliseconds(ft);
+  if (o.world_size > 1 || !o.coordinator.empty()) {
+    if (o.coordinator.empty())
+      return InvalidArgument("rank " + std::to_string(o.rank) + " of " + std::to_string(o.world_size) +
+                             ": no coordinator (set LATTICE_COORDINATOR=host:port or LATTICE_TOPOLOGY=file)");
+    auto s = crypto::load_secret("");
+    if (!s.ok()) return s.status().with_context("joining a cluster needs its secret");
+    o.secret = *s;
+  }
+  return o;
+}
+
+Cluster::~Cluster() {
+  // Leave politely: the coordinator tells the others "left", not "died". The rank hosting
+  // the coordinator lingers (bounded) until the others left, so their last replies are not
+  // cut off by a reset connection.
+  if (link_ && !dropped_ && link_->status().ok()) (void)link_->send(json{{"t", "bye"}}, Deadline::after(200ms));
+  if (coordinator_) {
+    auto until = Deadline::after(2s);
+    while (!until.expired()) {
+      auto st = coordinator_->stats();
+      if (st.alive.size() <= 1) break;
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+  {
+    std::lock_guard lock(g_state_mu);
+    state_.reset();
+  }
+  link_.reset();  // stops the heartbeat thread before the coordinator goes
+  coordinator_.reset();
+}
+
+std::span<const Link> Cluster::links(int peer) const {
+  if (!state_ || peer < 0 || peer >= world_ || peer == rank_) return {};
+  const Link& l = state_->links[peer];
+  if (!l.endpoint) return {};
+  return {&l, 1};
+}
+
+bool Cluster::peer_alive(int peer) const {
+  if (peer < 0 || peer >= world_) return false;
+  return !(state_ && state_->lost && state_->lost[peer].load());
+}
+
+std::vector<int> Cluster::lost_peers() const {
+  std::vector<int> out;
+  for (int p = 0; p < world_; ++p)
+    if (!peer_alive(p)) out.push_back(p);
+  return out;
+}
+
+Result<MembershipEvent> Cluster::next_event(Deadline deadline) {
+  if (!link_) return Timeout("a single-rank cluster has no events");
+  return link_->next_event(deadline);
+}
+
+Status Cluster::control_status() const { return link_ ? link_->status() : Status::Ok(); }
+
+void Cluster::pause_heartbeats(bool paused) {
+  if (link_) link_->pause(paused);
+}
+
+void Cluster::drop_control() {
+  dropped_ = true;
+  if (link_) link_->close_now();
+  coordinator_.reset();
+}
+
+void Cluster::on_internal_event(const MembershipEvent& e) {
+  if (e.kind != EventKind::kPeerLost) return;
+  std::lock_guard lock(g_state_mu);
+  if (!state_ || state_->epoch != e.epoch) return;
+  for (int r : e.ranks)
+    if (r >= 0 && r < state_->world) state_->lost[r].store(true, std::memory_order_release);
+}
+
+Result<std::vector<std::string>> Cluster::allgather(const std::string& data, Deadline deadline) {
+  if (!link_) return std::vector<std::string>{data};
+  uint64_t seq = ag_seq_++;
+  LATTICE_RETURN_IF_ERROR(link_->send(json{{"t", "ag"}, {"epoch", epoch_}, {"seq", seq}, {"data", data}}, deadline));
+  for (;;) {
+    LATTICE_ASSIGN_OR_RETURN(json m, link_->wait_for({"ag_done", "ag_fail"}, deadline));
+    if (m.value("epoch", uint64_t{~0ull}) != epoch_ || m.value("seq", uint64_t{~0ull}) != seq) continue;  // stale
+    if (m["t"] == "ag_fail") return PeerLost("allgather failed: " + m.value("reason", std::string("?")));
+    if (!m.contains("data") || !m["data"].is_array() || static_cast<int>(m["data"].size()) != world_)
+      return Corrupt("allgather reply of the wrong shape");
+    std::vector<std::string> out;
+    for (auto& d : m["data"]) out.push_back(d.is_string() ? d.get<std::string>() : std::string());
+    return out;
+  }
+}
+
+Status Cluster::build_epoch(const json& plan, Deadline deadline) {
+  int rank = plan.value("rank", -1), world = plan.value("world", 0);
+  uint64_t epoch = plan.value("epoch", uint64_t{0});
+  if (world < 1 || rank < 0 || rank >= world) return Corrupt("bad plan from the coordinator");
+  // The old epoch's endpoints go first: the application was told they die with shrink().
+  {
+    std::lock_guard lock(g_state_mu);
+    state_.reset();
+  }
+  rank_ = rank;
+  world_ = world;
+  epoch_ = epoch;
+  ag_seq_ = 0;
+  names_.clear();
+  if (plan.contains("members") && plan["members"].is_array())
+    for (auto& n : plan["members"]) names_.push_back(n.is_string() ? n.get<std::string>() : "?");
+  log::set_rank(rank);
+
+  if (!provider_) {
+    std::string uri = opt_.provider;
+    if (uri == "tcp") {
+      std::string host = opt_.fabric_host.empty() ? (link_ ? link_->local_ip() : "127.0.0.1") : opt_.fabric_host;
+      uri = "tcp://" + host + ":0";
+    }
+    LATTICE_ASSIGN_OR_RETURN(provider_, fabric::make_provider(uri));
+    provider_list_ = {provider_.get()};
+  }
+  auto st = std::make_shared<EpochState>();
+  st->epoch = epoch;
+  st->world = world;
+  st->lost = std::make_unique<std::atomic<bool>[]>(world);
+  for (int p = 0; p < world; ++p) st->lost[p] = false;
+  st->links.resize(world);
+  st->endpoints.resize(world);
+  bool first_epoch = epoch == 0 && !opt_.rejoin;
+  auto is_linked = [&](int a, int b) { return a != b && (!opt_.linked || !first_epoch || opt_.linked(a, b)); };
+  json addrs = json::object();
+  std::vector<std::unique_ptr<fabric::Endpoint>> raw(world);
+  for (int p = 0; p < world; ++p) {
+    if (!is_linked(rank, p)) continue;
+    LATTICE_ASSIGN_OR_RETURN(auto cq, provider_->create_cq(1024));
+    fabric::EndpointOptions eo;
+    eo.peer_rank = p;
+    eo.peer_timeout = opt_.peer_timeout;
+    LATTICE_ASSIGN_OR_RETURN(raw[p], provider_->create_endpoint(cq.get(), cq.get(), eo));
+    addrs[std::to_string(p)] = to_hex(raw[p]->local_address());
+    st->cqs.push_back(std::move(cq));
+  }
+  LATTICE_ASSIGN_OR_RETURN(auto all, allgather(addrs.dump(), deadline));
+  // Connect every link at once (both ends call connect(); sequential calls could wait on
+  // each other in a cycle).
+  std::vector<std::future<Status>> pending(world);
+  for (int p = 0; p < world; ++p) {
+    if (!raw[p]) continue;
+    json theirs = json::parse(all[p], nullptr, false);
+    std::string key = std::to_string(rank);
+    if (theirs.is_discarded() || !theirs.is_object() || !theirs.contains(key) || !theirs[key].is_string())
+      return Corrupt("rank " + std::to_string(p) + " published no endpoint address for us", p);
+    LATTICE_ASSIGN_OR_RETURN(auto blob, from_hex(theirs[key].get<std::string>()));
+    fabric::Endpoint* ep = raw[p].get();
+    pending[p] = std::async(std::launch::async, [ep, blob, deadline] { return ep->connect(blob, deadline); });
+  }
+  json errors = json::array();
+  for (int p = 0; p < world; ++p) {
+    if (!pending[p].valid()) continue;
+    Status s = pending[p].get();
+    if (!s.ok()) {
+      std::string why = "rank " + std::to_string(rank) + " cannot reach rank " + std::to_string(p) + " (" +
+                        (p < static_cast<int>(names_.size()) ? names_[p] : "?") + ") over " + opt_.provider + ": " +
+                        s.to_string();
+      LATTICE_LOG_ERROR("{}", why);
+      errors.push_back(why);
+    }
+  }
+  // Everyone learns whether every link came up, so all ranks succeed or fail together.
+  LATTICE_ASSIGN_OR_RETURN(auto reports, allgather(errors.dump(), deadline));
+  std::string failures;
+  for (auto& r : reports) {
+    json e = json::parse(r, nullptr, false);
+    if (!e.is_array()) continue;
+    for (auto& line : e)
+      if (line.is_string()) failures += (failures.empty() ? "" : "; ") + line.get<std::string>();
+  }
+  if (!failures.empty()) return Unavailable("epoch " + std::to_string(epoch) + " links failed: " + failures);
+  size_t cq_i = 0;
+  for (int p = 0; p < world; ++p) {
+    if (!raw[p]) continue;
+    auto* cq = st->cqs[cq_i++].get();
+    st->endpoints[p] = std::make_unique<GuardedEndpoint>(std::move(raw[p]), &st->lost[p], epoch);
+    st->links[p] = Link{st->endpoints[p].get(), provider_.get(), cq, cq};
+  }
+  {
+    std::lock_guard lock(g_state_mu);
+    state_ = std::move(st);
+  }
+  live_epoch_ = epoch;
+  LATTICE_LOG_INFO("epoch {}: rank {} of {} over {}", epoch, rank, world, provider_->name());
+  return Status::Ok();
+}
+
+Status Cluster::shrink(Deadline deadline) {
+  if (!link_) return Status::Ok();
+  LATTICE_RETURN_IF_ERROR(link_->send(json{{"t", "shrink"}, {"epoch", epoch_}}, deadline));
+  for (;;) {
+    LATTICE_ASSIGN_OR_RETURN(json plan, link_->wait_for({"plan"}, deadline));
+    if (plan.value("epoch", uint64_t{0}) <= epoch_) continue;
+    return build_epoch(plan, deadline).with_context("shrink");
+  }
+}
+
+Result<std::unique_ptr<Cluster>> join_cluster(ClusterOptions options, Deadline deadline) {
+  auto c = std::unique_ptr<Cluster>(new Cluster());
+  c->opt_ = options;
+  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size)
+    return InvalidArgument("rank " + std::to_string(options.rank) + " / world " + std::to_string(options.world_size));
+  if (options.world_size == 1 && options.coordinator.empty()) {
+    // A single rank: no control plane, no links, but the same object.
+    nlohmann::json plan{{"epoch", 0}, {"rank", 0}, {"world", 1}, {"members", {host_name()}}};
+    LATTICE_RETURN_IF_ERROR(c->build_epoch(plan, deadline));
+    return c;
+  }
+  if (!options.secret) return InvalidArgument("joining a cluster needs its secret (LATTICE_SECRET_FILE or LATTICE_SECRET)");
+  if (options.insecure)
+    LATTICE_LOG_WARN("INSECURE mode (--insecure): peers are authenticated but traffic is NOT encrypted");
+  if (options.rank == 0 && options.host_coordinator && !options.rejoin) {
+    CoordinatorOptions co;
+    LATTICE_ASSIGN_OR_RETURN(auto hp, split_host_port(options.coordinator));
+    co.listen = (hp.first.find(':') != std::string::npos ? "[::]:" : "0.0.0.0:") + std::to_string(hp.second);
+    co.world_size = options.world_size;
+    co.secret = *options.secret;
+    co.insecure = options.insecure;
+    co.heartbeat_interval = options.membership.heartbeat_interval;
+    co.failure_timeout = options.membership.failure_timeout;
+    LATTICE_ASSIGN_OR_RETURN(c->coordinator_, Coordinator::start(co));
+  }
+  Cluster* raw = c.get();
+  json hello{{"t", "hello"},
+             {"rank", options.rank},
+             {"world", options.world_size},
+             {"rejoin", options.rejoin},
+             {"name", options.name.empty() ? host_name() + ":" + std::to_string(::getpid()) : options.name}};
+  LATTICE_ASSIGN_OR_RETURN(
+      c->link_, MemberLink::connect(options.coordinator, *options.secret, options.insecure, options.membership, hello,
+                                    [raw](const MembershipEvent& e) { raw->on_internal_event(e); }, options.on_event,
+                                    deadline));
+  LATTICE_ASSIGN_OR_RETURN(json m, c->link_->wait_for({"plan", "refused"}, deadline));
+  if (m["t"] == "refused")
+    return InvalidArgument("the coordinator refused rank " + std::to_string(options.rank) + ": " +
+                           m.value("reason", std::string("?")));
+  LATTICE_RETURN_IF_ERROR(c->build_epoch(m, deadline).with_context("join"));
+  return c;
+}
+
+}  // namespace lattice::cluster

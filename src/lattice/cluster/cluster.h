@@ -1,0 +1,127 @@
+// Cluster: a Group of processes (or hosts) that met through the coordinator.
+//
+// join_cluster() dials the coordinator (rank 0 hosts it unless told otherwise), authenticates
+// with the cluster secret, claims its rank, and once every rank arrived: creates one fabric
+// endpoint per linked peer, publishes the endpoints' address blobs through the coordinator
+// (an allgather over the authenticated, encrypted control plane), connects them all, and
+// agrees with every other rank that every link came up (else every rank fails with the same
+// message naming the pairs that could not connect and why).
+//
+// Membership (membership.h): a heartbeat thread watches the coordinator; the coordinator
+// watches everyone and broadcasts a view when a rank dies. From then on, posts on the dead
+// rank's links fail with kPeerLost, events() reports it, and shrink() moves every survivor
+// (plus nodes waiting to rejoin) to the next epoch: ranks renumbered in the old order, fresh
+// endpoints, epoch + 1.
+//
+// Environment (cluster_options_from_env):
+//   rank/world    LATTICE_RANK / LATTICE_WORLD_SIZE, else OMPI_COMM_WORLD_RANK/SIZE (mpirun),
+//                 PMI_RANK/PMI_SIZE (MPICH, Intel MPI), SLURM_PROCID/SLURM_NTASKS (srun);
+//                 none: a single rank (no control plane at all)
+//   coordinator   LATTICE_COORDINATOR "host:port", else the topology file's coordinator or its
+//                 rank 0 host's address (LATTICE_TOPOLOGY), port 7470 by default
+//   provider      LATTICE_PROVIDER shm|tcp (default tcp); LATTICE_FABRIC_ADDR: tcp bind IP
+//   secret        LATTICE_SECRET / LATTICE_SECRET_FILE (crypto/secret.h); LATTICE_INSECURE=1
+//   timing        LATTICE_HEARTBEAT_MS, LATTICE_FAILURE_TIMEOUT_MS, LATTICE_JOIN_TIMEOUT_S
+//   rejoin        LATTICE_REJOIN=1: join a running cluster at its next epoch
+//
+// Thread safety: like every Group, a Cluster is used by one thread at a time; events may be
+// read (next_event) from another thread. The event callback runs on the heartbeat thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lattice/cluster/bootstrap.h"
+#include "lattice/cluster/group.h"
+#include "lattice/cluster/membership.h"
+#include "lattice/crypto/secret.h"
+
+namespace lattice::cluster {
+
+struct ClusterOptions {
+  int rank = 0;
+  int world_size = 1;
+  std::string coordinator;        // "host:port"; empty with world_size 1: no control plane
+  bool host_coordinator = true;   // rank 0 runs the coordinator on the coordinator's port
+  std::string provider = "tcp";   // "tcp" | "shm"
+  std::string fabric_host;        // tcp: IP to bind endpoints to; empty: the IP that reaches the coordinator
+  std::optional<crypto::ClusterSecret> secret;
+  bool insecure = false;
+  bool rejoin = false;
+  std::string name;               // for logs on the coordinator (default: host name)
+  MembershipOptions membership;
+  std::chrono::milliseconds peer_timeout{2000};  // fabric endpoints' own liveness timeout
+  // Which pairs get an endpoint (ranks of the epoch being built); empty: full mesh.
+  std::function<bool(int, int)> linked;
+  MemberLink::Callback on_event;
+};
+
+// From the environment (see above); the secret is required unless the world has one rank.
+Result<ClusterOptions> cluster_options_from_env();
+
+class Cluster;
+Result<std::unique_ptr<Cluster>> join_cluster(ClusterOptions options, Deadline deadline);
+
+class Cluster final : public Group {
+ public:
+  ~Cluster() override;
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  uint64_t epoch() const override { return epoch_; }
+  std::span<const Link> links(int peer) const override;
+  std::span<fabric::Provider* const> providers() const override { return provider_list_; }
+
+  // Every member contributes `data`; returns all contributions by rank. Fails with kPeerLost
+  // if a member died before everyone contributed (then shrink()).
+  Result<std::vector<std::string>> allgather(const std::string& data, Deadline deadline);
+  Status barrier(Deadline deadline) { return allgather("", deadline).status(); }
+
+  // Moves to the next epoch with the survivors (and nodes waiting to rejoin): every survivor
+  // must call it. Invalidates every Link and endpoint obtained before.
+  Status shrink(Deadline deadline);
+
+  // False once the membership declared `peer` (of the current epoch) dead.
+  bool peer_alive(int peer) const;
+  std::vector<int> lost_peers() const;
+  Result<MembershipEvent> next_event(Deadline deadline);
+  // Ok while the control plane works.
+  Status control_status() const;
+  // Names the coordinator gave the members of this epoch, by rank.
+  const std::vector<std::string>& member_names() const { return names_; }
+
+  // The coordinator this rank hosts, or nullptr.
+  Coordinator* coordinator() { return coordinator_.get(); }
+  // Test hooks: behave as a stopped process (pause) or a killed one (drop control).
+  void pause_heartbeats(bool paused);
+  void drop_control();
+
+  struct EpochState;
+
+ private:
+  friend Result<std::unique_ptr<Cluster>> join_cluster(ClusterOptions, Deadline);
+  Cluster() = default;
+  Status build_epoch(const nlohmann::json& plan, Deadline deadline);
+  void on_internal_event(const MembershipEvent& e);
+
+  ClusterOptions opt_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<MemberLink> link_;
+  std::unique_ptr<fabric::Provider> provider_;
+  std::vector<fabric::Provider*> provider_list_;
+  std::shared_ptr<EpochState> state_;
+  std::vector<std::string> names_;
+  int rank_ = 0;
+  int world_ = 1;
+  uint64_t epoch_ = 0;
+  uint64_t ag_seq_ = 0;
+  bool dropped_ = false;
+  std::atomic<uint64_t> live_epoch_{0};  // epoch_ as seen by the heartbeat thread
+};
+
+}  // namespace lattice::cluster
