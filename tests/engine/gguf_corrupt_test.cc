@@ -23,6 +23,7 @@ struct Case {
   ErrorCode code;
   std::vector<std::string> in_message;  // substrings the message must contain
 };
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 // A header with one F32 tensor [8] named "w" at `offset`, preceded by the given metadata.
 std::vector<std::byte> one_tensor(std::vector<uint64_t> ne, uint32_t type, uint64_t offset, size_t data_bytes) {
@@ -67,7 +68,13 @@ std::vector<Case> cases() {
                ErrorCode::kUnavailable, {"key 'x.arr'", "nested arrays"}});
   c.push_back({"HugeArray",
                [] { return GgufBytes().header(3, 0, 1).str("tokenizer.ggml.scores").u32(9).u32(6).u64(uint64_t{1} << 61).fill(64, 0).b; },
-               ErrorCode::kCorrupt, {"key 'tokenizer.ggml.scores'", "array of 2305843009213693952 f32"}});
+               ErrorCode::kCorrupt, {"key 'tokenizer.ggml.scores'", "array of 2305843009213693952 elements exceeds"}});
+  c.push_back({"ArrayPastEnd",
+               [] { return GgufBytes().header(3, 0, 1).str("tokenizer.ggml.scores").u32(9).u32(6).u64(1000).fill(64, 0).b; },
+               ErrorCode::kCorrupt, {"key 'tokenizer.ggml.scores'", "array of 1000 f32 elements runs past the end"}});
+  c.push_back({"ManyEmptyStringsPastEnd",
+               [] { return GgufBytes().header(3, 0, 1).str("tokenizer.ggml.tokens").u32(9).u32(8).u64(100).fill(8 * 99, 0).u64(50).u8('x').b; },
+               ErrorCode::kCorrupt, {"key 'tokenizer.ggml.tokens'", "element 99"}});
   c.push_back({"ArrayStringPastEnd",
                [] {
                  return GgufBytes().header(3, 0, 1).str("tokenizer.ggml.tokens").u32(9).u32(8).u64(2).str("ok")

@@ -422,6 +422,10 @@ TEST(GgufMakeModel, WritesFilesV2AndSplitSets) {
   ASSERT_TRUE(f.ok()) << f.status().to_string();
   EXPECT_EQ((*f)->version(), 2u);
   EXPECT_EQ((*f)->total_tensor_bytes(), one->n_bytes);
+  auto layer1 = (*f)->tensors_with_prefix("blk.1.");
+  ASSERT_EQ(layer1.size(), 12u);  // qwen2: 9 + 3 biases
+  for (const TensorInfo* t : layer1) EXPECT_TRUE(t->name.starts_with("blk.1.")) << t->name;
+  EXPECT_TRUE((*f)->prefetch(layer1).ok());
 
   o.version = 3;
   o.max_tensors_per_file = 7;

@@ -182,7 +182,7 @@ class GgufFile {
   // Opens one file, or the first file of a split set (then every file of the set).
   static Result<std::unique_ptr<GgufFile>> open(const std::string& path, const OpenOptions& options = {});
   // Parses a GGUF image held in memory, which must outlive the result (tests, fuzzing).
-  // `name` is used in error messages.
+  // `name` is used in error messages. One image only: split keys are kept but not followed.
   static Result<std::unique_ptr<GgufFile>> parse(std::span<const std::byte> bytes, std::string name = "<memory>",
                                                  const OpenOptions& options = {});
 
@@ -198,6 +198,9 @@ class GgufFile {
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find_tensor(std::string_view name) const;
   Result<const TensorInfo*> tensor(std::string_view name) const;  // kNotFound naming it
+  // Tensors whose names start with `prefix` ("blk.3."), in file order: what a node holding
+  // some layers advises, prefetches and touches.
+  std::vector<const TensorInfo*> tensors_with_prefix(std::string_view prefix) const;
 
   size_t n_files() const { return files_.size(); }
   const std::string& path(size_t file_index) const;

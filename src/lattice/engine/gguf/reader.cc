@@ -18,6 +18,9 @@ namespace lattice::engine {
 namespace {
 
 constexpr uint64_t kMaxKeyBytes = 65535;
+// No real file has metadata arrays near this (the largest vocabularies hold ~256k tokens and
+// ~500k merges); a count above it is corruption, refused before any allocation.
+constexpr uint64_t kMaxArrayElems = uint64_t{1} << 27;
 // Smallest possible encodings, used to bound counts by the bytes left before allocating.
 constexpr uint64_t kMinKvBytes = 8 + 1 + 4 + 1;               // key length, 1-byte key, type, 1-byte value
 constexpr uint64_t kMinTensorInfoBytes = 8 + 1 + 4 + 8 + 4 + 8;  // name, n_dims, one dim, type, offset
@@ -44,6 +47,7 @@ class Cursor {
     pos_ += sizeof(T);
     return true;
   }
+  void skip(uint64_t n) { pos_ += std::min(n, remaining()); }
   bool read_bytes(uint64_t n, std::string& out) {
     if (remaining() < n) return false;
     out.assign(reinterpret_cast<const char*>(b_.data() + pos_), static_cast<size_t>(n));
@@ -141,6 +145,18 @@ class Parser {
 
   template <class T>
   Status array_of(uint64_t n, const std::string& key, Value& out) {
+    if constexpr (std::is_same_v<T, std::string>) {
+      // Walk the lengths first so that the allocation below is backed by real bytes.
+      Cursor probe = c_;
+      for (uint64_t i = 0; i < n; ++i) {
+        uint64_t len = 0;
+        if (!probe.read(len) || len > probe.remaining()) {
+          c_ = probe;
+          return past_end("key " + quoted(key) + ": element " + std::to_string(i) + ": string");
+        }
+        probe.skip(len);
+      }
+    }
     std::vector<T> v;
     v.resize(static_cast<size_t>(n));  // n was bounded by the bytes left
     for (uint64_t i = 0; i < n; ++i) {
@@ -200,6 +216,9 @@ class Parser {
         if (static_cast<ValueType>(elem) == ValueType::kArray)
           return Unavailable(name_ + ": key " + quoted(key) + ": nested arrays are not supported");
         if (!c_.read(n)) return past_end("key " + quoted(key) + ": array length");
+        if (n > kMaxArrayElems)
+          return err("key " + quoted(key) + ": array of " + std::to_string(n) + " elements exceeds the limit of " +
+                     std::to_string(kMaxArrayElems));
         if (n > c_.remaining() / min_bytes(static_cast<ValueType>(elem)))
           return err("key " + quoted(key) + ": array of " + std::to_string(n) + " " +
                      std::string(to_string(static_cast<ValueType>(elem))) + " elements runs past the end of the file");
@@ -356,6 +375,13 @@ const TensorInfo* GgufFile::find_tensor(std::string_view name) const {
 Result<const TensorInfo*> GgufFile::tensor(std::string_view name) const {
   if (const TensorInfo* t = find_tensor(name)) return t;
   return NotFound("tensor '" + std::string(name) + "': missing from " + files_.front()->path);
+}
+
+std::vector<const TensorInfo*> GgufFile::tensors_with_prefix(std::string_view prefix) const {
+  std::vector<const TensorInfo*> out;
+  for (const auto& t : tensors_)
+    if (std::string_view(t.name).starts_with(prefix)) out.push_back(&t);
+  return out;
 }
 
 const std::string& GgufFile::path(size_t file_index) const { return files_.at(file_index)->path; }
