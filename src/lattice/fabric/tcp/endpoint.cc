@@ -524,12 +524,14 @@ void Conn::read_rx() {
     ssize_t r;
     if (rx_ == Rx::kPayload && stage_r_ == stage_w_ && sink_left_ >= kDirectReadMin) {
       // Large payload tail: straight into its destination, no staging copy.
-      r = ::recv(fd_, sink_, sink_left_, MSG_DONTWAIT);
+      const size_t asked = sink_left_;
+      r = ::recv(fd_, sink_, asked, MSG_DONTWAIT);
       if (r > 0) {
         sink_ += r;
         sink_left_ -= static_cast<uint64_t>(r);
         last_rx_ = Clock::now();
         if (sink_left_ == 0 && discard_left_ == 0) finish_frame();
+        if (static_cast<size_t>(r) < asked) return;  // drained: the next progress call reads on
         continue;
       }
     } else {
@@ -540,10 +542,17 @@ void Conn::read_rx() {
         stage_w_ -= stage_r_;
         stage_r_ = 0;
       }
-      r = ::recv(fd_, staging_.data() + stage_w_, staging_.size() - stage_w_, MSG_DONTWAIT);
+      const size_t asked = staging_.size() - stage_w_;
+      r = ::recv(fd_, staging_.data() + stage_w_, asked, MSG_DONTWAIT);
       if (r > 0) {
         stage_w_ += static_cast<size_t>(r);
         last_rx_ = Clock::now();
+        // A short read drained the socket: parse and stop, saving a recv() that would only say
+        // EAGAIN (a third of the per-message cost of a small ping-pong).
+        if (static_cast<size_t>(r) < asked) {
+          parse_staged();
+          return;
+        }
         continue;
       }
     }
