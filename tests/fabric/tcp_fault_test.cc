@@ -460,6 +460,36 @@ TEST(TcpFault, ClosedRawPeerIsLostPromptly) {
   f.check_others_work();
 }
 
+TEST(TcpFault, PeerThatRequestsButNeverReadsIsBoundedAndLost) {
+  // A raw peer floods read requests and never reads the responses: the endpoint must stop
+  // serving once kMaxQueuedResponses are queued (bounded memory), and declare the peer lost
+  // when nothing could be sent for peer_timeout.
+  Fixture f;
+  auto region = must_alloc(*f.p, 64 * 1024);
+  const auto timeout = std::chrono::milliseconds(500);
+  Victim v(*f.p, timeout);
+  FrameHeader r = make_header(FrameType::kReadReq);
+  r.key = region->key();
+  r.arg0 = 64 * 1024;
+  auto t0 = Clock::now();
+  size_t sent = 0;
+  while (Clock::now() - t0 < std::chrono::seconds(2) && sent < 20000) {
+    r.req_id = sent + 1;
+    ssize_t w = ::send(v.raw.fd, &r, sizeof r, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (w == static_cast<ssize_t>(sizeof r)) {
+      ++sent;
+    } else if (w > 0) {
+      break;  // a partial header: stop here, the endpoint waits for the rest
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  EXPECT_GT(sent, 4096u);  // enough to hit the response limit
+  Status s = v.expect_failure(ErrorCode::kPeerLost);
+  EXPECT_NE(s.message().find("read nothing"), std::string::npos) << s.message();
+  f.check_others_work();
+}
+
 TEST(TcpFault, PendingOneSidedOpsCompleteWhenPeerGoesSilent) {
   Fixture f;
   const auto timeout = std::chrono::milliseconds(300);
