@@ -1,0 +1,397 @@
+#include "lattice/cluster/launcher.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <memory>
+
+#include "lattice/core/deadline.h"
+
+extern char** environ;
+
+namespace lattice::cluster {
+
+namespace {
+
+int g_signal_pipe[2] = {-1, -1};
+
+void on_signal(int sig) {
+  int saved = errno;
+  unsigned char b = static_cast<unsigned char>(sig);
+  (void)!::write(g_signal_pipe[1], &b, 1);
+  errno = saved;
+}
+
+struct Stream {
+  int fd = -1;         // our end of the pipe
+  int out = 1;         // where its lines go
+  std::string partial;
+};
+
+struct Child {
+  int rank = 0;
+  pid_t pid = -1;
+  bool exited = false;
+  int status = 0;
+  Stream streams[2];
+};
+
+void write_fully(int fd, const std::string& s) {
+  const char* p = s.data();
+  size_t n = s.size();
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+std::string describe(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status))
+    return "was killed by signal " + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
+  return "ended (status " + std::to_string(status) + ")";
+}
+
+int exit_code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+class Supervisor {
+ public:
+  explicit Supervisor(const LaunchOptions& o) : opt_(o) {}
+
+  ~Supervisor() {
+    // Whatever happens, nothing outlives us and nothing stays a zombie.
+    for (auto& c : children_) {
+      if (c->pid > 0 && !c->exited) {
+        ::kill(-c->pid, SIGKILL);
+        ::kill(c->pid, SIGKILL);
+        int st;
+        ::waitpid(c->pid, &st, 0);
+      }
+      for (auto& s : c->streams)
+        if (s.fd >= 0) ::close(s.fd);
+    }
+    for (auto& [sig, old] : old_actions_) ::sigaction(sig, &old, nullptr);
+    for (int& fd : g_signal_pipe)
+      if (fd >= 0) {
+        ::close(fd);
+        fd = -1;
+      }
+  }
+
+  Status install_signals() {
+    if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) < 0) return ErrnoError("pipe", errno);
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) {
+      struct sigaction old {};
+      ::sigaction(sig, &sa, &old);
+      old_actions_[sig] = old;
+    }
+    return Status::Ok();
+  }
+
+  Status spawn(const LaunchRank& r) {
+    auto c = std::make_unique<Child>();
+    c->rank = r.rank;
+    int out[2], err[2];
+    if (::pipe2(out, O_CLOEXEC) < 0) return ErrnoError("pipe", errno);
+    if (::pipe2(err, O_CLOEXEC) < 0) {
+      ::close(out[0]);
+      ::close(out[1]);
+      return ErrnoError("pipe", errno);
+    }
+    // Everything the child needs is built before fork(): after it, only async-signal-safe calls.
+    std::map<std::string, std::string> env;
+    for (char** e = environ; *e; ++e) {
+      std::string kv = *e;
+      auto eq = kv.find('=');
+      if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    for (auto& [k, v] : r.env) env[k] = v;
+    std::vector<std::string> env_strings;
+    for (auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+    std::vector<char*> envp, argv;
+    for (auto& s : env_strings) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    std::vector<std::string> args = r.argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t parent = ::getpid();
+    pid_t pid = ::fork();
+    if (pid < 0) {
+      for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
+      return ErrnoError("fork", errno);
+    }
+    if (pid == 0) {
+      ::setpgid(0, 0);
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);
+      // Default dispositions and an empty mask: the rank must be stoppable by SIGTERM.
+      for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) ::signal(sig, SIG_DFL);
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      int devnull = ::open("/dev/null", O_RDONLY);
+      if (devnull >= 0) ::dup2(devnull, 0);
+      ::dup2(out[1], 1);
+      ::dup2(err[1], 2);
+      ::execvpe(argv[0], argv.data(), envp.data());
+      const char* msg = "lattice launch: cannot execute the command: ";
+      (void)!::write(2, msg, std::strlen(msg));
+      const char* why = std::strerror(errno);
+      (void)!::write(2, why, std::strlen(why));
+      (void)!::write(2, "\n", 1);
+      ::_exit(127);
+    }
+    ::setpgid(pid, pid);  // also from the parent: no race with our first kill(-pid)
+    ::close(out[1]);
+    ::close(err[1]);
+    ::fcntl(out[0], F_SETFL, O_NONBLOCK);
+    ::fcntl(err[0], F_SETFL, O_NONBLOCK);
+    c->pid = pid;
+    c->streams[0] = {out[0], opt_.out_fd, {}};
+    c->streams[1] = {err[0], opt_.err_fd, {}};
+    children_.push_back(std::move(c));
+    return Status::Ok();
+  }
+
+  void pump(Child& c, Stream& s, bool eof_flush) {
+    char buf[8192];
+    for (;;) {
+      ssize_t r = ::read(s.fd, buf, sizeof(buf));
+      if (r > 0) {
+        s.partial.append(buf, static_cast<size_t>(r));
+        emit_lines(c, s, false);
+        continue;
+      }
+      if (r < 0 && errno == EINTR) continue;
+      if (r == 0 || (r < 0 && errno != EAGAIN)) {
+        emit_lines(c, s, true);
+        ::close(s.fd);
+        s.fd = -1;
+      }
+      break;
+    }
+    if (eof_flush) emit_lines(c, s, true);
+  }
+
+  void emit_lines(Child& c, Stream& s, bool flush) {
+    std::string prefix = opt_.prefix ? "[rank " + std::to_string(c.rank) + "] " : "";
+    size_t start = 0;
+    std::string out;
+    for (;;) {
+      size_t nl = s.partial.find('\n', start);
+      if (nl == std::string::npos) break;
+      out += prefix;
+      out.append(s.partial, start, nl - start + 1);
+      start = nl + 1;
+    }
+    s.partial.erase(0, start);
+    if (flush && !s.partial.empty()) {
+      out += prefix + s.partial + "\n";
+      s.partial.clear();
+    }
+    if (!out.empty()) write_fully(s.out, out);
+  }
+
+  void stop_all(int sig) {
+    for (auto& c : children_)
+      if (!c->exited) ::kill(-c->pid, sig);
+  }
+
+  void begin_stop(const std::string& why) {
+    if (stopping_) return;
+    stopping_ = true;
+    stop_started_ = Clock::now();
+    int running = 0;
+    for (auto& c : children_) running += !c->exited;
+    if (running > 0)
+      write_fully(opt_.err_fd, "lattice launch: " + why + "; stopping the other " + std::to_string(running) +
+                                   " rank(s) (SIGTERM, then SIGKILL after " + std::to_string(opt_.grace.count()) +
+                                   " ms)\n");
+    stop_all(SIGTERM);
+  }
+
+  void reap() {
+    for (auto& c : children_) {
+      if (c->exited) continue;
+      int st = 0;
+      pid_t r = ::waitpid(c->pid, &st, WNOHANG);
+      if (r != c->pid) continue;
+      c->exited = true;
+      c->status = st;
+      bool failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+      if (failed && !stopping_ && first_failed_ < 0) {
+        first_failed_ = c->rank;
+        first_status_ = st;
+        begin_stop("rank " + std::to_string(c->rank) + " " + describe(st));
+      }
+    }
+  }
+
+  int run() {
+    auto drain_deadline = Deadline::never();
+    for (;;) {
+      std::vector<pollfd> fds;
+      std::vector<std::pair<Child*, Stream*>> who;
+      fds.push_back({g_signal_pipe[0], POLLIN, 0});
+      who.emplace_back(nullptr, nullptr);
+      for (auto& c : children_)
+        for (auto& s : c->streams)
+          if (s.fd >= 0) {
+            fds.push_back({s.fd, POLLIN, 0});
+            who.emplace_back(c.get(), &s);
+          }
+      ::poll(fds.data(), fds.size(), 100);
+      if (fds[0].revents) {
+        unsigned char sigs[64];
+        ssize_t n = ::read(g_signal_pipe[0], sigs, sizeof(sigs));
+        for (ssize_t i = 0; i < n; ++i) {
+          int sig = sigs[i];
+          if (sig == SIGCHLD) continue;
+          if (interrupted_ == 0) interrupted_ = sig;
+          begin_stop(std::string("interrupted by ") + strsignal(sig));
+        }
+      }
+      for (size_t i = 1; i < fds.size(); ++i)
+        if (fds[i].revents) pump(*who[i].first, *who[i].second, false);
+      reap();
+      if (stopping_ && !killed_ && Clock::now() - stop_started_ > opt_.grace) {
+        killed_ = true;
+        bool any = false;
+        for (auto& c : children_) any |= !c->exited;
+        if (any) write_fully(opt_.err_fd, "lattice launch: grace period over; killing the remaining ranks (SIGKILL)\n");
+        stop_all(SIGKILL);
+      }
+      bool all_exited = true;
+      for (auto& c : children_) all_exited &= c->exited;
+      if (all_exited) {
+        // A grandchild may hold a pipe open: give the output a bounded time to end.
+        if (drain_deadline.is_never()) drain_deadline = Deadline::after(1s);
+        bool open = false;
+        for (auto& c : children_)
+          for (auto& s : c->streams) open |= s.fd >= 0;
+        if (!open || drain_deadline.expired()) break;
+      }
+    }
+    for (auto& c : children_)
+      for (auto& s : c->streams)
+        if (s.fd >= 0) {
+          emit_lines(*c, s, true);
+          ::close(s.fd);
+          s.fd = -1;
+        }
+    if (first_failed_ >= 0) {
+      write_fully(opt_.err_fd, "lattice launch: failed: rank " + std::to_string(first_failed_) + " " +
+                                   describe(first_status_) + "\n");
+      return exit_code_of(first_status_);
+    }
+    if (interrupted_) {
+      write_fully(opt_.err_fd, std::string("lattice launch: stopped by ") + strsignal(interrupted_) + "\n");
+      return 128 + interrupted_;
+    }
+    return 0;
+  }
+
+ private:
+  const LaunchOptions& opt_;
+  std::vector<std::unique_ptr<Child>> children_;
+  std::map<int, struct sigaction> old_actions_;
+  bool stopping_ = false;
+  bool killed_ = false;
+  Clock::time_point stop_started_{};
+  int first_failed_ = -1;
+  int first_status_ = 0;
+  int interrupted_ = 0;
+};
+
+}  // namespace
+
+Result<int> run_ranks(const LaunchOptions& options) {
+  if (options.ranks.empty()) return InvalidArgument("no ranks to launch");
+  for (const auto& r : options.ranks)
+    if (r.argv.empty()) return InvalidArgument("rank " + std::to_string(r.rank) + " has no command");
+  Supervisor sup(options);
+  LATTICE_RETURN_IF_ERROR(sup.install_signals());
+  for (const auto& r : options.ranks) {
+    Status s = sup.spawn(r);
+    if (!s.ok()) return s.with_context("starting rank " + std::to_string(r.rank));  // ~Supervisor kills the rest
+  }
+  return sup.run();
+}
+
+std::string shell_quote(const std::string& text) {
+  if (!text.empty() && text.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,@%+") ==
+                           std::string::npos)
+    return text;
+  std::string out = "'";
+  for (char ch : text) {
+    if (ch == '\'')
+      out += "'\\''";
+    else
+      out += ch;
+  }
+  return out + "'";
+}
+
+std::string expand_remote(const std::string& templ, const std::string& host, const std::string& ssh, int rank,
+                          const LaunchRank& what) {
+  std::string cmd = "env";
+  for (auto& [k, v] : what.env) cmd += " " + shell_quote(k + "=" + v);
+  for (auto& a : what.argv) cmd += " " + shell_quote(a);
+  std::string out;
+  for (size_t i = 0; i < templ.size();) {
+    auto try_sub = [&](const char* key, const std::string& value) {
+      size_t n = std::strlen(key);
+      if (templ.compare(i, n, key) == 0) {
+        out += value;
+        i += n;
+        return true;
+      }
+      return false;
+    };
+    if (try_sub("{host}", shell_quote(host)) || try_sub("{ssh}", shell_quote(ssh)) ||
+        try_sub("{rank}", std::to_string(rank)) || try_sub("{cmd}", cmd))
+      continue;
+    out += templ[i++];
+  }
+  return out;
+}
+
+Result<uint16_t> pick_free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return ErrnoError("socket", errno);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) < 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) < 0) {
+    int e = errno;
+    ::close(fd);
+    return ErrnoError("bind 127.0.0.1:0", e);
+  }
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+}  // namespace lattice::cluster

@@ -1,0 +1,52 @@
+// The launcher behind `lattice launch`: starts one process per rank (locally, or through a
+// remote command template such as "ssh {ssh} {cmd}"), prefixes every output line with
+// "[rank N] ", and supervises them:
+//   - all ranks exit 0: exit 0;
+//   - a rank exits non-zero or dies by a signal: the others are told (SIGTERM to their process
+//     group, SIGKILL after `grace`), and the launcher exits with that rank's status (128+signal
+//     for a signal), naming the rank and how it ended on stderr;
+//   - SIGINT/SIGTERM/SIGHUP to the launcher (Ctrl-C): the same stop sequence, exit 130/143/129.
+// Every rank runs in its own process group with stdin from /dev/null and dies with the
+// launcher (PR_SET_PDEATHSIG). Every wait is bounded (poll ticks of 100 ms, the grace period,
+// 1 s to drain output after the last exit); every child is reaped: no zombies.
+//
+// Not thread-safe: run() installs process-wide signal handlers for its duration.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lattice/core/status.h"
+
+namespace lattice::cluster {
+
+struct LaunchRank {
+  int rank = 0;
+  std::vector<std::string> argv;                            // argv[0] is looked up in PATH
+  std::vector<std::pair<std::string, std::string>> env;     // added to (or replacing) ours
+};
+
+struct LaunchOptions {
+  std::vector<LaunchRank> ranks;
+  std::chrono::milliseconds grace{3000};  // SIGTERM -> SIGKILL
+  bool prefix = true;
+  int out_fd = 1;
+  int err_fd = 2;
+};
+
+// Runs the ranks to completion; returns the launcher's exit code (see above). Fails only if
+// it could not start (fork/pipe errors), after stopping whatever it started.
+Result<int> run_ranks(const LaunchOptions& options);
+
+// 'text' quoted for /bin/sh (single quotes, embedded quotes escaped).
+std::string shell_quote(const std::string& text);
+// Expands {host}, {ssh}, {rank} and {cmd} in a remote template. {cmd} becomes
+// `env VAR=value ... argv...`, each word shell-quoted.
+std::string expand_remote(const std::string& templ, const std::string& host, const std::string& ssh, int rank,
+                          const LaunchRank& what);
+// A free TCP port on 127.0.0.1 (bound and released: another process could take it, rarely).
+Result<uint16_t> pick_free_port();
+
+}  // namespace lattice::cluster

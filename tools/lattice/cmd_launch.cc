@@ -1,0 +1,148 @@
+// `lattice launch`: start the ranks of a cluster and supervise them (src/lattice/cluster/launcher.h).
+//
+//   lattice launch -n 3 [--provider shm|tcp] [--secret-file F] [--insecure] -- lattice ping
+//   lattice launch --hostfile hosts.json --secret-file F [--remote "ssh {ssh} {cmd}"] -- CMD...
+//
+// Each rank gets LATTICE_RANK, LATTICE_WORLD_SIZE, LATTICE_COORDINATOR, LATTICE_PROVIDER and
+// the secret (LATTICE_SECRET_FILE, or for local runs without --secret-file an ephemeral
+// LATTICE_SECRET generated here, which never leaves this machine).
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+
+#include "command.h"
+#include "lattice/cluster/control.h"
+#include "lattice/cluster/launcher.h"
+#include "lattice/cluster/topology_links.h"
+#include "lattice/crypto/secret.h"
+
+namespace lattice::cli {
+namespace {
+
+struct LaunchArgs {
+  int n = 0;
+  std::string hostfile;
+  std::string provider;
+  std::string secret_file;
+  bool insecure = false;
+  std::string remote = "ssh {ssh} {cmd}";
+  std::string coordinator;
+  int grace_ms = 3000;
+  bool no_prefix = false;
+  int heartbeat_ms = 0;
+  int failure_timeout_ms = 0;
+  std::vector<std::string> command;
+};
+
+std::string absolute(const std::string& path) {
+  if (path.empty() || path.front() == '/') return path;
+  char buf[PATH_MAX];
+  if (::realpath(path.c_str(), buf)) return buf;
+  return path;
+}
+
+int run_launch(const LaunchArgs& a) {
+  using namespace lattice::cluster;
+  auto fail = [](const std::string& m) {
+    std::fprintf(stderr, "lattice launch: %s\n", m.c_str());
+    return 2;
+  };
+  if ((a.n > 0) == !a.hostfile.empty()) return fail("give either -n N (local ranks) or --hostfile FILE");
+  if (a.command.empty()) return fail("no command (lattice launch -n 2 -- CMD ARGS...)");
+  std::vector<std::pair<std::string, std::string>> common;
+  if (!a.secret_file.empty()) {
+    auto s = crypto::load_secret_file(a.secret_file);  // refuse a bad file here, not in N ranks
+    if (!s.ok()) return fail(s.status().to_string());
+    common.emplace_back("LATTICE_SECRET_FILE", absolute(a.secret_file));
+  }
+  if (a.insecure) {
+    std::fprintf(stderr, "lattice launch: WARNING: --insecure: ranks authenticate but do NOT encrypt their traffic\n");
+    common.emplace_back("LATTICE_INSECURE", "1");
+  }
+  if (a.heartbeat_ms > 0) common.emplace_back("LATTICE_HEARTBEAT_MS", std::to_string(a.heartbeat_ms));
+  if (a.failure_timeout_ms > 0) common.emplace_back("LATTICE_FAILURE_TIMEOUT_MS", std::to_string(a.failure_timeout_ms));
+
+  LaunchOptions lo;
+  lo.grace = std::chrono::milliseconds(a.grace_ms);
+  lo.prefix = !a.no_prefix;
+  if (a.n > 0) {
+    if (a.n > 256) return fail("-n " + std::to_string(a.n) + ": at most 256 local ranks");
+    if (a.secret_file.empty()) {
+      // Local run: a fresh secret for this run only, passed in the environment of our children.
+      common.emplace_back("LATTICE_SECRET", crypto::ClusterSecret::generate().to_hex());
+    }
+    std::string coordinator = a.coordinator;
+    if (coordinator.empty()) {
+      auto port = pick_free_port();
+      if (!port.ok()) return fail(port.status().to_string());
+      coordinator = "127.0.0.1:" + std::to_string(*port);
+    }
+    for (int r = 0; r < a.n; ++r) {
+      LaunchRank lr;
+      lr.rank = r;
+      lr.argv = a.command;
+      lr.env = common;
+      lr.env.emplace_back("LATTICE_RANK", std::to_string(r));
+      lr.env.emplace_back("LATTICE_WORLD_SIZE", std::to_string(a.n));
+      lr.env.emplace_back("LATTICE_COORDINATOR", coordinator);
+      lr.env.emplace_back("LATTICE_PROVIDER", a.provider.empty() ? "shm" : a.provider);
+      lo.ranks.push_back(std::move(lr));
+    }
+  } else {
+    if (a.secret_file.empty())
+      return fail("--hostfile needs --secret-file (the same secret file, at the same path, on every host)");
+    auto plan = plan_from_topology_file(a.hostfile);
+    if (!plan.ok()) return fail(plan.status().message());
+    std::string coordinator = a.coordinator.empty() ? plan->coordinator : a.coordinator;
+    auto hp = split_host_port(coordinator);
+    if (!hp.ok()) return fail("coordinator: " + hp.status().message());
+    if (coordinator.find(':') == std::string::npos || (coordinator.front() == '[' && coordinator.back() == ']'))
+      coordinator += ":" + std::to_string(kDefaultCoordinatorPort);
+    for (int r = 0; r < plan->world_size; ++r) {
+      LaunchRank what;
+      what.rank = r;
+      what.argv = a.command;
+      what.env = common;
+      what.env.emplace_back("LATTICE_RANK", std::to_string(r));
+      what.env.emplace_back("LATTICE_WORLD_SIZE", std::to_string(plan->world_size));
+      what.env.emplace_back("LATTICE_COORDINATOR", coordinator);
+      what.env.emplace_back("LATTICE_PROVIDER", a.provider.empty() ? "tcp" : a.provider);
+      what.env.emplace_back("LATTICE_TOPOLOGY", absolute(a.hostfile));
+      LaunchRank lr;
+      lr.rank = r;
+      lr.argv = {"/bin/sh", "-c", expand_remote(a.remote, plan->names[r], plan->ssh[r], r, what)};
+      lo.ranks.push_back(std::move(lr));
+    }
+  }
+  auto code = run_ranks(lo);
+  if (!code.ok()) return fail(code.status().to_string());
+  return *code;
+}
+
+const Registrar kLaunch{{"launch", "start the ranks of a cluster (locally or over ssh) and supervise them",
+                         [](CLI::App& app) -> std::function<int()> {
+                           auto a = std::make_shared<LaunchArgs>();
+                           app.add_option("-n", a->n, "number of local ranks");
+                           app.add_option("--hostfile", a->hostfile, "topology file or MLX hostfile: one rank per host");
+                           app.add_option("--provider", a->provider, "fabric provider: shm|tcp (default: shm local, tcp hosts)")
+                               ->check(CLI::IsMember({"shm", "tcp"}));
+                           app.add_option("--secret-file", a->secret_file, "cluster secret (lattice keygen); local runs without it use a fresh one");
+                           app.add_flag("--insecure", a->insecure, "authenticate but do not encrypt (trusted links only)");
+                           app.add_option("--remote", a->remote, "remote command template: {host} {ssh} {rank} {cmd}")
+                               ->capture_default_str();
+                           app.add_option("--coordinator", a->coordinator, "coordinator host:port (default: rank 0's)");
+                           app.add_option("--grace-ms", a->grace_ms, "SIGTERM to SIGKILL delay when stopping ranks")
+                               ->capture_default_str();
+                           app.add_flag("--no-prefix", a->no_prefix, "do not prefix output lines with [rank N]");
+                           app.add_option("--heartbeat-ms", a->heartbeat_ms, "heartbeat interval for the ranks (default 100)");
+                           app.add_option("--failure-timeout-ms", a->failure_timeout_ms,
+                                          "silence after which a rank is declared dead (default 700)");
+                           app.add_option("command", a->command, "the command each rank runs (after --)")->expected(-1);
+                           return [a] { return run_launch(*a); };
+                         }}};
+
+}  // namespace
+}  // namespace lattice::cli
