@@ -1,6 +1,7 @@
 #include "lattice/engine/runtime/kv_cache.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 namespace lattice::engine {
@@ -17,7 +18,8 @@ Result<KvCache> KvCache::create(uint32_t n_layer, uint32_t n_kv_head, uint32_t h
   c.n_kv_head_ = n_kv_head;
   c.head_dim_ = head_dim;
   c.n_ctx_ = n_ctx;
-  c.n_elems_ = static_cast<size_t>(n_layer) * n_kv_head * head_dim * n_ctx;
+  c.ctx_stride_ = (n_ctx + 15) / 16 * 16;
+  c.n_elems_ = static_cast<size_t>(n_layer) * n_kv_head * head_dim * c.ctx_stride_;
   // Pages are touched only as positions are written, so resident memory follows the tokens
   // actually held; 64-byte alignment keeps vector loads whole.
   const size_t bytes = (c.n_elems_ * sizeof(float) + 63) / 64 * 64;
@@ -25,6 +27,9 @@ Result<KvCache> KvCache::create(uint32_t n_layer, uint32_t n_kv_head, uint32_t h
   c.v_.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
   if (!c.k_ || !c.v_)
     return ResourceExhausted("kv cache: cannot allocate " + std::to_string(2 * bytes) + " bytes");
+  // Attention reads keys in whole blocks of 16 positions, past the last one written: those
+  // slots must hold finite numbers (their scores are computed, then ignored).
+  std::memset(c.k_.get(), 0, bytes);
   return c;
 }
 

@@ -1,8 +1,10 @@
 // The key/value cache of one sequence: for every layer and KV head, the keys and values of
 // the positions seen so far, in f32.
 //
-// Layout: [layer][kv_head][position][head_dim], so one head's keys are contiguous and an
-// attention head streams them in order. f32 rather than f16: at the contexts a single node
+// Layout: keys transposed, [layer][kv_head][head_dim][position] (position stride
+// ctx_stride(), n_ctx rounded up to 16), so the scores of one query against all positions are
+// a few long vector loops; values [layer][kv_head][position][head_dim], so the weighted sum
+// is an axpy per position. f32 rather than f16: at the contexts a single node
 // serves here (a few thousand tokens) the cache is small next to the weights (a 1.1B Llama
 // shape with 4 KV heads of 64 needs 45 KB a token), and it keeps attention exact and simple.
 // Sized once from the context the caller needs; never grows. Not thread-safe for writers;
@@ -26,25 +28,36 @@ class KvCache {
   KvCache(KvCache&&) = default;
   KvCache& operator=(KvCache&&) = default;
 
-  float* key(uint32_t layer, uint32_t kv_head, uint32_t pos) { return k_.get() + offset(layer, kv_head, pos); }
-  float* value(uint32_t layer, uint32_t kv_head, uint32_t pos) { return v_.get() + offset(layer, kv_head, pos); }
-  const float* key(uint32_t layer, uint32_t kv_head, uint32_t pos) const { return k_.get() + offset(layer, kv_head, pos); }
-  const float* value(uint32_t layer, uint32_t kv_head, uint32_t pos) const { return v_.get() + offset(layer, kv_head, pos); }
+  // Component d of position p of the keys is keys_t(layer, kv_head)[d * ctx_stride() + p].
+  float* keys_t(uint32_t layer, uint32_t kv_head) { return k_.get() + head_offset(layer, kv_head); }
+  const float* keys_t(uint32_t layer, uint32_t kv_head) const { return k_.get() + head_offset(layer, kv_head); }
+  // Stores one position's key (head_dim values) into the transposed layout.
+  void store_key(uint32_t layer, uint32_t kv_head, uint32_t pos, const float* k) {
+    float* dst = keys_t(layer, kv_head) + pos;
+    for (uint32_t d = 0; d < head_dim_; ++d) dst[static_cast<size_t>(d) * ctx_stride_] = k[d];
+  }
+  float* value(uint32_t layer, uint32_t kv_head, uint32_t pos) {
+    return v_.get() + head_offset(layer, kv_head) + static_cast<size_t>(pos) * head_dim_;
+  }
+  const float* value(uint32_t layer, uint32_t kv_head, uint32_t pos) const {
+    return v_.get() + head_offset(layer, kv_head) + static_cast<size_t>(pos) * head_dim_;
+  }
+  uint32_t ctx_stride() const { return ctx_stride_; }
 
   uint32_t n_ctx() const { return n_ctx_; }
   uint32_t head_dim() const { return head_dim_; }
   size_t n_bytes() const { return 2 * n_elems_ * sizeof(float); }
 
  private:
-  size_t offset(uint32_t layer, uint32_t kv_head, uint32_t pos) const {
-    return ((static_cast<size_t>(layer) * n_kv_head_ + kv_head) * n_ctx_ + pos) * head_dim_;
+  size_t head_offset(uint32_t layer, uint32_t kv_head) const {
+    return (static_cast<size_t>(layer) * n_kv_head_ + kv_head) * ctx_stride_ * head_dim_;
   }
   struct FreeDeleter {
     void operator()(float* p) const;
   };
   std::unique_ptr<float, FreeDeleter> k_, v_;
   size_t n_elems_ = 0;
-  uint32_t n_layer_ = 0, n_kv_head_ = 0, head_dim_ = 0, n_ctx_ = 0;
+  uint32_t n_layer_ = 0, n_kv_head_ = 0, head_dim_ = 0, n_ctx_ = 0, ctx_stride_ = 0;
 };
 
 }  // namespace lattice::engine

@@ -1,5 +1,6 @@
 #include "lattice/engine/runtime/ops.h"
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -58,22 +59,54 @@ void rmsnorm(float* out, const float* x, const float* w, size_t n, float eps) {
   }
 }
 
-void softmax(float* x, size_t n) {
+namespace {
+// Cody-Waite range reduction to r in [-ln2/2, ln2/2], a degree-6 polynomial, and the
+// exponent put back with integer arithmetic: all plain arithmetic, so loops of it vectorize.
+inline float exp_approx(float x) {
+  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  const float kMagic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const float n = (x * 1.44269504088896341f + kMagic) - kMagic;
+  const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
+  float p = 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const int32_t e = (static_cast<int32_t>(n) + 127) << 23;
+  return p * std::bit_cast<float>(e);
+}
+}  // namespace
+
+LATTICE_OPS_CLONES void exp_inplace(float* x, size_t n) {
+  for (size_t i = 0; i < n; ++i) x[i] = exp_approx(x[i]);
+}
+
+LATTICE_OPS_CLONES void softmax(float* x, size_t n) {
   float mx = x[0];
   for (size_t i = 1; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  float acc[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (size_t j = 0; j < kLanes; ++j) {
+      x[i + j] = exp_approx(x[i + j] - mx);
+      acc[j] += x[i + j];
+    }
   float sum = 0;
-  for (size_t i = 0; i < n; ++i) {
-    x[i] = std::exp(x[i] - mx);
+  for (size_t j = 0; j < kLanes; ++j) sum += acc[j];
+  for (; i < n; ++i) {
+    x[i] = exp_approx(x[i] - mx);
     sum += x[i];
   }
   const float inv = 1.0f / sum;
-  for (size_t i = 0; i < n; ++i) x[i] *= inv;
+  for (size_t k = 0; k < n; ++k) x[k] *= inv;
 }
 
-void swiglu(float* out, const float* gate, const float* up, size_t n) {
+LATTICE_OPS_CLONES void swiglu(float* out, const float* gate, const float* up, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     const float g = gate[i];
-    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+    out[i] = g / (1.0f + exp_approx(-g)) * up[i];
   }
 }
 
@@ -118,12 +151,27 @@ void rope_apply(float* v, uint32_t n_heads, uint32_t head_dim, const float* cos_
   }
 }
 
-void attend_head(float* out, const float* q, const float* k, const float* v, size_t n_kv,
-                 size_t head_dim, size_t stride, float scale, float* scores) {
-  for (size_t j = 0; j < n_kv; ++j) scores[j] = dot(q, k + j * stride, head_dim) * scale;
+LATTICE_OPS_CLONES void attend_head(float* out, const float* q, const float* keys_t, const float* v, size_t n_kv,
+                                    size_t head_dim, size_t ctx_stride, float scale, float* scores) {
+  // Scores, 16 positions at a time: the block stays in one vector register while the head's
+  // components stream through.
+  const size_t n_pad = (n_kv + kLanes - 1) / kLanes * kLanes;
+  for (size_t p0 = 0; p0 < n_pad; p0 += kLanes) {
+    float acc[kLanes] = {};
+    for (size_t d = 0; d < head_dim; ++d) {
+      const float qd = q[d];
+      const float* k = keys_t + d * ctx_stride + p0;
+      for (size_t j = 0; j < kLanes; ++j) acc[j] += qd * k[j];
+    }
+    for (size_t j = 0; j < kLanes; ++j) scores[p0 + j] = acc[j] * scale;
+  }
   softmax(scores, n_kv);
-  std::memset(out, 0, head_dim * sizeof(float));
-  for (size_t j = 0; j < n_kv; ++j) axpy(out, scores[j], v + j * stride, head_dim);
+  for (size_t d = 0; d < head_dim; ++d) out[d] = 0.0f;
+  for (size_t p = 0; p < n_kv; ++p) {
+    const float w = scores[p];
+    const float* vp = v + p * head_dim;
+    for (size_t d = 0; d < head_dim; ++d) out[d] += w * vp[d];
+  }
 }
 
 }  // namespace lattice::engine::ops

@@ -53,10 +53,16 @@ void rope_apply(float* v, uint32_t n_heads, uint32_t head_dim, const float* cos_
 // inv_freq[i] for i < n_rot/2; freq_factors may be null.
 void rope_inv_freq(float* inv_freq, const RopeParams& p, const float* freq_factors);
 
-// Causal attention of one query head over the first n_kv cached positions of one KV head.
-//   q: head_dim values; k, v: n_kv rows of head_dim values each, row stride `stride`;
-//   scores: scratch of n_kv floats; out: head_dim values (overwritten).
-void attend_head(float* out, const float* q, const float* k, const float* v, size_t n_kv,
-                 size_t head_dim, size_t stride, float scale, float* scores);
+// exp(x) to about 2 ulp for x in [-87, 88] (clamped outside), in a form the compiler
+// vectorizes; softmax and SwiGLU use it over whole rows.
+void exp_inplace(float* x, size_t n);
+
+// Attention of one query head over the first n_kv cached positions of one KV head.
+//   q: head_dim values; keys_t: the keys transposed, component d of position p at
+//   keys_t[d * ctx_stride + p] (ctx_stride a multiple of 16, slots up to n_kv rounded up to
+//   16 readable and finite); v: n_kv rows of head_dim values; scores: scratch of ctx_stride
+//   floats; out: head_dim values (overwritten).
+void attend_head(float* out, const float* q, const float* keys_t, const float* v, size_t n_kv, size_t head_dim,
+                 size_t ctx_stride, float scale, float* scores);
 
 }  // namespace lattice::engine::ops

@@ -68,7 +68,7 @@ Result<std::unique_ptr<Session>> Session::create(const Model& model, const Sessi
       {&impl->att, B * hp.attn_out_dim()},
       {&impl->gate, B * hp.n_ff},
       {&impl->up, B * hp.n_ff},
-      {&impl->scores, size_t{o.n_threads} * o.n_ctx},
+      {&impl->scores, size_t{o.n_threads} * ((o.n_ctx + 15) / 16 * 16)},
       {&impl->cos_sin, B * hp.rope.n_rot},
       {&impl->inv_freq, hp.rope.n_rot / 2},
   };
@@ -144,7 +144,7 @@ Status Session::forward(const int32_t* tokens, uint32_t n, float* all_logits) {
       ops::rope_apply(q, hp.n_head, HD, cs, hp.rope);
       ops::rope_apply(k, hp.n_head_kv, HD, cs, hp.rope);
       for (uint32_t h = 0; h < hp.n_head_kv; ++h) {
-        std::memcpy(cache_.key(l, h, pos0 + t), k + h * HD, HD * sizeof(float));
+        cache_.store_key(l, h, pos0 + t, k + h * HD);
         std::memcpy(cache_.value(l, h, pos0 + t), v + h * HD, HD * sizeof(float));
       }
     }
@@ -152,12 +152,12 @@ Status Session::forward(const int32_t* tokens, uint32_t n, float* all_logits) {
     const uint32_t group = hp.group();
     pool.parallel_for(hp.n_head, [&](size_t h, size_t thread) {
       const uint32_t kvh = static_cast<uint32_t>(h) / group;
-      const float* kc = cache_.key(l, kvh, 0);
+      const float* kc = cache_.keys_t(l, kvh);
       const float* vc = cache_.value(l, kvh, 0);
-      float* scores = I.scores.get() + thread * cache_.n_ctx();
+      float* scores = I.scores.get() + thread * cache_.ctx_stride();
       for (uint32_t t = 0; t < n; ++t)
-        ops::attend_head(I.att.get() + t * AD + h * HD, I.q.get() + t * QD + h * HD, kc, vc, pos0 + t + 1, HD, HD,
-                         scale, scores);
+        ops::attend_head(I.att.get() + t * AD + h * HD, I.q.get() + t * QD + h * HD, kc, vc, pos0 + t + 1, HD,
+                         cache_.ctx_stride(), scale, scores);
     });
     matmul(L.wo, I.att.get(), n, I.xb.get(), pool);
     for (uint32_t t = 0; t < n; ++t) ops::add(I.x.get() + t * E, I.xb.get() + t * E, E);
