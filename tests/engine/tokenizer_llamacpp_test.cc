@@ -146,7 +146,7 @@ struct Case {
   std::string error;                   // set if this case could not be prepared
 };
 
-// Everything is prepared once: models written, our tokenizers loaded, llama.cpp run.
+// Everything is prepared at once: models written, our tokenizers loaded, llama.cpp run.
 class Oracle {
  public:
   static Oracle& get() {
@@ -236,41 +236,30 @@ class Oracle {
   fs::path dir_;
 };
 
-class TokenizerLlamaCpp : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(TokenizerLlamaCpp, SameIdsAndTextAsLlamaCpp) {
+// One test for all vocabularies: ctest runs every test in its own process, and llama.cpp
+// is started once per process.
+TEST(TokenizerLlamaCpp, SameIdsAndTextAsLlamaCpp) {
   Oracle& o = Oracle::get();
   if (o.skip) GTEST_SKIP() << o.message;
-  const Case& c = o.cases.at(GetParam());
-  ASSERT_TRUE(c.error.empty()) << c.error;
-  ASSERT_TRUE(c.tokenizer.has_value());
-  ASSERT_EQ(c.rows.size(), c.strings.size()) << "llama.cpp said: " << o.message.substr(0, 2000);
-  const Tokenizer& t = *c.tokenizer;
-  for (size_t i = 0; i < c.strings.size(); ++i) {
-    const std::string& s = c.strings[i];
-    const std::vector<TokenId> plain = c.rows[i]["plain"].get<std::vector<TokenId>>();
-    EXPECT_EQ(t.encode(s, {.add_special = false, .parse_special = false}), plain) << c.name << " plain: '" << s << "'";
-    EXPECT_EQ(t.encode(s, {.add_special = false, .parse_special = true}),
-              c.rows[i]["special"].get<std::vector<TokenId>>())
-        << c.name << " special: '" << s << "'";
-    EXPECT_EQ(t.decode(plain, {.remove_special = false}), c.rows[i]["detok"].get<std::string>())
-        << c.name << " detok: '" << s << "'";
+  ASSERT_EQ(o.cases.size(), 14u);
+  for (const auto& [name, c] : o.cases) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(c.error.empty()) << c.error;
+    ASSERT_TRUE(c.tokenizer.has_value());
+    ASSERT_EQ(c.rows.size(), c.strings.size()) << "llama.cpp said: " << o.message.substr(0, 2000);
+    const Tokenizer& t = *c.tokenizer;
+    for (size_t i = 0; i < c.strings.size(); ++i) {
+      const std::string& s = c.strings[i];
+      const std::vector<TokenId> plain = c.rows[i]["plain"].get<std::vector<TokenId>>();
+      EXPECT_EQ(t.encode(s, {.add_special = false, .parse_special = false}), plain) << name << " plain: '" << s << "'";
+      EXPECT_EQ(t.encode(s, {.add_special = false, .parse_special = true}),
+                c.rows[i]["special"].get<std::vector<TokenId>>())
+          << name << " special: '" << s << "'";
+      EXPECT_EQ(t.decode(plain, {.remove_special = false}), c.rows[i]["detok"].get<std::string>())
+          << name << " detok: '" << s << "'";
+    }
   }
 }
-
-INSTANTIATE_TEST_SUITE_P(
-    Models, TokenizerLlamaCpp,
-    ::testing::Values("generated_spm", "generated_llama3", "generated_qwen2", "hand_spm", "hand_bpe_llama-bpe",
-                      "hand_bpe_qwen2", "hand_bpe_gpt-2", "hand_bpe_default", "hand_bpe_starcoder",
-                      "dense_bpe_llama-bpe", "dense_bpe_qwen2", "dense_bpe_gpt-2", "dense_bpe_default",
-                      "dense_bpe_starcoder"),
-    [](const auto& info) {
-      std::string n = info.param;
-      for (char& ch : n) {
-        if (ch == '-') ch = '_';
-      }
-      return n;
-    });
 
 }  // namespace
 }  // namespace lattice::engine
