@@ -281,9 +281,38 @@ TEST(ShmProvider, DeregisteredRegionIsNoLongerReachable) {
   EXPECT_EQ(out[0].status.code(), ErrorCode::kAccessDenied) << out[0].status.to_string();
 }
 
+TEST(ShmProvider, WithoutCrossMemoryAttachLargeSendsUseTheRing) {
+  // As on hosts where Yama refuses process_vm_readv between siblings: large sends from caller
+  // memory still arrive (through the ring), one-sided access to caller memory says why not.
+  auto pair = make_pair("shm://?cma=0");
+  ASSERT_TRUE(pair.ok()) << pair.status().to_string();
+  const size_t size = (size_t{1} << 20) + 3;
+  std::vector<std::byte> src = pattern(size, 31), dst(size + 8, std::byte{0});
+  auto rs = pair->a->provider->register_memory(src.data(), src.size(), kAllAccess);
+  auto rd = pair->b->provider->register_memory(dst.data(), dst.size(), kAllAccess);
+  ASSERT_TRUE(rs.ok() && rd.ok());
+  Pump pump({pair->a->send_cq.get(), pair->b->recv_cq.get()});
+  ASSERT_TRUE(pair->b->ep->post_recv({rd->get(), 0, size}, 1).ok());
+  ASSERT_TRUE(pair->a->ep->post_send({rs->get(), 0, size}, 2).ok());
+  auto r = pump.next(pair->b->recv_cq.get(), generous());
+  ASSERT_TRUE(r.ok() && r->status.ok()) << (r.ok() ? r->status.to_string() : r.status().to_string());
+  EXPECT_EQ(r->bytes, size);
+  EXPECT_EQ(std::memcmp(dst.data(), src.data(), size), 0);
+  auto s = pump.next(pair->a->send_cq.get(), generous());
+  ASSERT_TRUE(s.ok() && s->status.ok());
+  // One-sided access to the peer's caller memory needs cross-memory attach.
+  auto local = pair->a->provider->allocate_memory(64, kAllAccess);
+  ASSERT_TRUE(pair->a->ep->post_write({local->get(), 0, 64}, {(*rd)->key(), 0, 64}, 3).ok());
+  auto w = pump.next(pair->a->send_cq.get(), generous());
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(w->status.code(), ErrorCode::kUnavailable) << w->status.to_string();
+  EXPECT_NE(w->status.message().find("cross-memory attach"), std::string::npos);
+}
+
 TEST(ShmProvider, UriOptions) {
   EXPECT_TRUE(make_provider("shm").ok());
   EXPECT_TRUE(make_provider("shm://?busy_poll=1").ok());
+  EXPECT_TRUE(make_provider("shm://?busy_poll=0&cma=0").ok());
   EXPECT_EQ(make_provider("shm://?frobnicate=1").status().code(), ErrorCode::kInvalidArgument);
 }
 

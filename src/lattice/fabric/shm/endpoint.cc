@@ -2,6 +2,7 @@
 // segment and reads the peer's read-only), rendezvous for large sends, one-sided operations
 // as direct copies, sticky failure.
 #include <poll.h>
+#include <sys/uio.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -122,6 +123,16 @@ Status ShmEndpoint::connect(std::span<const std::byte> peer_address, Deadline de
       return fail_locked(PeerLost("shm connect: peer process " + str(b.pid) + " is gone", rank), false);
     // Without pidfds (old kernels) the heartbeat alone detects a dead peer.
     peer_pidfd_.store(pfd);
+  }
+  // Can we read the peer's memory with cross-memory attach? Yama's ptrace_scope=1 (common)
+  // refuses it between siblings; then large sends from caller memory travel through the ring
+  // instead of by rendezvous. The peer reads the answer from our header.
+  if (provider_->cma_allowed()) {
+    uint64_t probe = 0;
+    iovec l{&probe, sizeof probe};
+    iovec r{reinterpret_cast<void*>(prov->probe_addr), sizeof probe};
+    if (process_vm_readv(b.pid, &l, 1, &r, 1, 0) == sizeof probe && probe == kProviderMagic)
+      store_release(my_header()->cma_ok, uint32_t{1});
   }
   peer_pid_ = b.pid;
   peer_seg_ = std::move(*seg);
@@ -355,7 +366,10 @@ Status ShmEndpoint::post_send(LocalSlice src, WorkId id) {
   LATTICE_ASSIGN_OR_RETURN(ShmRegion * r, local_region(src, "post_send"));
   if (src.length > kMaxMsg) return InvalidArgument("shm: post_send of " + str(src.length) + " bytes exceeds max_msg");
   if (sq_.size() >= kMaxQueued) return ResourceExhausted("shm: send queue full");
-  TxOp op{src.length <= kEagerMax ? kSlotEager : kSlotRndv, id, Opcode::kSend, r, src.offset, src.length, 0, 0, 0, {}};
+  // Rendezvous lets the receiver copy once from our memory: from a shared region always, from
+  // caller memory only if it can attach to this process (it says so in its header).
+  const bool rndv = src.length > kEagerMax && (r->shared() || load_acquire(peer_header()->cma_ok) == 1);
+  TxOp op{rndv ? kSlotRndv : kSlotEager, id, Opcode::kSend, r, src.offset, src.length, 0, 0, 0, {}};
   if (op.kind == kSlotEager) {
     if (tx_pending_.empty()) {
       // Fast path: the message fits in the ring now and completes at once.
@@ -534,7 +548,7 @@ void ShmEndpoint::progress_rx_locked() {
     h.flags = load_relaxed(s->flags);
     const std::byte* payload = reinterpret_cast<const std::byte*>(s) + kSlotHeaderBytes;
     if (h.type == kSlotEager) {
-      if (h.frag_bytes > kSlotPayload || h.msg_bytes > kEagerMax) {
+      if (h.frag_bytes > kSlotPayload || h.msg_bytes > kMaxMsg) {
         (void)fail_locked(Corrupt("shm: ring slot with " + str(h.frag_bytes) + "/" + str(h.msg_bytes) + " bytes", rank));
         break;
       }

@@ -196,6 +196,10 @@ Status ShmEndpoint::remote_copy_locked(PeerRegion* r, uint64_t offset, std::byte
     return Status::Ok();
   }
   // Caller-registered memory of the peer: cross-memory attach, one copy by the kernel.
+  if (!provider_->cma_allowed())
+    return Unavailable(
+        "shm: cross-memory attach is disabled (cma=0); remote access to the peer's caller-registered memory "
+        "needs it: use allocate_memory regions");
   size_t done = 0;
   while (done < length) {
     iovec l{local + done, length - done};

@@ -15,10 +15,10 @@
 
 namespace lattice::fabric::shm {
 
-Result<std::unique_ptr<ShmProvider>> ShmProvider::create(const ProviderOptions& options) {
+Result<std::unique_ptr<ShmProvider>> ShmProvider::create(const ProviderOptions& options, bool cma) {
   if (access("/proc/self/fd", R_OK | X_OK) != 0)
     return Unavailable("shm: /proc is not mounted (peers open each other's segments through /proc/<pid>/fd)");
-  std::unique_ptr<ShmProvider> p(new ShmProvider(options));
+  std::unique_ptr<ShmProvider> p(new ShmProvider(options, cma));
   p->pid_ = getpid();
   while (p->nonce_ == 0) p->nonce_ = secure_random_u64();
   LATTICE_ASSIGN_OR_RETURN(p->segment_, create_segment("lattice-shm-provider", kProviderSegmentBytes));
@@ -28,6 +28,7 @@ Result<std::unique_ptr<ShmProvider>> ShmProvider::create(const ProviderOptions& 
   h->pid = p->pid_;
   h->nonce = p->nonce_;
   h->n_entries = kDirEntries;
+  h->probe_addr = reinterpret_cast<uint64_t>(&h->magic);
   p->dir_used_.assign(kDirEntries, false);
   p->wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (p->wake_fd_ < 0) return ErrnoError("shm: eventfd", errno);
@@ -111,7 +112,8 @@ namespace lattice::fabric::detail {
 
 Result<std::unique_ptr<Provider>> make_shm_provider(std::string_view params, const ProviderOptions& options) {
   ProviderOptions opts = options;
-  // "shm" or "shm://?busy_poll=1"
+  bool cma = true;
+  // "shm" or "shm://?busy_poll=1&cma=0"
   std::string_view p = params;
   if (!p.empty() && p.front() == '?') p.remove_prefix(1);
   while (!p.empty()) {
@@ -121,13 +123,15 @@ Result<std::unique_ptr<Provider>> make_shm_provider(std::string_view params, con
       opts.busy_poll = true;
     } else if (kv == "busy_poll=0") {
       opts.busy_poll = false;
+    } else if (kv == "cma=0" || kv == "cma=1") {
+      cma = kv == "cma=1";
     } else if (!kv.empty()) {
-      return InvalidArgument("shm: unknown option '" + std::string(kv) + "' (known: busy_poll=0|1)");
+      return InvalidArgument("shm: unknown option '" + std::string(kv) + "' (known: busy_poll=0|1, cma=0|1)");
     }
     if (amp == std::string_view::npos) break;
     p.remove_prefix(amp + 1);
   }
-  LATTICE_ASSIGN_OR_RETURN(auto provider, shm::ShmProvider::create(opts));
+  LATTICE_ASSIGN_OR_RETURN(auto provider, shm::ShmProvider::create(opts, cma));
   return std::unique_ptr<Provider>(std::move(provider));
 }
 

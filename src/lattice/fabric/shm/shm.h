@@ -56,7 +56,8 @@ constexpr uint32_t kSlotBytes = 4096;
 constexpr uint32_t kSlots = 128;  // power of two
 constexpr size_t kSlotHeaderBytes = 32;
 constexpr size_t kSlotPayload = kSlotBytes - kSlotHeaderBytes;
-constexpr size_t kEagerMax = 32 * 1024;  // larger sends use rendezvous (single copy)
+constexpr size_t kEagerMax = 32 * 1024;  // larger sends use rendezvous (single copy), except from
+                                         // caller memory when the receiver cannot attach to us
 constexpr uint32_t kMaxRndv = 64;        // rendezvous sends in flight per endpoint
 constexpr uint32_t kDirEntries = 1024;   // regions per provider
 constexpr size_t kMaxMsg = size_t{1} << 30;
@@ -106,6 +107,7 @@ struct EndpointHeader {
   alignas(kCacheLine) uint32_t state;        // EndpointState
   uint32_t reason;                            // ErrorCode of the failure
   uint64_t peer_nonce;                        // the endpoint this one connected to
+  uint32_t cma_ok;  // 1: this side can read the peer's memory with process_vm_readv (probed at connect)
 };
 static_assert(sizeof(EndpointHeader) <= kPage);
 enum EndpointState : uint32_t { kStateOpen = 0, kStateClosed = 1, kStateFailed = 2 };
@@ -123,6 +125,7 @@ struct ProviderHeader {  // page 1, read-only for peers
   uint64_t nonce;
   uint32_t n_entries;
   uint32_t pad0;
+  uint64_t probe_addr;  // address of `magic` in the owner's process: peers test cross-memory attach on it
   alignas(kCacheLine) uint64_t heartbeat;  // bumped by the watchdog every kHeartbeatTick
 };
 enum RegionKind : uint32_t { kKindFree = 0, kKindShm = 1, kKindUser = 2 };
@@ -281,7 +284,7 @@ class ShmCq final : public CompletionQueue {
 
 class ShmProvider final : public Provider {
  public:
-  static Result<std::unique_ptr<ShmProvider>> create(const ProviderOptions& options);
+  static Result<std::unique_ptr<ShmProvider>> create(const ProviderOptions& options, bool cma = true);
   ~ShmProvider() override;
 
   std::string_view name() const override { return "shm"; }
@@ -293,6 +296,7 @@ class ShmProvider final : public Provider {
                                                     const EndpointOptions& options) override;
 
   bool busy_poll() const { return options_.busy_poll; }
+  bool cma_allowed() const { return cma_allowed_; }
   int pid() const { return pid_; }
   uint64_t nonce() const { return nonce_; }
   int segment_fd() const { return segment_.fd; }
@@ -311,10 +315,11 @@ class ShmProvider final : public Provider {
   void unregister_endpoint(ShmEndpoint* ep);
 
  private:
-  ShmProvider(const ProviderOptions& options) : options_(options) {}
+  ShmProvider(const ProviderOptions& options, bool cma) : options_(options), cma_allowed_(cma) {}
   void watchdog();
 
   ProviderOptions options_;
+  bool cma_allowed_ = true;  // "shm://?cma=0" behaves as if the kernel refused cross-memory attach
   ProviderCaps caps_;
   int pid_ = 0;
   uint64_t nonce_ = 0;
