@@ -542,7 +542,10 @@ void Conn::read_rx() {
         stage_w_ -= stage_r_;
         stage_r_ = 0;
       }
-      const size_t asked = staging_.size() - stage_w_;
+      // After a large frame the next one is likely large too: stage only a little of it so
+      // most of its payload is read in place rather than copied out of the staging buffer.
+      const size_t asked =
+          std::min(staging_.size() - stage_w_, last_frame_large_ ? kSmallStageRead : staging_.size());
       r = ::recv(fd_, staging_.data() + stage_w_, asked, MSG_DONTWAIT);
       if (r > 0) {
         stage_w_ += static_cast<size_t>(r);
@@ -557,7 +560,7 @@ void Conn::read_rx() {
       }
     }
     if (r == 0) {
-      fail(PeerLost(peer_text() + " closed the connection", options_.peer_rank), false);
+      fail(PeerLost(peer_text() + " closed the connection", options_.peer_rank), false, /*clean_eof=*/true);
       return;
     }
     if (errno == EINTR) continue;
@@ -794,6 +797,7 @@ void Conn::deliver_to_recv(bool is_imm, uint32_t imm, const std::byte* data, siz
 }
 
 void Conn::finish_frame() {
+  last_frame_large_ = cur_.payload_len >= kDirectReadMin * 8;
   Finish what = finish_;
   rx_ = Rx::kHeader;
   finish_ = Finish::kNone;
@@ -837,8 +841,9 @@ void Conn::finish_frame() {
       for (char& c : text)
         if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';
       unexpected_buf_ = {};
-      ErrorCode code = static_cast<ErrorCode>(cur_.imm);
-      if (cur_.imm == 0 || cur_.imm > static_cast<uint32_t>(ErrorCode::kInternal)) code = ErrorCode::kCorrupt;
+      // The code is the peer's word: anything outside the known range becomes kCorrupt.
+      const bool known = cur_.imm != 0 && cur_.imm <= static_cast<uint32_t>(ErrorCode::kInternal);
+      ErrorCode code = known ? static_cast<ErrorCode>(cur_.imm) : ErrorCode::kCorrupt;
       fail(Status(code, peer_text() + " failed the connection: " + text, rank), false);
       break;
     }
@@ -855,12 +860,17 @@ void Conn::complete_recv_side(WorkId id, Opcode op, Status s, size_t bytes, uint
   recv_cq_->push(Completion{id, op, std::move(s), bytes, imm});
 }
 
-void Conn::fail(Status s, bool tell_peer) {
+void Conn::fail(Status s, bool tell_peer, bool clean_eof) {
   if (!error_.ok()) return;
   error_ = s;
   failed_.store(true);
   poll_fd_.store(-1);
-  if (s.code() != ErrorCode::kCancelled) LATTICE_LOG_WARN("tcp endpoint: {}", s.to_string());
+  // A peer closing its endpoint (EOF) is how every run ends: not worth a warning.
+  if (clean_eof) {
+    LATTICE_LOG_INFO("tcp endpoint: {}", s.to_string());
+  } else if (s.code() != ErrorCode::kCancelled) {
+    LATTICE_LOG_WARN("tcp endpoint: {}", s.to_string());
+  }
   if (fd_ >= 0) {
     if (tell_peer && (tx_.empty() || tx_.front().done == 0)) {
       // Best effort, one non-blocking attempt: tell the peer why before hanging up.
@@ -941,7 +951,7 @@ bool Conn::progress_from_background(uint32_t events) {
     char c;
     ssize_t r = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
     if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-      fail(PeerLost(peer_text() + " closed the connection", options_.peer_rank), false);
+      fail(PeerLost(peer_text() + " closed the connection", options_.peer_rank), false, /*clean_eof=*/true);
     } else {
       return false;  // data still queued behind the stall: look again later, don't spin
     }

@@ -53,6 +53,7 @@ inline constexpr size_t kMaxOutstanding = 65536;          // per endpoint, send 
 inline constexpr size_t kMaxQueuedResponses = 4096;       // target side: stop reading beyond this
 inline constexpr size_t kStagingBytes = 64 * 1024;
 inline constexpr size_t kDirectReadMin = 8 * 1024;        // read payload tails this big in place
+inline constexpr size_t kSmallStageRead = 4096;           // staging read size after a large frame
 
 class Conn : public std::enable_shared_from_this<Conn> {
  public:
@@ -150,7 +151,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void deliver_to_recv(bool is_imm, uint32_t imm, const std::byte* data, size_t len, size_t full_len);
   void enqueue(TxOp&& op);
   void enqueue_response(FrameHeader h, const std::byte* payload, size_t len);
-  void fail(Status s, bool tell_peer);
+  void fail(Status s, bool tell_peer, bool clean_eof = false);
   void complete_send_side(WorkId id, Opcode op, Status s, size_t bytes);
   void complete_recv_side(WorkId id, Opcode op, Status s, size_t bytes, uint32_t imm);
   void check_liveness(Clock::time_point now);
@@ -206,6 +207,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   uint64_t discard_left_ = 0;
   size_t sink_len_ = 0;                  // bytes the sink receives in total
   std::vector<std::byte> unexpected_buf_;  // kUnexpectedMsg / kErrorText sink
+  bool last_frame_large_ = false;
 
   Clock::time_point last_rx_{};
   Clock::time_point last_tx_{};
