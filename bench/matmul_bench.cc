@@ -27,8 +27,8 @@
 namespace lattice::engine {
 namespace {
 
-const TensorType kTypes[] = {TensorType::kQ4_0, TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K,
-                             TensorType::kF16};
+const TensorType kTypes[] = {TensorType::kQ4_0, TensorType::kQ8_0, TensorType::kQ4_K,
+                             TensorType::kQ6_K, TensorType::kF16,  TensorType::kQ5_K};
 
 ThreadPool& pool_for(size_t n) {
   static std::map<size_t, std::unique_ptr<ThreadPool>> pools;
@@ -138,7 +138,7 @@ void BM_StreamRead(benchmark::State& st) {
 BENCHMARK(BM_StreamRead)->Arg(1)->Arg(2)->ArgNames({"thr"})->UseRealTime();
 
 void shapes_decode(benchmark::internal::Benchmark* b) {
-  for (int t : {0, 1, 2, 3})
+  for (int t : {0, 1, 2, 3, 5, 4})
     for (auto [r, c] : {std::pair{5632, 2048}, {2048, 5632}, {32000, 2048}, {256, 2048}})
       for (int th : {1, 2})
         for (int cold : {0, 1}) b->Args({t, r, c, th, cold});

@@ -120,8 +120,8 @@ TEST(Matmul, EveryTypeIsaLayoutAndTokenCountMatchesReference) {
     auto packed = Weight::pack(view);
     auto in_place = Weight::view(view);
     ASSERT_TRUE(packed.ok() && in_place.ok());
-    // Which types get the interleaved layout: Q4_0/Q8_0 always, Q4_K/Q6_K with AVX-512.
-    const bool kquant = type == TensorType::kQ4_K || type == TensorType::kQ6_K;
+    // Which types get the interleaved layout: Q4_0/Q8_0 always, K-quants with AVX-512.
+    const bool kquant = type == TensorType::kQ4_K || type == TensorType::kQ5_K || type == TensorType::kQ6_K;
     const bool expect_packed = type == TensorType::kQ4_0 || type == TensorType::kQ8_0 ||
                                (kquant && active_isa() == Isa::kAvx512);
     EXPECT_EQ(packed->packed(), expect_packed) << static_cast<int>(type);

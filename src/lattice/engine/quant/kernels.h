@@ -28,6 +28,9 @@
 //                (zero-extended to int16, lane r holds the pair for vpdpwssd);
 //   [2304, 2336) d of the 16 rows (fp16); [2336, 2368) dmin of the 16 rows (fp16).
 // Row r's element 32j + e equals d*sc_j*q - dmin*m_j as in GGUF; only the byte order changes.
+// Packed Q5_K: the same plus the fifth bits after the nibbles, shifting what follows by 512
+// (K4Layout<5>): sub-block j at 2048 + j*64, byte r*4+m, bit 2i = element 4i+m, bit 2i+1 =
+// element 16+4i+m (i = 0..3); 2880 bytes per super-block.
 //
 // Packed Q6_K (16-row groups, kQ6KPackedBytes per super-block, values q in 0..63, x = d*sc*(q-32)):
 //   [0, 2048)    low 4 bits, sub-block j (32 elements) at j*256 arranged as a Q4_0 block;
@@ -72,19 +75,32 @@ struct KernelTable {
   QuantQ8Fn quant_q8;
   QuantQ8KFn quant_q8k;
   RowDotFn dot_f32, dot_f16, dot_bf16, dot_q8_0, dot_q4_0, dot_q4_k, dot_q5_k, dot_q6_k;
-  PackedTileFn tile_q4_0, tile_q8_0, tile_q4_k, tile_q6_k;
+  PackedTileFn tile_q4_0, tile_q8_0, tile_q4_k, tile_q5_k, tile_q6_k;
 };
 
 const KernelTable& scalar_kernels();
 const KernelTable& avx2_kernels();    // defined in kernels_avx2.cc
 const KernelTable& avx512_kernels();  // defined in kernels_avx512.cc
 
-inline constexpr size_t kQ4KPackedBytes = 2368;
+// Offsets inside one packed Q4_K (kBits 4) / Q5_K (kBits 5) super-block.
+template <int kBits>
+struct K4Layout {
+  static constexpr size_t kHighBits = 2048;  // Q5_K only
+  static constexpr size_t kScales = kBits == 5 ? 2560 : 2048;
+  static constexpr size_t kMins = kScales + 128;
+  static constexpr size_t kD = kMins + 128;
+  static constexpr size_t kDmin = kD + 32;
+  static constexpr size_t kBytes = kDmin + 32;
+};
+inline constexpr size_t kQ4KPackedBytes = K4Layout<4>::kBytes;
+inline constexpr size_t kQ5KPackedBytes = K4Layout<5>::kBytes;
+static_assert(kQ4KPackedBytes == 2368 && kQ5KPackedBytes == 2880);
 inline constexpr size_t kQ6KPackedBytes = 3392;
 inline size_t packed_block_bytes(TensorType t) { return t == TensorType::kQ4_0 ? 256 : 512; }
 // nb = number of format blocks in a row (32-blocks for Q4_0/Q8_0, 256-blocks for Q4_K).
 inline size_t packed_group_bytes(TensorType t, size_t nb) {
   if (t == TensorType::kQ4_K) return nb * kQ4KPackedBytes;
+  if (t == TensorType::kQ5_K) return nb * kQ5KPackedBytes;
   if (t == TensorType::kQ6_K) return nb * kQ6KPackedBytes;
   return (nb * (packed_block_bytes(t) + 32) + 63) / 64 * 64;
 }

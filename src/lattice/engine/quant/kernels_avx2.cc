@@ -321,7 +321,7 @@ const KernelTable& avx2_kernels() {
       "avx2",   quant_q8,  quant_q8k, dot_f32, dot_f16, dot_bf16, dot_q8_0, dot_q4_0, dot_k4like<4, BlockQ4_K>,
       dot_k4like<5, BlockQ5_K>, dot_q6_k, tile<true>, tile<false>,
       // No AVX2 versions: packed K-quants (made only when AVX-512 is there) run the reference.
-      scalar_kernels().tile_q4_k, scalar_kernels().tile_q6_k,
+      scalar_kernels().tile_q4_k, scalar_kernels().tile_q5_k, scalar_kernels().tile_q6_k,
   };
   return t;
 }

@@ -210,8 +210,19 @@ void tile(const uint8_t* group, size_t nb, const Act& a, size_t t0, size_t nt, f
 // Packed Q4_K (layout in kernels.h): per sub-block the integer dots come from vpdpbusd as for
 // Q4_0, are scaled by d*sc (one vector per sub-block, shared by the tokens) in float, and the
 // mins term sum_j m_j * sum(x of sub-block j) is 4 vpdpwssd per super-block.
-template <int NT>
-void tile_q4_k_t(const uint8_t* group, size_t nsb, const Act& a, size_t t0, float* out) {
+// Q5_K: the fifth bit of element 4i+m (bit 2i of its byte) or 16+4i+m (bit 2i+1) moved to
+// bit 4 of the byte (epi16 shifts: masking with 0x10 keeps each byte's own bit).
+template <int kBit>
+inline __m512i bit_to_4(__m512i h) {
+  const __m512i m10 = _mm512_set1_epi8(0x10);
+  if constexpr (kBit < 4) return _mm512_and_si512(_mm512_slli_epi16(h, 4 - kBit), m10);
+  else if constexpr (kBit == 4) return _mm512_and_si512(h, m10);
+  else return _mm512_and_si512(_mm512_srli_epi16(h, kBit - 4), m10);
+}
+
+template <int kBits, int NT>
+void tile_k4_t(const uint8_t* group, size_t nsb, const Act& a, size_t t0, float* out) {
+  using L = K4Layout<kBits>;
   constexpr bool kSplit = NT <= 2;
   const int32_t* xq[NT];
   const float* xd[NT];
@@ -225,22 +236,38 @@ void tile_q4_k_t(const uint8_t* group, size_t nsb, const Act& a, size_t t0, floa
   for (int t = 0; t < NT; ++t) facc[t] = _mm512_setzero_ps();
   const __m512i m4 = _mm512_set1_epi8(0x0f), m4hi = _mm512_set1_epi8(static_cast<char>(0xf0));
   for (size_t s = 0; s < nsb; ++s) {
-    const uint8_t* sb = group + s * kQ4KPackedBytes;
-    const __m512 dvec = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 2304)));
-    const __m512 mvec = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 2336)));
+    const uint8_t* sb = group + s * L::kBytes;
+    const __m512 dvec = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + L::kD)));
+    const __m512 mvec = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + L::kDmin)));
     __m512 fs[NT];
     for (int t = 0; t < NT; ++t) fs[t] = _mm512_setzero_ps();
     for (int j = 0; j < 8; ++j) {
       const uint8_t* p = sb + j * 256;
-      _mm_prefetch(reinterpret_cast<const char*>(p) + 4 * kQ4KPackedBytes, _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p) + 4 * kQ4KPackedBytes + 64, _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p) + 4 * kQ4KPackedBytes + 128, _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p) + 4 * kQ4KPackedBytes + 192, _MM_HINT_T0);
+      for (int l = 0; l < 4; ++l)
+        _mm_prefetch(reinterpret_cast<const char*>(p) + 4 * L::kBytes + 64 * l, _MM_HINT_T0);
+      if constexpr (kBits == 5) _mm_prefetch(reinterpret_cast<const char*>(sb + L::kHighBits + j * 64) + 4 * L::kBytes, _MM_HINT_T0);
       const __m512 dsc = _mm512_mul_ps(
-          _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 2048 + j * 16)))), dvec);
+          _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + L::kScales + j * 16)))), dvec);
       __m512i dot[NT], dot2[NT];
       for (int t = 0; t < NT; ++t) dot[t] = dot2[t] = _mm512_setzero_si512();
       const size_t xoff = s * 64 + j * 8;
+      if constexpr (kBits == 5) {
+        const __m512i hb = _mm512_loadu_si512(sb + L::kHighBits + j * 64);
+        const __m512i x4[4] = {bit_to_4<0>(hb), bit_to_4<2>(hb), bit_to_4<4>(hb), bit_to_4<6>(hb)};
+        const __m512i y4[4] = {bit_to_4<1>(hb), bit_to_4<3>(hb), bit_to_4<5>(hb), bit_to_4<7>(hb)};
+        constexpr int kAndOr = 0xEA;  // vpternlogd: (A & B) | C
+        for (int i = 0; i < 4; ++i) {
+          const __m512i v = _mm512_loadu_si512(p + i * 64);
+          const __m512i lo = _mm512_ternarylogic_epi32(v, m4, x4[i], kAndOr);
+          const __m512i hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), m4, y4[i], kAndOr);
+          for (int t = 0; t < NT; ++t) {
+            dot[t] = _mm512_dpbusd_epi32(dot[t], lo, _mm512_set1_epi32(xq[t][xoff + i]));
+            dot2[t] = _mm512_dpbusd_epi32(dot2[t], hi, _mm512_set1_epi32(xq[t][xoff + 4 + i]));
+          }
+        }
+        for (int t = 0; t < NT; ++t) fs[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(dot[t], dot2[t])), dsc, fs[t]);
+        continue;
+      }
       for (int i = 0; i < 4; ++i) {
         const __m512i v = _mm512_loadu_si512(p + i * 64);
         const __m512i lo = _mm512_and_si512(v, m4);
@@ -266,7 +293,7 @@ void tile_q4_k_t(const uint8_t* group, size_t nsb, const Act& a, size_t t0, floa
     }
     __m512i mins[4];
     for (int pr = 0; pr < 4; ++pr)
-      mins[pr] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 2176 + pr * 32)));
+      mins[pr] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + L::kMins + pr * 32)));
     for (int t = 0; t < NT; ++t) {
       const int16_t* b = xb[t] + s * 16;
       __m512i imin = _mm512_setzero_si512();
@@ -281,15 +308,16 @@ void tile_q4_k_t(const uint8_t* group, size_t nsb, const Act& a, size_t t0, floa
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + t * 16, facc[t]);
 }
 
-void tile_q4_k(const uint8_t* group, size_t nsb, const Act& a, size_t t0, size_t nt, float* out) {
+template <int kBits>
+void tile_k4(const uint8_t* group, size_t nsb, const Act& a, size_t t0, size_t nt, float* out) {
   while (nt >= 4) {
-    tile_q4_k_t<4>(group, nsb, a, t0, out);
+    tile_k4_t<kBits, 4>(group, nsb, a, t0, out);
     t0 += 4, nt -= 4, out += 4 * 16;
   }
   switch (nt) {
-    case 3: tile_q4_k_t<3>(group, nsb, a, t0, out); break;
-    case 2: tile_q4_k_t<2>(group, nsb, a, t0, out); break;
-    case 1: tile_q4_k_t<1>(group, nsb, a, t0, out); break;
+    case 3: tile_k4_t<kBits, 3>(group, nsb, a, t0, out); break;
+    case 2: tile_k4_t<kBits, 2>(group, nsb, a, t0, out); break;
+    case 1: tile_k4_t<kBits, 1>(group, nsb, a, t0, out); break;
     default: break;
   }
 }
@@ -389,7 +417,8 @@ const KernelTable& avx512_kernels() {
     k.dot_q8_0 = dot_q8_0;
     k.tile_q4_0 = tile<true>;
     k.tile_q8_0 = tile<false>;
-    k.tile_q4_k = tile_q4_k;
+    k.tile_q4_k = tile_k4<4>;
+    k.tile_q5_k = tile_k4<5>;
     k.tile_q6_k = tile_q6_k;
     return k;
   }();

@@ -179,7 +179,9 @@ void tile_packed(const uint8_t* group, size_t nb, const Act& a, size_t t0, size_
   }
 }
 
-void tile_q4_k(const uint8_t* group, size_t nsb, const Act& a, size_t t0, size_t nt, float* out) {
+template <int kBits>
+void tile_k4(const uint8_t* group, size_t nsb, const Act& a, size_t t0, size_t nt, float* out) {
+  using L = K4Layout<kBits>;
   for (size_t i = 0; i < nt; ++i) {
     const size_t t = t0 + i;
     const int8_t* q = a.q + t * a.k;
@@ -188,18 +190,24 @@ void tile_q4_k(const uint8_t* group, size_t nsb, const Act& a, size_t t0, size_t
     for (size_t r = 0; r < kPackRows; ++r) {
       float sum = 0;
       for (size_t s = 0; s < nsb; ++s) {
-        const uint8_t* sb = group + s * kQ4KPackedBytes;
+        const uint8_t* sb = group + s * L::kBytes;
         uint16_t dh, mh;
-        std::memcpy(&dh, sb + 2304 + 2 * r, 2);
-        std::memcpy(&mh, sb + 2336 + 2 * r, 2);
+        std::memcpy(&dh, sb + L::kD + 2 * r, 2);
+        std::memcpy(&mh, sb + L::kDmin + 2 * r, 2);
         int32_t isum = 0, imin = 0;
         for (int j = 0; j < 8; ++j) {
-          const int sc = sb[2048 + j * 16 + r], m = sb[2176 + (j / 2) * 32 + 2 * r + j % 2];
+          const int sc = sb[L::kScales + j * 16 + r], m = sb[L::kMins + (j / 2) * 32 + 2 * r + j % 2];
           const int8_t* xq = q + s * kQKK + 32 * j;
           int32_t dot = 0;
           for (int e = 0; e < 16; ++e) {
             const uint8_t byte = sb[j * 256 + (e / 4) * 64 + r * 4 + e % 4];
-            dot += (byte & 15) * xq[e] + (byte >> 4) * xq[16 + e];
+            int lo = byte & 15, hi = byte >> 4;
+            if constexpr (kBits == 5) {
+              const uint8_t hb = sb[L::kHighBits + j * 64 + r * 4 + e % 4];
+              lo |= ((hb >> (2 * (e / 4))) & 1) << 4;
+              hi |= ((hb >> (2 * (e / 4) + 1)) & 1) << 4;
+            }
+            dot += lo * xq[e] + hi * xq[16 + e];
           }
           isum += sc * dot;
           imin += m * (bs[s * 16 + 2 * j] + bs[s * 16 + 2 * j + 1]);
@@ -248,7 +256,7 @@ void tile_q6_k(const uint8_t* group, size_t nsb, const Act& a, size_t t0, size_t
 const KernelTable& scalar_kernels() {
   static const KernelTable t{
       "scalar",        quant_q8,   quant_q8k, dot_f32, dot_f16, dot_bf16, dot_q8_0, dot_q4_0,
-      dot_k4like<4, BlockQ4_K>, dot_k4like<5, BlockQ5_K>, dot_q6_k, tile_packed<true>, tile_packed<false>, tile_q4_k, tile_q6_k,
+      dot_k4like<4, BlockQ4_K>, dot_k4like<5, BlockQ5_K>, dot_q6_k, tile_packed<true>, tile_packed<false>, tile_k4<4>, tile_k4<5>, tile_q6_k,
   };
   return t;
 }

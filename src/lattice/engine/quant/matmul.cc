@@ -37,7 +37,8 @@ Status validate(const WeightView& w) {
 }
 
 bool is_packable(TensorType t) {
-  return t == TensorType::kQ4_0 || t == TensorType::kQ8_0 || t == TensorType::kQ4_K || t == TensorType::kQ6_K;
+  return t == TensorType::kQ4_0 || t == TensorType::kQ8_0 || t == TensorType::kQ4_K || t == TensorType::kQ5_K ||
+         t == TensorType::kQ6_K;
 }
 
 // Rearranges one Q6_K row into lane `lane` of its packed group (layout in kernels.h).
@@ -67,28 +68,36 @@ void pack_q6_k_row(const BlockQ6_K* src, size_t nsb, uint8_t* group, size_t lane
   }
 }
 
-// Rearranges one Q4_K row into lane `lane` of its packed group (layout in kernels.h).
-void pack_q4_k_row(const BlockQ4_K* src, size_t nsb, uint8_t* group, size_t lane) {
+// Rearranges one Q4_K / Q5_K row into lane `lane` of its packed group (layout in kernels.h).
+template <int kBits, class Block>
+void pack_k4_row(const Block* src, size_t nsb, uint8_t* group, size_t lane) {
+  using L = K4Layout<kBits>;
   for (size_t s = 0; s < nsb; ++s) {
-    const BlockQ4_K& blk = src[s];
-    uint8_t* sb = group + s * kQ4KPackedBytes;
+    const Block& blk = src[s];
+    uint8_t* sb = group + s * L::kBytes;
     for (int j = 0; j < 8; ++j) {
       int sc, m;
       k4_scale_min(blk.scales, j, &sc, &m);
-      sb[2048 + j * 16 + lane] = static_cast<uint8_t>(sc);
-      sb[2176 + (j / 2) * 32 + 2 * lane + (j % 2)] = static_cast<uint8_t>(m);
-      // Sub-block j: GGUF keeps it in the low (j even) or high (j odd) nibbles of qs[32*(j/2)..].
+      sb[L::kScales + j * 16 + lane] = static_cast<uint8_t>(sc);
+      sb[L::kMins + (j / 2) * 32 + 2 * lane + (j % 2)] = static_cast<uint8_t>(m);
+      // Sub-block j: GGUF keeps it in the low (j even) or high (j odd) nibbles of qs[32*(j/2)..],
+      // and (Q5_K) its fifth bits as bit j of qh[0..31].
       uint8_t v[32];
       for (int e = 0; e < 32; ++e) {
         const uint8_t byte = blk.qs[32 * (j / 2) + e];
         v[e] = (j % 2) ? (byte >> 4) : (byte & 15);
+        if constexpr (kBits == 5) v[e] = static_cast<uint8_t>(v[e] | (((blk.qh[e] >> j) & 1) << 4));
       }
       for (int i = 0; i < 4; ++i)
-        for (int mm = 0; mm < 4; ++mm)
-          sb[j * 256 + i * 64 + lane * 4 + mm] = static_cast<uint8_t>(v[4 * i + mm] | (v[16 + 4 * i + mm] << 4));
+        for (int mm = 0; mm < 4; ++mm) {
+          sb[j * 256 + i * 64 + lane * 4 + mm] = static_cast<uint8_t>((v[4 * i + mm] & 15) | ((v[16 + 4 * i + mm] & 15) << 4));
+          if constexpr (kBits == 5)
+            sb[L::kHighBits + j * 64 + lane * 4 + mm] |=
+                static_cast<uint8_t>(((v[4 * i + mm] >> 4) << (2 * i)) | ((v[16 + 4 * i + mm] >> 4) << (2 * i + 1)));
+        }
     }
-    std::memcpy(sb + 2304 + 2 * lane, &blk.d, 2);
-    std::memcpy(sb + 2336 + 2 * lane, &blk.dmin, 2);
+    std::memcpy(sb + L::kD + 2 * lane, &blk.d, 2);
+    std::memcpy(sb + L::kDmin + 2 * lane, &blk.dmin, 2);
   }
 }
 
@@ -156,14 +165,14 @@ Result<Weight> Weight::pack(const WeightView& w) {
   LATTICE_RETURN_IF_ERROR(validate(w));
   // Q4_K has a fast packed tile only with AVX-512; elsewhere its GGUF rows are faster.
   if (!is_packable(w.type) ||
-      ((w.type == TensorType::kQ4_K || w.type == TensorType::kQ6_K) && active_isa() != Isa::kAvx512))
+      (act_kind(w.type) == ActKind::kQ8K && active_isa() != Isa::kAvx512))
     return view(w);
   Weight out;
   out.raw_ = w;
   out.raw_.data = nullptr;
   const size_t stride = w.row_stride_bytes ? w.row_stride_bytes : *row_bytes(w.type, w.n_cols);
   out.raw_.row_stride_bytes = stride;
-  const bool kquant = w.type == TensorType::kQ4_K || w.type == TensorType::kQ6_K;
+  const bool kquant = w.type == TensorType::kQ4_K || w.type == TensorType::kQ5_K || w.type == TensorType::kQ6_K;
   const size_t nb = w.n_cols / (kquant ? kQKK : kQK);
   const size_t n_groups = (w.n_rows + kPackRows - 1) / kPackRows;
   out.group_stride_ = packed_group_bytes(w.type, nb);
@@ -191,7 +200,11 @@ Result<Weight> Weight::pack(const WeightView& w) {
     uint8_t* group = mem + (r / kPackRows) * out.group_stride_;
     const size_t lane = r % kPackRows;
     if (w.type == TensorType::kQ4_K) {
-      pack_q4_k_row(reinterpret_cast<const BlockQ4_K*>(src), nb, group, lane);
+      pack_k4_row<4>(reinterpret_cast<const BlockQ4_K*>(src), nb, group, lane);
+      continue;
+    }
+    if (w.type == TensorType::kQ5_K) {
+      pack_k4_row<5>(reinterpret_cast<const BlockQ5_K*>(src), nb, group, lane);
       continue;
     }
     if (w.type == TensorType::kQ6_K) {
@@ -304,6 +317,7 @@ void matmul_multi(std::span<const MatmulOut> outs, const float* x, size_t n_tok,
       const PackedTileFn tile = w.type() == TensorType::kQ4_0   ? kt.tile_q4_0
                                 : w.type() == TensorType::kQ8_0 ? kt.tile_q8_0
                                 : w.type() == TensorType::kQ4_K ? kt.tile_q4_k
+                                : w.type() == TensorType::kQ5_K ? kt.tile_q5_k
                                                                 : kt.tile_q6_k;
       const Act& a = kq ? actk : act8;
       const size_t nb = kq ? k / kQKK : k / kQK;
