@@ -443,6 +443,22 @@ TEST(GgufMakeModel, WritesFilesV2AndSplitSets) {
     ASSERT_EQ(a.n_bytes, b->n_bytes);
     EXPECT_EQ(std::memcmp(a.data, b->data, a.n_bytes), 0) << a.name;  // same seed, same weights
   }
+
+  o.max_tensors_per_file = 0;
+  o.max_bytes_per_file = 16 << 10;
+  auto by_size = make_model(o, dir + "/bysize.gguf");
+  ASSERT_TRUE(by_size.ok()) << by_size.status().to_string();
+  auto z = GgufFile::open(by_size->paths[0]);
+  ASSERT_TRUE(z.ok()) << z.status().to_string();
+  EXPECT_EQ((*z)->n_files(), by_size->paths.size());
+  EXPECT_GT((*z)->n_files(), 2u);
+  std::vector<uint64_t> per_file((*z)->n_files()), per_file_count((*z)->n_files());
+  for (const auto& t : (*z)->tensors()) {
+    per_file[t.file_index] += (t.n_bytes + 31) / 32 * 32;
+    per_file_count[t.file_index]++;
+  }
+  for (size_t i = 0; i < per_file.size(); ++i)
+    EXPECT_TRUE(per_file[i] <= (16u << 10) || per_file_count[i] == 1) << i << ": " << per_file[i];
   std::filesystem::remove_all(dir);
 }
 

@@ -34,6 +34,9 @@ Registrar make_model_cmd{
        app.add_option("--name", o->name, "general.name");
        app.add_option("--gguf-version", o->version, "2 or 3")->capture_default_str();
        app.add_option("--split-max-tensors", o->max_tensors_per_file, "write a split set with at most N tensors a file");
+       app.add_option("--split-max-size", o->max_bytes_per_file,
+                      "write a split set with at most this much tensor data a file (e.g. 500M, 2G)")
+           ->transform(CLI::AsSizeValue(false));
        app.add_option("--threads", o->threads, "worker threads (0: all cores)");
        app.add_option("-o,--output", *out, "output file")->required();
        return [o, out]() -> int {

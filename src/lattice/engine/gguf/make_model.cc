@@ -274,6 +274,7 @@ Result<MadeModel> make_model(const MakeModelOptions& options, const std::string&
   WriteOptions wo;
   wo.version = options.version;
   wo.max_tensors_per_file = options.max_tensors_per_file;
+  wo.max_bytes_per_file = options.max_bytes_per_file;
   MadeModel out;
   LATTICE_ASSIGN_OR_RETURN(out.paths, plan.writer.write(path, plan.fill, wo));
   out.n_params = plan.n_params;

@@ -41,6 +41,7 @@ struct MakeModelOptions {
   std::string name;            // general.name; "" = "lattice-random-<arch>"
   uint32_t version = 3;        // GGUF version (2 or 3)
   uint32_t max_tensors_per_file = 0;  // > 0: write a split set
+  uint64_t max_bytes_per_file = 0;    // > 0: write a split set, files of at most this much tensor data
   unsigned threads = 0;        // 0: hardware concurrency
 };
 
