@@ -4,7 +4,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "gguf_testlib.h"
@@ -353,6 +355,24 @@ TEST(GgufRoundTrip, PagingHintsOnAMappedFile) {
   EXPECT_EQ(std::memcmp(big->data, w.tensors()[0].data.data(), big->n_bytes), 0);
   EXPECT_EQ((*f)->total_tensor_bytes(), (4u << 16) + 20u);
   EXPECT_EQ((*f)->path(0), (*paths)[0]);
+
+  // The weights are not copied: the data pointer lies in a read-only mapping of the file.
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  bool found = false;
+  const auto addr = reinterpret_cast<uintptr_t>(big->data);
+  while (std::getline(maps, line)) {
+    if (line.find((*paths)[0]) == std::string::npos) continue;
+    uintptr_t lo = 0, hi = 0;
+    char perms[5] = {};
+    ASSERT_EQ(std::sscanf(line.c_str(), "%lx-%lx %4s", &lo, &hi, perms), 3);
+    if (addr >= lo && addr + big->n_bytes <= hi) {
+      found = true;
+      EXPECT_EQ(perms[0], 'r');
+      EXPECT_EQ(perms[1], '-') << "mapping must be read-only";
+    }
+  }
+  EXPECT_TRUE(found) << "tensor data not inside a mapping of " << (*paths)[0];
   std::filesystem::remove_all(dir);
 }
 
