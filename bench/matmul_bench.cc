@@ -144,7 +144,7 @@ void shapes_decode(benchmark::internal::Benchmark* b) {
         for (int cold : {0, 1}) b->Args({t, r, c, th, cold});
 }
 void shapes_prefill(benchmark::internal::Benchmark* b) {
-  for (int t : {0, 1, 2, 3})
+  for (int t : {0, 1, 2, 3, 5, 4})
     for (auto [r, c] : {std::pair{5632, 2048}, {2048, 5632}})
       for (int th : {1, 2})
         for (int n : {64, 512}) b->Args({t, r, c, th, n});

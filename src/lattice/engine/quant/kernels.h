@@ -66,6 +66,10 @@ using RowDotFn = float (*)(const void* row, const Act& a, size_t tok);
 // One packed group (16 rows) against tokens [t0, t0+nt), nt <= kMaxTileTokens:
 // out[i*16 + r] = row r . token t0+i.
 using PackedTileFn = void (*)(const uint8_t* group, size_t nb, const Act& a, size_t t0, size_t nt, float* out);
+// Float weights (F32/F16/BF16) in prefill: rows [0, nr) (nr <= 4, row i at rows + i*stride)
+// against tokens [t0, t0+nt) (nt <= 4): out[t*4 + i]. Null where an ISA has none.
+using FloatTileFn = void (*)(const uint8_t* rows, size_t stride, size_t nr, const Act& a, size_t t0, size_t nt,
+                             float* out);
 // Quantizes one token of k floats (k a multiple of 32 / 256) into the kQ8 / kQ8K form.
 using QuantQ8Fn = void (*)(const float* x, size_t k, int8_t* q, float* d, int32_t* s);
 using QuantQ8KFn = void (*)(const float* x, size_t k, int8_t* q, float* d, int16_t* bsum);
@@ -76,6 +80,7 @@ struct KernelTable {
   QuantQ8KFn quant_q8k;
   RowDotFn dot_f32, dot_f16, dot_bf16, dot_q8_0, dot_q4_0, dot_q4_k, dot_q5_k, dot_q6_k;
   PackedTileFn tile_q4_0, tile_q8_0, tile_q4_k, tile_q5_k, tile_q6_k;
+  FloatTileFn ftile_f32 = nullptr, ftile_f16 = nullptr, ftile_bf16 = nullptr;
 };
 
 const KernelTable& scalar_kernels();

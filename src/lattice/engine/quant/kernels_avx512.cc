@@ -79,6 +79,62 @@ float dot_bf16(const void* row, const Act& a, size_t tok) {
   });
 }
 
+// Float weights, several rows x several tokens: each weight vector (converted once) feeds
+// NT FMAs, each activation vector NR; 16 accumulators, reduced once per tile.
+template <int NR, int NT, class Load>
+void ftile_t(const uint8_t* rows, size_t stride, const Act& a, size_t t0, float* out, Load load) {
+  const size_t k = a.k;
+  __m512 acc[NR][NT];
+  for (int r = 0; r < NR; ++r)
+    for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_setzero_ps();
+  const float* x[NT];
+  for (int t = 0; t < NT; ++t) x[t] = a.f32 + (t0 + t) * k;
+  for (size_t i = 0; i < k; i += 16) {
+    const __mmask16 m = k - i >= 16 ? 0xffff : static_cast<__mmask16>((1u << (k - i)) - 1);
+    __m512 xv[NT];
+    for (int t = 0; t < NT; ++t) xv[t] = _mm512_maskz_loadu_ps(m, x[t] + i);
+    for (int r = 0; r < NR; ++r) {
+      const __m512 wv = load(rows + r * stride, i, m);
+      for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int t = 0; t < NT; ++t) out[t * 4 + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+template <class Load>
+void ftile(const uint8_t* rows, size_t stride, size_t nr, const Act& a, size_t t0, size_t nt, float* out, Load load) {
+  if (nr == 4 && nt == 4) return ftile_t<4, 4>(rows, stride, a, t0, out, load);
+  // Edges: one row at a time against up to 4 tokens.
+  for (size_t r = 0; r < nr; ++r) {
+    float tmp[16];
+    switch (nt) {
+      case 4: ftile_t<1, 4>(rows + r * stride, stride, a, t0, tmp, load); break;
+      case 3: ftile_t<1, 3>(rows + r * stride, stride, a, t0, tmp, load); break;
+      case 2: ftile_t<1, 2>(rows + r * stride, stride, a, t0, tmp, load); break;
+      default: ftile_t<1, 1>(rows + r * stride, stride, a, t0, tmp, load); break;
+    }
+    for (size_t t = 0; t < nt; ++t) out[t * 4 + r] = tmp[t * 4];
+  }
+}
+
+void ftile_f32(const uint8_t* rows, size_t stride, size_t nr, const Act& a, size_t t0, size_t nt, float* out) {
+  ftile(rows, stride, nr, a, t0, nt, out, [](const uint8_t* row, size_t i, __mmask16 m) {
+    return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + i);
+  });
+}
+void ftile_f16(const uint8_t* rows, size_t stride, size_t nr, const Act& a, size_t t0, size_t nt, float* out) {
+  ftile(rows, stride, nr, a, t0, nt, out, [](const uint8_t* row, size_t i, __mmask16 m) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(row) + i));
+  });
+}
+void ftile_bf16(const uint8_t* rows, size_t stride, size_t nr, const Act& a, size_t t0, size_t nt, float* out) {
+  ftile(rows, stride, nr, a, t0, nt, out, [](const uint8_t* row, size_t i, __mmask16 m) {
+    const __m256i h = _mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(row) + i);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  });
+}
+
 // Raw (GGUF layout) Q4_0 / Q8_0 rows with 256-bit VNNI, one block per step.
 float dot_q4_0(const void* row, const Act& a, size_t tok) {
   const auto* w = static_cast<const BlockQ4_0*>(row);
@@ -417,6 +473,9 @@ const KernelTable& avx512_kernels() {
     k.dot_q8_0 = dot_q8_0;
     k.tile_q4_0 = tile<true>;
     k.tile_q8_0 = tile<false>;
+    k.ftile_f32 = ftile_f32;
+    k.ftile_f16 = ftile_f16;
+    k.ftile_bf16 = ftile_bf16;
     k.tile_q4_k = tile_k4<4>;
     k.tile_q5_k = tile_k4<5>;
     k.tile_q6_k = tile_q6_k;

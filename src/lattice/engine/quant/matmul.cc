@@ -343,8 +343,31 @@ void matmul_multi(std::span<const MatmulOut> outs, const float* x, size_t n_tok,
       const RowDotFn dot = row_dot(kt, w.type());
       const Act& a = act_kind(w.type()) == ActKind::kQ8K ? actk : act8;
       const auto* base = static_cast<const uint8_t*>(w.raw().data);
+      const size_t stride = w.raw().row_stride_bytes;
+      const FloatTileFn ftile = w.type() == TensorType::kF32    ? kt.ftile_f32
+                                : w.type() == TensorType::kF16  ? kt.ftile_f16
+                                : w.type() == TensorType::kBF16 ? kt.ftile_bf16
+                                                                : nullptr;
+      if (ftile != nullptr && n_tok > 1) {
+        // Float weights in prefill: 4 rows x 4 tokens per tile, tokens in L2-sized chunks.
+        float tmp[16];
+        constexpr size_t kTokChunk = 64;
+        for (size_t tc = 0; tc < n_tok; tc += kTokChunk) {
+          const size_t tc_end = std::min(n_tok, tc + kTokChunk);
+          for (size_t r = task.a; r < task.b; r += 4) {
+            const size_t nr = std::min<size_t>(4, task.b - r);
+            for (size_t t0 = tc; t0 < tc_end; t0 += 4) {
+              const size_t nt = std::min<size_t>(4, tc_end - t0);
+              ftile(base + r * stride, stride, nr, a, t0, nt, tmp);
+              for (size_t t = 0; t < nt; ++t)
+                for (size_t i = 0; i < nr; ++i) o.y[(t0 + t) * ys + (r + i - r0)] = tmp[t * 4 + i];
+            }
+          }
+        }
+        return;
+      }
       for (size_t r = task.a; r < task.b; ++r) {
-        const void* row = base + r * w.raw().row_stride_bytes;
+        const void* row = base + r * stride;
         for (size_t t = 0; t < n_tok; ++t) o.y[t * ys + (r - r0)] = dot(row, a, t);
       }
     }
