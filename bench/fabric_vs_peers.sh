@@ -190,8 +190,12 @@ for fid, name, unit, peer, kind, (tkind, tval) in figs:
     else:
         target = f"ratio >= {tval}"
         met = None if ratio is None else ratio >= tval
+    # Also the median of the per-repetition ratios (each pair ran back to back): less sensitive
+    # to load that drifts over the run.
+    paired = [a / b for a, b in zip(ox, px) if b]
     rows.append(dict(figure=name, unit=unit, ours=o, peer=p, peer_name=peer, ratio=ratio, target=target,
-                     met=met, ours_runs=ox, peer_runs=px))
+                     met=met, ours_runs=ox, peer_runs=px,
+                     paired_ratio=statistics.median(paired) if paired else None))
 meta = dict(start=start, end=end, commit=commit, reps=int(reps), host=platform.node(), cpus=os.cpu_count(),
             loadavg_start=load0, loadavg_end=load1, ours_flags=flags)
 if as_json == "1":
@@ -207,9 +211,10 @@ for r in rows:
     met = "n/a" if r["met"] is None else ("yes" if r["met"] else "**no**")
     print(f"| {r['figure']} ({r['unit']}) | {f(r['ours'])} | {f(r['peer'])} ({r['peer_name']}) | {f(r['ratio'])} | {r['target']} | {met} |")
 print()
-print("runs (ours | peer):")
+print("runs (ours | peer | median of per-repetition ratios):")
 for r in rows:
-    print(f"  {r['figure']}: " + " ".join(f(v) for v in r["ours_runs"]) + " | " + " ".join(f(v) for v in r["peer_runs"]))
+    print(f"  {r['figure']}: " + " ".join(f(v) for v in r["ours_runs"]) + " | " + " ".join(f(v) for v in r["peer_runs"]) +
+          f" | {f(r['paired_ratio'])}")
 PY
 if [[ -s "$TMP/errors" ]]; then
   echo "--- stderr of the runs (last 20 lines) ---" >&2

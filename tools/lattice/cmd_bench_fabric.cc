@@ -26,7 +26,7 @@ struct Args {
   int factor = 2;
   int iters = 1000;
   int warmup = 100;
-  int window = 16;
+  int window = 32;  // deep enough to ride out a descheduled peer on a shared machine
   double bw_seconds = 0.2;
   std::string measure = "both";
   bool json = false;
@@ -283,6 +283,13 @@ int run(const Args& a) {
   if (!(a.bw_seconds >= 0.001 && a.bw_seconds <= 600)) return usage_error("--bw-time must be in 0.001..600 seconds");
   if (a.measure != "lat" && a.measure != "bw" && a.measure != "both")
     return usage_error("--measure must be lat, bw or both");
+  if (a.check) {
+    const auto l = BenchLayout::for_run(*mx, a.window, true);
+    if (l.region_bytes() > (size_t{1} << 30))
+      return usage_error("--check keeps a buffer per outstanding operation: --window " + std::to_string(a.window) +
+                         " at --max " + a.max + " needs " + std::to_string(l.region_bytes() >> 20) +
+                         " MiB per side; lower --window or --max");
+  }
   if (!a.peer.empty() && a.listen_port >= 0) return usage_error("--peer and --listen exclude each other");
   if (a.listen_port == 0 || a.listen_port > 65535) return usage_error("--listen needs a port in 1..65535");
   if (!(a.timeout_s > 0 && a.timeout_s <= 86400)) return usage_error("--timeout must be in (0, 86400] seconds");

@@ -111,6 +111,7 @@ BenchLayout BenchLayout::for_run(size_t max_bytes, int window, bool check) {
   size_t align = need >= 4096 ? 4096 : 64;
   l.slot_bytes = (need + align - 1) / align * align;
   l.n_slots = check ? static_cast<size_t>(std::max(window, 1)) + 2 : 1;
+  l.unchecked_recvs = std::clamp<size_t>(static_cast<size_t>(std::max(window, 1)) + 2, 18, kMaxUncheckedRecvs);
   return l;
 }
 

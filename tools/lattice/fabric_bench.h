@@ -41,14 +41,15 @@ Result<BenchOp> parse_bench_op(std::string_view s);
 
 struct BenchLayout {
   static constexpr size_t kStagger = 64;       // distance between unchecked receives
-  static constexpr size_t kUncheckedRecvs = 18; // receives kept posted without --check
+  static constexpr size_t kMaxUncheckedRecvs = 64;  // receives kept posted without --check, at most
   static constexpr size_t kPad = 4096;
   size_t slot_bytes = 0;  // >= the largest message, >= the control message size
   size_t n_slots = 1;     // > 1 only with --check (distinct buffers per outstanding op)
+  size_t unchecked_recvs = 18;  // window + 2, in [18, 64]
 
-  size_t n_recvs() const { return n_slots > 1 ? n_slots : kUncheckedRecvs; }
+  size_t n_recvs() const { return n_slots > 1 ? n_slots : unchecked_recvs; }
   size_t recv_offset(size_t i) const {
-    return n_slots > 1 ? (i % n_slots) * slot_bytes : (i % kUncheckedRecvs) * kStagger;
+    return n_slots > 1 ? (i % n_slots) * slot_bytes : (i % unchecked_recvs) * kStagger;
   }
   size_t send_offset(size_t i) const { return n_slots * slot_bytes + kPad + (i % n_slots) * slot_bytes; }
   size_t rma_offset(size_t i) const { return 2 * n_slots * slot_bytes + kPad + (i % n_slots) * slot_bytes; }
@@ -56,7 +57,7 @@ struct BenchLayout {
   size_t region_bytes() const { return ctl_offset() + kPad; }
   static BenchLayout for_run(size_t max_bytes, int window, bool check);
 };
-static_assert(BenchLayout::kStagger * BenchLayout::kUncheckedRecvs <= BenchLayout::kPad);
+static_assert(BenchLayout::kStagger * BenchLayout::kMaxUncheckedRecvs <= BenchLayout::kPad);
 
 struct PhaseSpec {
   BenchOp op = BenchOp::kSend;
