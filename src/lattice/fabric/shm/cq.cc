@@ -17,7 +17,7 @@ namespace lattice::fabric::shm {
 namespace {
 
 constexpr auto kSpin = std::chrono::microseconds(50);
-constexpr uint32_t kEmptyPollsBeforeYield = 2048;
+constexpr uint32_t kEmptyPollsBeforeYield = 256;
 constexpr auto kMaxSleep = std::chrono::milliseconds(100);
 
 void futex_wait(uint32_t* word, uint32_t expected, Clock::duration timeout) {
@@ -92,7 +92,7 @@ size_t ShmCq::progress_and_pop(std::span<Completion> out, bool blocking_locks) {
 
 size_t ShmCq::poll(std::span<Completion> out) {
   size_t n = progress_and_pop(out, false);
-  // A caller spinning on poll() with nothing arriving for a while (~50-100 us) gives its CPU
+  // A caller spinning on poll() with nothing arriving for a while (~3-10 us) gives its CPU
   // away once: on an oversubscribed host the peer it waits for may need exactly this core.
   // A busy stream or a ping-pong never gets here.
   if (n > 0) {
