@@ -1,10 +1,11 @@
 // The key/value cache of one sequence: for every layer and KV head, the keys and values of
 // the positions seen so far, in f32.
 //
-// Layout: keys transposed, [layer][kv_head][head_dim][position] (position stride
-// ctx_stride(), n_ctx rounded up to 16), so the scores of one query against all positions are
-// a few long vector loops; values [layer][kv_head][position][head_dim], so the weighted sum
-// is an axpy per position. f32 rather than f16: at the contexts a single node
+// Layout: keys in blocks of 16 positions, transposed within a block:
+// [layer][kv_head][position / 16][head_dim][position % 16] (n_ctx rounded up to 16), so
+// the scores of one query against 16 positions are one vector accumulated over a
+// contiguous 16 x head_dim tile; values [layer][kv_head][position][head_dim], so the
+// weighted sum is an axpy per position. f32 rather than f16: at the contexts a single node
 // serves here (a few thousand tokens) the cache is small next to the weights (a 1.1B Llama
 // shape with 4 KV heads of 64 needs 45 KB a token), and it keeps attention exact and simple.
 // Sized once from the context the caller needs; never grows. Not thread-safe for writers;
@@ -28,13 +29,13 @@ class KvCache {
   KvCache(KvCache&&) = default;
   KvCache& operator=(KvCache&&) = default;
 
-  // Component d of position p of the keys is keys_t(layer, kv_head)[d * ctx_stride() + p].
+  // Component d of position p is keys_t(layer, kv_head)[(p / 16) * 16 * head_dim + d * 16 + p % 16].
   float* keys_t(uint32_t layer, uint32_t kv_head) { return k_.get() + head_offset(layer, kv_head); }
   const float* keys_t(uint32_t layer, uint32_t kv_head) const { return k_.get() + head_offset(layer, kv_head); }
   // Stores one position's key (head_dim values) into the transposed layout.
   void store_key(uint32_t layer, uint32_t kv_head, uint32_t pos, const float* k) {
-    float* dst = keys_t(layer, kv_head) + pos;
-    for (uint32_t d = 0; d < head_dim_; ++d) dst[static_cast<size_t>(d) * ctx_stride_] = k[d];
+    float* dst = keys_t(layer, kv_head) + static_cast<size_t>(pos / 16) * 16 * head_dim_ + pos % 16;
+    for (uint32_t d = 0; d < head_dim_; ++d) dst[static_cast<size_t>(d) * 16] = k[d];
   }
   float* value(uint32_t layer, uint32_t kv_head, uint32_t pos) {
     return v_.get() + head_offset(layer, kv_head) + static_cast<size_t>(pos) * head_dim_;

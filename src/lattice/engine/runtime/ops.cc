@@ -151,27 +151,45 @@ void rope_apply(float* v, uint32_t n_heads, uint32_t head_dim, const float* cos_
   }
 }
 
-LATTICE_OPS_CLONES void attend_head(float* out, const float* q, const float* keys_t, const float* v, size_t n_kv,
-                                    size_t head_dim, size_t ctx_stride, float scale, float* scores) {
-  // Scores, 16 positions at a time: the block stays in one vector register while the head's
-  // components stream through.
-  const size_t n_pad = (n_kv + kLanes - 1) / kLanes * kLanes;
-  for (size_t p0 = 0; p0 < n_pad; p0 += kLanes) {
+namespace detail {
+void attend_head_avx512(float* out, const float* q, const float* keys_t, const float* v, size_t n_kv,
+                        size_t head_dim, float scale, float* scores);
+}
+
+namespace {
+bool have_avx512() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool yes = __builtin_cpu_supports("avx512f") != 0;
+  return yes;
+#else
+  return false;
+#endif
+}
+
+void attend_head_generic(float* out, const float* q, const float* keys_t, const float* v, size_t n_kv,
+                         size_t head_dim, float scale, float* scores) {
+  const size_t n_blocks = (n_kv + kLanes - 1) / kLanes;
+  for (size_t b = 0; b < n_blocks; ++b) {
+    const float* tile = keys_t + b * kLanes * head_dim;
     float acc[kLanes] = {};
     for (size_t d = 0; d < head_dim; ++d) {
       const float qd = q[d];
-      const float* k = keys_t + d * ctx_stride + p0;
-      for (size_t j = 0; j < kLanes; ++j) acc[j] += qd * k[j];
+      for (size_t j = 0; j < kLanes; ++j) acc[j] += qd * tile[d * kLanes + j];
     }
-    for (size_t j = 0; j < kLanes; ++j) scores[p0 + j] = acc[j] * scale;
+    for (size_t j = 0; j < kLanes; ++j) scores[b * kLanes + j] = acc[j] * scale;
   }
   softmax(scores, n_kv);
   for (size_t d = 0; d < head_dim; ++d) out[d] = 0.0f;
-  for (size_t p = 0; p < n_kv; ++p) {
-    const float w = scores[p];
-    const float* vp = v + p * head_dim;
-    for (size_t d = 0; d < head_dim; ++d) out[d] += w * vp[d];
-  }
+  for (size_t p = 0; p < n_kv; ++p) axpy(out, scores[p], v + p * head_dim, head_dim);
+}
+}  // namespace
+
+void attend_head(float* out, const float* q, const float* keys_t, const float* v, size_t n_kv, size_t head_dim,
+                 float scale, float* scores) {
+  if (head_dim % 16 == 0 && head_dim <= 256 && have_avx512())
+    detail::attend_head_avx512(out, q, keys_t, v, n_kv, head_dim, scale, scores);
+  else
+    attend_head_generic(out, q, keys_t, v, n_kv, head_dim, scale, scores);
 }
 
 }  // namespace lattice::engine::ops

@@ -58,11 +58,11 @@ void rope_inv_freq(float* inv_freq, const RopeParams& p, const float* freq_facto
 void exp_inplace(float* x, size_t n);
 
 // Attention of one query head over the first n_kv cached positions of one KV head.
-//   q: head_dim values; keys_t: the keys transposed, component d of position p at
-//   keys_t[d * ctx_stride + p] (ctx_stride a multiple of 16, slots up to n_kv rounded up to
-//   16 readable and finite); v: n_kv rows of head_dim values; scores: scratch of ctx_stride
-//   floats; out: head_dim values (overwritten).
+//   q: head_dim values; keys_t: the keys in blocks of 16 positions, component d of position
+//   p at keys_t[(p / 16) * 16 * head_dim + d * 16 + p % 16] (slots up to n_kv rounded up to
+//   16 readable and finite); v: n_kv rows of head_dim values; scores: scratch of n_kv
+//   rounded up to 16 floats; out: head_dim values (overwritten).
 void attend_head(float* out, const float* q, const float* keys_t, const float* v, size_t n_kv, size_t head_dim,
-                 size_t ctx_stride, float scale, float* scores);
+                 float scale, float* scores);
 
 }  // namespace lattice::engine::ops

@@ -157,7 +157,7 @@ Status Session::forward(const int32_t* tokens, uint32_t n, float* all_logits) {
       float* scores = I.scores.get() + thread * cache_.ctx_stride();
       for (uint32_t t = 0; t < n; ++t)
         ops::attend_head(I.att.get() + t * AD + h * HD, I.q.get() + t * QD + h * HD, kc, vc, pos0 + t + 1, HD,
-                         cache_.ctx_stride(), scale, scores);
+                         scale, scores);
     });
     matmul(L.wo, I.att.get(), n, I.xb.get(), pool);
     for (uint32_t t = 0; t < n; ++t) ops::add(I.x.get() + t * E, I.xb.get() + t * E, E);
