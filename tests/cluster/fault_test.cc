@@ -1,0 +1,168 @@
+// Fault tests with ranks as processes (cluster_peer): SIGKILL and SIGSTOP of a rank, and a cut
+// cable between network namespaces, each detected by every survivor, then shrink() and a
+// plain-send exchange among the survivors.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <regex>
+#include <sstream>
+
+#include "lattice/cluster/launcher.h"
+#include "proc_testlib.h"
+
+namespace lattice::cluster::testing {
+namespace {
+
+constexpr auto kStep = std::chrono::seconds(60);  // liveness bound per step on a loaded machine
+
+Env rank_env(int rank, int world, const std::string& coordinator, const std::string& provider) {
+  return {{"LATTICE_RANK", std::to_string(rank)},
+          {"LATTICE_WORLD_SIZE", std::to_string(world)},
+          {"LATTICE_COORDINATOR", coordinator},
+          {"LATTICE_PROVIDER", provider},
+          {"LATTICE_SECRET", std::string(64, 'c')},
+          {"LATTICE_SECRET_FILE", ""}};
+}
+
+// Checks a survivor's whole story: the event names the victim, shrink renumbers, data flows.
+void expect_survivor(Proc& p, int victim, int world_after) {
+  auto e = p.wait_line("event peer-lost", Deadline::after(kStep));
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  EXPECT_NE(e->find("ranks [" + std::to_string(victim) + "]"), std::string::npos) << *e;
+  auto s = p.wait_line("shrunk", Deadline::after(kStep));
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  EXPECT_NE(s->find("world " + std::to_string(world_after) + " epoch 1"), std::string::npos) << *s;
+  auto x = p.wait_line("exchange ok", Deadline::after(kStep));
+  ASSERT_TRUE(x.ok()) << x.status().to_string();
+  auto st = p.wait(Deadline::after(kStep));
+  ASSERT_TRUE(st.ok()) << st.status().to_string();
+  EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << p.out() << p.err();
+}
+
+class FaultProcess : public ::testing::TestWithParam<std::string> {};
+
+void run_fault(const std::string& provider, int world, int victim, int sig) {
+  auto port = pick_free_port();
+  ASSERT_TRUE(port.ok());
+  std::string coord = "127.0.0.1:" + std::to_string(*port);
+  std::vector<Proc> ranks;
+  for (int r = 0; r < world; ++r) {
+    auto p = Proc::spawn({peer_bin()}, rank_env(r, world, coord, provider));
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    ranks.push_back(std::move(p).value());
+  }
+  for (auto& p : ranks) ASSERT_TRUE(p.wait_line("ready", Deadline::after(kStep)).ok()) << p.out() << p.err();
+  ranks[victim].signal(sig);
+  for (int r = 0; r < world; ++r)
+    if (r != victim) expect_survivor(ranks[r], victim, world - 1);
+}
+
+TEST_P(FaultProcess, SigkillIsDetectedByEverySurvivorThenShrink) { run_fault(GetParam(), 4, 2, SIGKILL); }
+TEST_P(FaultProcess, SigstopIsDetectedByEverySurvivorThenShrink) { run_fault(GetParam(), 3, 1, SIGSTOP); }
+
+INSTANTIATE_TEST_SUITE_P(Providers, FaultProcess, ::testing::Values("shm", "tcp"));
+
+// ---- network namespaces ----------------------------------------------------------------
+
+int sh(const std::string& cmd) {
+  int st = std::system((cmd + " >/dev/null 2>&1").c_str());
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+// n namespaces "lt<pid><tag>0..n-1", each with one veth into a bridge in a hub namespace;
+// rank i has 10.213.0.(i+1)/24. Everything is deleted by the destructor, even after a failure.
+class Netns {
+ public:
+  Netns(int n, const std::string& tag) {
+    base_ = "lt" + std::to_string(::getpid() % 100000) + tag;
+    hub_ = base_ + "h";
+    if (sh("ip netns add " + hub_) != 0) {
+      skip_ = "ip netns is not permitted here (need root / CAP_SYS_ADMIN)";
+      return;
+    }
+    created_.push_back(hub_);
+    bool ok = sh("ip -n " + hub_ + " link add br0 type bridge") == 0 && sh("ip -n " + hub_ + " link set br0 up") == 0;
+    for (int i = 0; ok && i < n; ++i) {
+      std::string ns = name(i), a = base_ + "a" + std::to_string(i), b = base_ + "b" + std::to_string(i);
+      ok = sh("ip netns add " + ns) == 0;
+      if (!ok) break;
+      created_.push_back(ns);
+      ok = sh("ip link add " + a + " type veth peer name " + b) == 0 && sh("ip link set " + a + " netns " + ns) == 0 &&
+           sh("ip link set " + b + " netns " + hub_) == 0 &&
+           sh("ip -n " + ns + " addr add " + ip(i) + "/24 dev " + a) == 0 &&
+           sh("ip -n " + ns + " link set " + a + " up") == 0 && sh("ip -n " + ns + " link set lo up") == 0 &&
+           sh("ip -n " + hub_ + " link set " + b + " master br0") == 0 && sh("ip -n " + hub_ + " link set " + b + " up") == 0;
+      if (!ok) sh("ip link del " + a);  // if it never left the root namespace
+    }
+    if (!ok) skip_ = "could not build veth links and a bridge between namespaces";
+  }
+  ~Netns() {
+    for (auto it = created_.rbegin(); it != created_.rend(); ++it) sh("ip netns del " + *it);
+  }
+  const std::string& skip_reason() const { return skip_; }
+  std::string name(int i) const { return base_ + std::to_string(i); }
+  std::string ip(int i) const { return "10.213.0." + std::to_string(i + 1); }
+  std::string veth(int i) const { return base_ + "a" + std::to_string(i); }
+  int cut(int i) const { return sh("ip -n " + name(i) + " link set " + veth(i) + " down"); }
+
+ private:
+  std::string base_, hub_, skip_;
+  std::vector<std::string> created_;
+};
+
+TEST(FaultNetns, ACutCableIsDetectedByEverySurvivorThenShrink) {
+  Netns net(3, "f");
+  if (!net.skip_reason().empty()) GTEST_SKIP() << net.skip_reason();
+  std::string coord = net.ip(0) + ":7470";
+  std::vector<Proc> ranks;
+  for (int r = 0; r < 3; ++r) {
+    auto p = Proc::spawn({"ip", "netns", "exec", net.name(r), peer_bin()}, rank_env(r, 3, coord, "tcp"));
+    ASSERT_TRUE(p.ok());
+    ranks.push_back(std::move(p).value());
+  }
+  for (auto& p : ranks) ASSERT_TRUE(p.wait_line("ready", Deadline::after(kStep)).ok()) << p.out() << p.err();
+  ASSERT_EQ(net.cut(2), 0);
+  expect_survivor(ranks[0], 2, 2);
+  expect_survivor(ranks[1], 2, 2);
+  // The cut-off rank finds itself alone: it reports losing the coordinator, never success.
+  auto st = ranks[2].wait(Deadline::after(kStep));
+  ASSERT_TRUE(st.ok());
+  EXPECT_FALSE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << ranks[2].out();
+  EXPECT_NE(ranks[2].out().find("coordinator-lost"), std::string::npos) << ranks[2].out();
+}
+
+TEST(LaunchNetns, HostfileLaunchThroughIpNetnsExecPingsEveryPair) {
+  Netns net(3, "l");
+  if (!net.skip_reason().empty()) GTEST_SKIP() << net.skip_reason();
+  auto dir = std::filesystem::temp_directory_path() / ("lattice_netns_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string topo = (dir / "hosts.json").string(), secret = (dir / "secret").string();
+  {
+    std::ofstream f(topo);
+    f << "{\"version\": 1, \"hosts\": [";
+    for (int i = 0; i < 3; ++i)
+      f << (i ? "," : "") << "{\"name\": \"" << net.name(i) << "\", \"address\": \"" << net.ip(i) << ":7470\"}";
+    f << "], \"links\": [";
+    int k = 0;
+    for (int i = 0; i < 3; ++i)
+      for (int j = i + 1; j < 3; ++j)
+        f << (k++ ? "," : "") << "{\"a\": \"" << net.name(i) << "\", \"b\": \"" << net.name(j) << "\", \"provider\": \"tcp\"}";
+    f << "]}\n";
+  }
+  auto kg = run_cmd({lattice_bin(), "keygen", "-o", secret}, {}, Deadline::after(kStep));
+  ASSERT_TRUE(WIFEXITED(kg.status) && WEXITSTATUS(kg.status) == 0) << kg.err;
+  auto r = run_cmd({lattice_bin(), "launch", "--hostfile", topo, "--secret-file", secret, "--remote",
+                    "ip netns exec {host} {cmd}", "--", lattice_bin(), "ping", "--iters", "30", "--bw-seconds", "0.01"},
+                   {}, Deadline::after(std::chrono::seconds(120)));
+  EXPECT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.status << "\n" << r.out << r.err;
+  EXPECT_NE(r.out.find("[rank 0] lattice ping: 3 rank(s), epoch 0, provider tcp"), std::string::npos) << r.out << r.err;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace lattice::cluster::testing

@@ -1,0 +1,173 @@
+// `lattice launch` and `lattice ping` as processes: joins over shm and tcp, output prefixes,
+// exit codes, a dying rank stopping the rest, Ctrl-C, a stranger refused.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "proc_testlib.h"
+
+namespace lattice::cluster::testing {
+namespace {
+
+constexpr auto kRun = std::chrono::seconds(90);  // liveness bound on a loaded machine
+
+bool exited_with(int status, int code) { return WIFEXITED(status) && WEXITSTATUS(status) == code; }
+
+// Rank 0's matrix rows: every off-diagonal cell of both matrices must be a positive number.
+void expect_full_matrices(const std::string& out, int n) {
+  int rows = 0;
+  std::istringstream in(out);
+  std::string line;
+  std::regex row_re("^\\[rank 0\\] +r([0-9]+) ([-0-9. ]+)$");
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (!std::regex_match(line, m, row_re)) continue;
+    int i = std::stoi(m[1]);
+    std::istringstream cells(m[2].str());
+    std::vector<std::string> c;
+    for (std::string w; cells >> w;) c.push_back(w);
+    ASSERT_EQ(static_cast<int>(c.size()), n) << line;
+    for (int j = 0; j < n; ++j) {
+      if (i == j) {
+        EXPECT_EQ(c[j], "-") << line;
+      } else {
+        EXPECT_GT(std::atof(c[j].c_str()), 0.0) << "pair " << i << "," << j << ": " << line;
+      }
+    }
+    ++rows;
+  }
+  EXPECT_EQ(rows, 2 * n) << out;  // latency and bandwidth
+}
+
+class LaunchPing : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(LaunchPing, EveryPairMeasuredAsProcesses) {
+  auto [provider, n] = GetParam();
+  auto r = run_cmd({lattice_bin(), "launch", "-n", std::to_string(n), "--provider", provider, "--", lattice_bin(), "ping",
+                    "--iters", "30", "--bw-seconds", "0.01"},
+                   {}, Deadline::after(kRun));
+  ASSERT_TRUE(exited_with(r.status, 0)) << "status " << r.status << "\n" << r.out << r.err;
+  EXPECT_NE(r.out.find("[rank 0] lattice ping: " + std::to_string(n) + " rank(s), epoch 0, provider " + provider),
+            std::string::npos)
+      << r.out;
+  expect_full_matrices(r.out, n);
+}
+
+INSTANTIATE_TEST_SUITE_P(Process, LaunchPing,
+                         ::testing::Combine(::testing::Values("shm", "tcp"), ::testing::Values(1, 2, 3, 5)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param));
+                         });
+
+TEST(LaunchProcess, PlainPingIsAOneCellMatrix) {
+  auto r = run_cmd({lattice_bin(), "ping"}, {{"LATTICE_RANK", ""}, {"LATTICE_WORLD_SIZE", ""}}, Deadline::after(kRun));
+  ASSERT_TRUE(exited_with(r.status, 0)) << r.out << r.err;
+  EXPECT_NE(r.out.find("1 rank(s)"), std::string::npos) << r.out;
+}
+
+TEST(LaunchProcess, OutputIsPrefixedWithTheRank) {
+  auto r = run_cmd({lattice_bin(), "launch", "-n", "2", "--", "sh", "-c",
+                    "echo out $LATTICE_RANK of $LATTICE_WORLD_SIZE; echo err $LATTICE_RANK >&2; printf partial"},
+                   {}, Deadline::after(kRun));
+  ASSERT_TRUE(exited_with(r.status, 0)) << r.out << r.err;
+  EXPECT_NE(r.out.find("[rank 0] out 0 of 2\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[rank 1] out 1 of 2\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[rank 1] partial\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("[rank 1] err 1\n"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("[rank 0] err"), std::string::npos);
+}
+
+TEST(LaunchProcess, AFailingRankStopsTheOthersAndIsNamed) {
+  auto start = Clock::now();
+  auto r = run_cmd({lattice_bin(), "launch", "-n", "3", "--grace-ms", "500", "--", "sh", "-c",
+                    "if [ \"$LATTICE_RANK\" = 1 ]; then exit 3; fi; exec sleep 60"},
+                   {}, Deadline::after(kRun));
+  EXPECT_TRUE(exited_with(r.status, 3)) << r.status << r.err;
+  EXPECT_NE(r.err.find("rank 1 exited with status 3"), std::string::npos) << r.err;
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(50)) << "the sleeping ranks were not stopped";
+}
+
+TEST(LaunchProcess, AKilledRankIsNamedWithItsSignal) {
+  auto r = run_cmd({lattice_bin(), "launch", "-n", "3", "--grace-ms", "500", "--", "sh", "-c",
+                    "if [ \"$LATTICE_RANK\" = 2 ]; then kill -9 $$; fi; exec sleep 60"},
+                   {}, Deadline::after(kRun));
+  EXPECT_TRUE(exited_with(r.status, 128 + 9)) << r.status << r.err;
+  EXPECT_NE(r.err.find("rank 2 was killed by signal 9"), std::string::npos) << r.err;
+}
+
+TEST(LaunchProcess, ARankIgnoringSigtermIsKilledAfterTheGrace) {
+  auto r = run_cmd({lattice_bin(), "launch", "-n", "2", "--grace-ms", "300", "--", "sh", "-c",
+                    "if [ \"$LATTICE_RANK\" = 0 ]; then sleep 0.3; exit 1; fi; trap '' TERM; while :; do sleep 0.1; done"},
+                   {}, Deadline::after(kRun));
+  EXPECT_TRUE(exited_with(r.status, 1)) << r.status << r.err;
+  EXPECT_NE(r.err.find("grace period over"), std::string::npos) << r.err;
+}
+
+TEST(LaunchProcess, CtrlCStopsEveryRank) {
+  auto dir = std::filesystem::temp_directory_path() / ("lattice_launch_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto p = Proc::spawn({lattice_bin(), "launch", "-n", "3", "--grace-ms", "500", "--", "sh", "-c",
+                        "echo $$ > " + dir.string() + "/pid.$LATTICE_RANK; echo started; exec sleep 60"},
+                       {});
+  ASSERT_TRUE(p.ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(p->wait_line("started", Deadline::after(kRun)).ok());
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 3; ++r) {
+    std::ifstream f(dir / ("pid." + std::to_string(r)));
+    pid_t pid = 0;
+    f >> pid;
+    ASSERT_GT(pid, 0);
+    pids.push_back(pid);
+  }
+  p->signal(SIGINT);
+  auto st = p->wait(Deadline::after(kRun));
+  ASSERT_TRUE(st.ok()) << st.status().to_string();
+  EXPECT_TRUE(exited_with(*st, 130)) << *st << p->err();
+  EXPECT_NE(p->err().find("stopped by Interrupt"), std::string::npos) << p->err();
+  for (pid_t pid : pids) EXPECT_TRUE(::kill(pid, 0) != 0 && errno == ESRCH) << "rank pid " << pid << " survived";
+  std::filesystem::remove_all(dir);
+}
+
+TEST(LaunchProcess, NoCommandOrBothModesIsAUsageError) {
+  auto r = run_cmd({lattice_bin(), "launch", "-n", "2"}, {}, Deadline::after(kRun));
+  EXPECT_TRUE(exited_with(r.status, 2)) << r.err;
+  r = run_cmd({lattice_bin(), "launch", "--", "true"}, {}, Deadline::after(kRun));
+  EXPECT_TRUE(exited_with(r.status, 2)) << r.err;
+}
+
+// A process holding another secret is refused, both sides say so, and the real rank 1 can
+// still take its place.
+TEST(LaunchProcess, AStrangerWithAnotherSecretIsRefusedOnBothSides) {
+  const std::string a(64, 'a'), b(64, 'b');
+  int port = 17000 + ::getpid() % 20000;
+  Env common{{"LATTICE_WORLD_SIZE", "2"}, {"LATTICE_COORDINATOR", "127.0.0.1:" + std::to_string(port)},
+             {"LATTICE_PROVIDER", "tcp"}, {"LATTICE_SECRET_FILE", ""}};
+  Env e0 = common, e1 = common, stranger = common;
+  e0.insert(e0.end(), {{"LATTICE_RANK", "0"}, {"LATTICE_SECRET", a}});
+  e1.insert(e1.end(), {{"LATTICE_RANK", "1"}, {"LATTICE_SECRET", a}});
+  stranger.insert(stranger.end(), {{"LATTICE_RANK", "1"}, {"LATTICE_SECRET", b}});
+  auto r0 = Proc::spawn({lattice_bin(), "ping", "--iters", "20", "--bw-seconds", "0.01", "--size", "4K"}, e0);
+  ASSERT_TRUE(r0.ok());
+  auto s = run_cmd({lattice_bin(), "ping", "--timeout", "30"}, stranger, Deadline::after(kRun));
+  EXPECT_TRUE(exited_with(s.status, 1)) << s.status << s.err;
+  EXPECT_NE(s.err.find("refused us"), std::string::npos) << s.err;
+  EXPECT_NE(s.err.find("auth-failed"), std::string::npos) << s.err;
+  auto r1 = run_cmd({lattice_bin(), "ping", "--iters", "20", "--bw-seconds", "0.01", "--size", "4K"}, e1,
+                    Deadline::after(kRun));
+  EXPECT_TRUE(exited_with(r1.status, 0)) << r1.err;
+  auto st = r0->wait(Deadline::after(kRun));
+  ASSERT_TRUE(st.ok());
+  EXPECT_TRUE(exited_with(*st, 0)) << r0->err();
+  EXPECT_NE(r0->out().find("2 rank(s)"), std::string::npos) << r0->out();
+  EXPECT_NE(r0->err().find("does not hold this cluster's secret"), std::string::npos) << r0->err();
+}
+
+}  // namespace
+}  // namespace lattice::cluster::testing
