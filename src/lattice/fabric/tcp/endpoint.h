@@ -19,8 +19,16 @@
 //       kMaxUnexpectedBytes / kMaxUnexpectedCount per endpoint; beyond that the endpoint stops
 //       reading the socket (TCP backpressure) until a receive is posted; the message then
 //       lands directly in it. While stalled this way the peer's silence is not held against it.
+//   Target side: writes land straight in the region and are acknowledged (kAck) once applied;
+//       reads are answered from the region without a copy (zero-copy sendmsg); atomics run as
+//       std::atomic_ref on the word, so they are atomic across endpoints and threads. At most
+//       kMaxQueuedResponses responses wait in tx_; beyond that the endpoint stops reading.
+//   Who progresses: the caller's thread in CompletionQueue::poll/wait; the provider's background
+//       thread when no caller has polled for ~2 ms and none sleeps in wait() (it takes over within
+//       ~10 ms of the caller going quiet, see provider.cc); posts write to the socket directly.
 //   Liveness: a heartbeat goes out when nothing was sent for peer_timeout/4; no byte from the
-//       peer for peer_timeout -> kPeerLost; EOF/reset -> kPeerLost at once.
+//       peer for peer_timeout -> kPeerLost; EOF/reset -> kPeerLost at once; while reading is
+//       paused by us, a peer that reads nothing of ours for peer_timeout -> kPeerLost.
 //   Any protocol violation (bad version, flags, type, length, unknown key, out-of-bounds or
 //       forbidden access, unexpected response) fails this endpoint only: its operations
 //       complete with the error, a kError frame tells the peer why, the socket is shut down.
