@@ -11,6 +11,7 @@
 #include <regex>
 #include <sstream>
 
+#include "lattice/cluster/launcher.h"
 #include "proc_testlib.h"
 
 namespace lattice::cluster::testing {
@@ -146,9 +147,11 @@ TEST(LaunchProcess, NoCommandOrBothModesIsAUsageError) {
 // still take its place.
 TEST(LaunchProcess, AStrangerWithAnotherSecretIsRefusedOnBothSides) {
   const std::string a(64, 'a'), b(64, 'b');
-  int port = 17000 + ::getpid() % 20000;
+  auto port_or = pick_free_port();
+  ASSERT_TRUE(port_or.ok());
+  int port = *port_or;
   Env common{{"LATTICE_WORLD_SIZE", "2"}, {"LATTICE_COORDINATOR", "127.0.0.1:" + std::to_string(port)},
-             {"LATTICE_PROVIDER", "tcp"}, {"LATTICE_SECRET_FILE", ""}};
+             {"LATTICE_PROVIDER", "shm"}, {"LATTICE_SECRET_FILE", ""}};
   Env e0 = common, e1 = common, stranger = common;
   e0.insert(e0.end(), {{"LATTICE_RANK", "0"}, {"LATTICE_SECRET", a}});
   e1.insert(e1.end(), {{"LATTICE_RANK", "1"}, {"LATTICE_SECRET", a}});
