@@ -173,6 +173,8 @@ TEST(TcpEndpoint, OneSidedOpsServedByBackgroundThreadWhenTargetIsIdle) {
   auto target = must_alloc(*pb, kLen);
   auto local = must_alloc(*pa, kLen);
   for (size_t i = 0; i < kLen; ++i) local->data()[i] = std::byte(i % 251);
+  uint64_t init = 40;  // the atomics' word, delivered by the write (the test never touches target memory)
+  std::memcpy(local->data() + 4096, &init, 8);
   // Nobody polls b's CQ during this test: b's background thread must serve everything.
   ASSERT_TRUE(a.ep->post_write({local.get(), 0, kLen}, {target->key(), 0, kLen}, 1).ok());
   Completion c = wait_one(*a.cq);
@@ -187,21 +189,21 @@ TEST(TcpEndpoint, OneSidedOpsServedByBackgroundThreadWhenTargetIsIdle) {
   EXPECT_EQ(c.op, Opcode::kRead);
   EXPECT_EQ(0, std::memcmp(back->data() + 8, local->data() + 16, 1000));
 
-  uint64_t init = 40;
-  std::memcpy(target->data() + 64, &init, 8);
-  ASSERT_TRUE(a.ep->post_fetch_add({back.get(), 0, 8}, {target->key(), 64, 8}, 2, 3).ok());
+  ASSERT_TRUE(a.ep->post_fetch_add({back.get(), 0, 8}, {target->key(), 4096, 8}, 2, 3).ok());
   c = wait_one(*a.cq);
   ASSERT_TRUE(c.status.ok());
   uint64_t old;
   std::memcpy(&old, back->data(), 8);
   EXPECT_EQ(old, 40u);
-  ASSERT_TRUE(a.ep->post_compare_swap({back.get(), 0, 8}, {target->key(), 64, 8}, 42, 7, 4).ok());
+  ASSERT_TRUE(a.ep->post_compare_swap({back.get(), 0, 8}, {target->key(), 4096, 8}, 42, 7, 4).ok());
   c = wait_one(*a.cq);
   ASSERT_TRUE(c.status.ok());
   std::memcpy(&old, back->data(), 8);
   EXPECT_EQ(old, 42u);
+  ASSERT_TRUE(a.ep->post_read({back.get(), 0, 8}, {target->key(), 4096, 8}, 5).ok());
+  ASSERT_TRUE(wait_one(*a.cq).status.ok());
   uint64_t now;
-  std::memcpy(&now, target->data() + 64, 8);
+  std::memcpy(&now, back->data(), 8);
   EXPECT_EQ(now, 7u);
 }
 
@@ -237,8 +239,8 @@ TEST(TcpEndpoint, AtomicsFromManyEndpointsAreAtomic) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(failures.load(), 0);
-  uint64_t v;
-  std::memcpy(&v, word->data() + 8, 8);
+  // Atomic load: the target's progress threads updated the word with atomic_ref.
+  uint64_t v = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(word->data() + 8)).load();
   EXPECT_EQ(v, uint64_t(kPeers) * kAdds);
 }
 
