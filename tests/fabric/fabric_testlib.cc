@@ -5,7 +5,8 @@
 namespace lattice::fabric::testing {
 
 const std::vector<std::string>& provider_uris() {
-  static const std::vector<std::string> uris = {"shm", "tcp://127.0.0.1:0"};
+  static const std::vector<std::string> uris = {"shm", "tcp://127.0.0.1:0", "verbs-emu://apple-tb5",
+                                                "verbs-emu://linux-rc"};
   return uris;
 }
 

@@ -32,6 +32,8 @@ struct Entry {
 constexpr std::array kProviders{
     Entry{"shm", detail::make_shm_provider, "shm"},
     Entry{"tcp", detail::make_tcp_provider, "tcp://127.0.0.1:0"},
+    Entry{"verbs", detail::make_verbs_provider, "verbs"},
+    Entry{"verbs-emu", detail::make_verbs_emu_provider, "verbs-emu://apple-tb5"},
 };
 
 }  // namespace
@@ -47,7 +49,7 @@ Result<std::unique_ptr<Provider>> make_provider(std::string_view uri, const Prov
     if (e.scheme == scheme) return e.factory(params, options);
   }
   return Unavailable("unknown fabric provider '" + std::string(scheme) + "' in URI '" + std::string(uri) +
-                     "' (known: shm, tcp)");
+                     "' (known: shm, tcp, verbs, verbs-emu)");
 }
 
 std::vector<std::string> available_providers() {

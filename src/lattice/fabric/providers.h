@@ -11,5 +11,9 @@ namespace lattice::fabric::detail {
 
 Result<std::unique_ptr<Provider>> make_shm_provider(std::string_view params, const ProviderOptions& options);
 Result<std::unique_ptr<Provider>> make_tcp_provider(std::string_view params, const ProviderOptions& options);
+// verbs/provider.cc: the system's verbs library ("verbs", "verbs://<device>") and the emulated
+// device ("verbs-emu://apple-tb5", "verbs-emu://linux-rc?drop=17").
+Result<std::unique_ptr<Provider>> make_verbs_provider(std::string_view params, const ProviderOptions& options);
+Result<std::unique_ptr<Provider>> make_verbs_emu_provider(std::string_view params, const ProviderOptions& options);
 
 }  // namespace lattice::fabric::detail

@@ -1,0 +1,732 @@
+#include "lattice/fabric/verbs/emu/emu.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <charconv>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace lattice::fabric::verbs::emu {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kFrame = 4096;
+constexpr size_t kRingFrames = 4096;  // >= the largest message (4,095 frames)
+constexpr size_t kDescRing = 4096;    // > max outstanding receives (4,095)
+constexpr uint64_t kSegMagic = 0x4c41545645'4d55ull;  // "LATVEMU"
+
+struct Profile {
+  const char* name;
+  const char* device;
+  bool rc_allowed;
+  int max_qp;
+  int max_mr;
+  bool frames_must_match;
+  bool recv_after_rts;
+  size_t max_msg;
+  uint32_t max_wr;
+  uint8_t n_ports;
+  uint8_t active_port;
+  bool err_wedges;
+};
+
+constexpr Profile kProfiles[] = {
+    {"apple-tb5", "emu_tb5_0", false, 10, 100, true, true, 16773120, 4095, 2, 2, true},
+    {"linux-rc", "emu_rc_0", true, 256, 4096, false, false, 16u << 20, 4095, 1, 1, false},
+};
+
+// Wire layout of a QP's inbound segment. Written by two processes: the owner (receives,
+// recv_posted, msgs_read, frames_tail) and its connected peer (desc, data, msgs_written,
+// frames_head). Every index is a free-running counter; slots are index % ring size.
+struct Desc {
+  uint64_t frame_start;
+  uint32_t n_frames;
+  uint32_t bytes;
+  int64_t deliver_after_ns;  // steady clock; 0: at once
+  uint32_t flags;            // kDescMismatch
+  uint32_t pad;
+};
+constexpr uint32_t kDescMismatch = 1;
+
+struct Segment {
+  uint64_t magic;
+  uint32_t qpn;
+  uint32_t pid;
+  std::atomic<uint32_t> alive;
+  uint32_t pad;
+  std::atomic<uint64_t> recv_posted;
+  std::atomic<uint64_t> msgs_written;
+  std::atomic<uint64_t> msgs_read;
+  std::atomic<uint64_t> frames_head;
+  std::atomic<uint64_t> frames_tail;
+  uint32_t recv_bytes[kDescRing];  // capacity of receive #i, set before recv_posted covers it
+  Desc desc[kDescRing];
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+constexpr size_t kDataOffset = (sizeof(Segment) + kFrame - 1) / kFrame * kFrame;
+constexpr size_t kSegBytes = kDataOffset + kRingFrames * kFrame;
+
+struct Device {
+  ibv_device base;
+  const Profile* profile;
+};
+
+Device g_devices[2];
+std::once_flag g_devices_once;
+
+void init_devices() {
+  for (int i = 0; i < 2; ++i) {
+    std::memset(&g_devices[i], 0, sizeof(Device));
+    g_devices[i].profile = &kProfiles[i];
+    std::snprintf(g_devices[i].base.name, sizeof g_devices[i].base.name, "%s", kProfiles[i].device);
+    std::snprintf(g_devices[i].base.dev_name, sizeof g_devices[i].base.dev_name, "%s", kProfiles[i].device);
+    g_devices[i].base.node_type = IBV_NODE_RNIC;
+    g_devices[i].base.transport_type = IBV_TRANSPORT_IB;
+  }
+}
+
+struct Qp;
+struct Cq;
+
+struct Context {
+  ibv_context base;
+  const Profile* profile;
+  std::mutex mu;  // guards everything below and every object of this context
+  Faults faults;
+  Stats stats;
+  int n_qp = 0;
+  int n_mr = 0;
+  bool port_dead = false;
+};
+
+struct Pd {
+  ibv_pd base;
+};
+struct Mr {
+  ibv_mr base;
+};
+
+struct PendingSend {
+  uint64_t wr_id;
+  std::byte* addr;
+  uint32_t length;
+  bool signaled;
+};
+struct PostedRecv {
+  uint64_t wr_id;
+  std::byte* addr;
+  uint32_t length;
+};
+
+struct Qp {
+  ibv_qp base;
+  Context* ctx;
+  Cq* scq;
+  Cq* rcq;
+  uint32_t max_send_wr, max_recv_wr;
+  int memfd = -1;
+  Segment* mine = nullptr;
+  Segment* peer = nullptr;
+  uint8_t port = 0;
+  std::deque<PendingSend> sq;
+  std::deque<PostedRecv> rq;
+};
+
+struct Cq {
+  ibv_cq base;
+  Context* ctx;
+  std::deque<ibv_wc> q;
+  std::vector<Qp*> qps;
+};
+
+Context* ctx_of(ibv_context* c) { return reinterpret_cast<Context*>(c); }
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+uint32_t frames_of(uint64_t bytes) { return bytes == 0 ? 1 : static_cast<uint32_t>((bytes + kFrame - 1) / kFrame); }
+
+void push_wc(Cq* cq, uint64_t wr_id, ibv_wc_status st, ibv_wc_opcode op, uint32_t bytes, uint32_t qpn) {
+  ibv_wc wc{};
+  wc.wr_id = wr_id;
+  wc.status = st;
+  wc.opcode = op;
+  wc.byte_len = bytes;
+  wc.qp_num = qpn;
+  cq->q.push_back(wc);
+}
+
+// Copies `n` bytes into / out of the frame ring at frame index `start` (wraps).
+void ring_write(Segment* seg, uint64_t start, const std::byte* src, size_t n) {
+  auto* data = reinterpret_cast<std::byte*>(seg) + kDataOffset;
+  size_t off = (start % kRingFrames) * kFrame;
+  size_t first = std::min(n, kRingFrames * kFrame - off);
+  std::memcpy(data + off, src, first);
+  if (n > first) std::memcpy(data, src + first, n - first);
+}
+void ring_read(Segment* seg, uint64_t start, std::byte* dst, size_t n) {
+  auto* data = reinterpret_cast<std::byte*>(seg) + kDataOffset;
+  size_t off = (start % kRingFrames) * kFrame;
+  size_t first = std::min(n, kRingFrames * kFrame - off);
+  std::memcpy(dst, data + off, first);
+  if (n > first) std::memcpy(dst + first, data, n - first);
+}
+std::byte* ring_byte(Segment* seg, uint64_t frame, size_t in_frame) {
+  return reinterpret_cast<std::byte*>(seg) + kDataOffset + (frame % kRingFrames) * kFrame + in_frame;
+}
+
+// Publishes one message into the peer's segment; false when it must wait (credit or space).
+// Caller holds ctx->mu.
+bool publish(Qp* qp, const PendingSend& s, int copies, uint32_t* flags_out) {
+  Segment* peer = qp->peer;
+  uint64_t written = peer->msgs_written.load(std::memory_order_relaxed);
+  uint64_t posted = peer->recv_posted.load(std::memory_order_acquire);
+  if (posted < written + static_cast<uint64_t>(copies)) return false;  // credit: a receive must be posted
+  uint32_t nf = frames_of(s.length);
+  uint64_t head = peer->frames_head.load(std::memory_order_relaxed);
+  uint64_t tail = peer->frames_tail.load(std::memory_order_acquire);
+  if (head + static_cast<uint64_t>(nf) * copies - tail > kRingFrames) return false;
+  const Profile& p = *qp->ctx->profile;
+  uint32_t flags = 0;
+  for (int c = 0; c < copies; ++c) {
+    uint64_t idx = written + c;
+    uint32_t cap = peer->recv_bytes[idx % kDescRing];
+    bool mismatch = p.frames_must_match ? frames_of(cap) != nf : s.length > cap;
+    if (mismatch) flags |= kDescMismatch;
+    ring_write(peer, head + static_cast<uint64_t>(nf) * c, s.addr, s.length);
+    Desc& d = peer->desc[idx % kDescRing];
+    d.frame_start = head + static_cast<uint64_t>(nf) * c;
+    d.n_frames = nf;
+    d.bytes = s.length;
+    d.deliver_after_ns = 0;
+    d.flags = mismatch ? kDescMismatch : 0;
+  }
+  *flags_out = flags;
+  return true;
+}
+
+// Moves the QP's pending sends out in order. Caller holds ctx->mu.
+void progress_sends(Qp* qp) {
+  Context* ctx = qp->ctx;
+  while (!qp->sq.empty()) {
+    PendingSend s = qp->sq.front();
+    if (ctx->port_dead || qp->peer == nullptr) {
+      qp->sq.pop_front();
+      push_wc(qp->scq, s.wr_id, IBV_WC_RETRY_EXC_ERR, IBV_WC_SEND, 0, qp->base.qp_num);
+      continue;
+    }
+    if (qp->peer->alive.load(std::memory_order_acquire) == 0) {
+      qp->sq.pop_front();
+      // UC: nobody acks, the frames vanish. RC: retries exhausted.
+      ibv_wc_status st = qp->base.qp_type == IBV_QPT_RC ? IBV_WC_RETRY_EXC_ERR : IBV_WC_SUCCESS;
+      if (s.signaled || st != IBV_WC_SUCCESS) push_wc(qp->scq, s.wr_id, st, IBV_WC_SEND, s.length, qp->base.qp_num);
+      continue;
+    }
+    uint32_t nf = frames_of(s.length);
+    uint64_t first = ctx->stats.frames_sent + 1, last = ctx->stats.frames_sent + nf;
+    auto hits = [&](uint64_t n) { return n != 0 && n >= first && n <= last; };
+    int copies = hits(ctx->faults.dup_frame) ? 2 : 1;
+    bool drop = hits(ctx->faults.drop_frame);
+    uint32_t flags = 0;
+    if (!drop) {
+      if (!publish(qp, s, copies, &flags)) return;  // wait for credit or ring space
+      Segment* peer = qp->peer;
+      uint64_t written = peer->msgs_written.load(std::memory_order_relaxed);
+      if (hits(ctx->faults.corrupt_frame) && s.length > 0) {
+        size_t off = (ctx->faults.corrupt_frame - first) * kFrame + 17;
+        if (off >= s.length) off = s.length - 1;
+        *ring_byte(peer, peer->desc[written % kDescRing].frame_start + off / kFrame, off % kFrame) ^= std::byte{0x5a};
+        ctx->stats.corrupted++;
+      }
+      if (hits(ctx->faults.delay_frame)) {
+        peer->desc[written % kDescRing].deliver_after_ns =
+            now_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(ctx->faults.delay).count();
+        ctx->stats.delayed++;
+      }
+      if (copies == 2) ctx->stats.duplicated++;
+      peer->frames_head.store(peer->frames_head.load(std::memory_order_relaxed) + static_cast<uint64_t>(nf) * copies,
+                              std::memory_order_relaxed);
+      peer->msgs_written.store(written + copies, std::memory_order_release);
+    } else {
+      ctx->stats.dropped++;
+    }
+    ctx->stats.frames_sent += nf;
+    qp->sq.pop_front();
+    // No hardware acks: the completion fires when the frames left, before the peer saw them.
+    ibv_wc_status st = (flags & kDescMismatch) ? IBV_WC_REM_INV_REQ_ERR : IBV_WC_SUCCESS;
+    if (s.signaled || st != IBV_WC_SUCCESS) push_wc(qp->scq, s.wr_id, st, IBV_WC_SEND, s.length, qp->base.qp_num);
+    if (ctx->faults.kill_port_after != 0 && ctx->stats.frames_sent >= ctx->faults.kill_port_after) {
+      ctx->port_dead = true;
+      ctx->stats.port_killed = true;
+    }
+  }
+}
+
+// Drains the QP's segment into posted receives, in order. Caller holds ctx->mu.
+void progress_recvs(Qp* qp) {
+  Segment* seg = qp->mine;
+  if (seg == nullptr || qp->ctx->port_dead) return;
+  while (!qp->rq.empty()) {
+    uint64_t read = seg->msgs_read.load(std::memory_order_relaxed);
+    if (read == seg->msgs_written.load(std::memory_order_acquire)) return;
+    const Desc& d = seg->desc[read % kDescRing];
+    if (d.deliver_after_ns != 0 && now_ns() < d.deliver_after_ns) return;
+    PostedRecv r = qp->rq.front();
+    qp->rq.pop_front();
+    ibv_wc_status st = IBV_WC_SUCCESS;
+    uint32_t n = d.bytes;
+    if ((d.flags & kDescMismatch) || n > r.length) {
+      st = IBV_WC_LOC_LEN_ERR;
+      n = 0;
+    } else {
+      ring_read(seg, d.frame_start, r.addr, n);
+    }
+    push_wc(qp->rcq, r.wr_id, st, IBV_WC_RECV, n, qp->base.qp_num);
+    seg->frames_tail.store(seg->frames_tail.load(std::memory_order_relaxed) + d.n_frames, std::memory_order_release);
+    seg->msgs_read.store(read + 1, std::memory_order_release);
+  }
+}
+
+// ---- the table ----
+
+ibv_device** emu_get_device_list(int* n) {
+  std::call_once(g_devices_once, init_devices);
+  auto** list = new ibv_device*[3];
+  list[0] = &g_devices[0].base;
+  list[1] = &g_devices[1].base;
+  list[2] = nullptr;
+  if (n) *n = 2;
+  return list;
+}
+void emu_free_device_list(ibv_device** list) { delete[] list; }
+const char* emu_get_device_name(ibv_device* dev) { return dev->name; }
+
+ibv_context* emu_open_device(ibv_device* dev) {
+  auto* ctx = new Context();
+  std::memset(&ctx->base, 0, sizeof ctx->base);
+  ctx->base.device = dev;
+  ctx->base.cmd_fd = -1;
+  ctx->base.async_fd = -1;
+  ctx->profile = reinterpret_cast<Device*>(dev)->profile;
+  return &ctx->base;
+}
+int emu_close_device(ibv_context* c) {
+  delete ctx_of(c);
+  return 0;
+}
+
+int emu_query_device(ibv_context* c, ibv_device_attr* a) {
+  const Profile& p = *ctx_of(c)->profile;
+  std::memset(a, 0, sizeof *a);
+  std::snprintf(a->fw_ver, sizeof a->fw_ver, "emulated-1");
+  a->max_qp = p.max_qp;
+  a->max_qp_wr = static_cast<int>(p.max_wr);
+  a->max_sge = 1;
+  a->max_cq = 64;
+  a->max_cqe = 65536;
+  a->max_mr = p.max_mr;
+  a->max_pd = 32;
+  a->max_mr_size = p.max_msg;
+  a->atomic_cap = p.rc_allowed ? IBV_ATOMIC_HCA : IBV_ATOMIC_NONE;
+  a->phys_port_cnt = p.n_ports;
+  a->vendor_id = 0x10ad;
+  return 0;
+}
+
+int emu_query_port(ibv_context* c, uint8_t port, ibv_port_attr* a) {
+  Context* ctx = ctx_of(c);
+  const Profile& p = *ctx->profile;
+  if (port < 1 || port > p.n_ports) return EINVAL;
+  std::memset(a, 0, sizeof *a);
+  std::lock_guard lock(ctx->mu);
+  a->state = (port == p.active_port && !ctx->port_dead) ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
+  a->max_mtu = IBV_MTU_4096;
+  a->active_mtu = IBV_MTU_4096;
+  a->gid_tbl_len = 3;
+  a->max_msg_sz = static_cast<uint32_t>(p.max_msg);
+  a->link_layer = IBV_LINK_LAYER_ETHERNET;
+  return 0;
+}
+
+int emu_query_gid(ibv_context* c, uint8_t port, int index, ibv_gid* gid) {
+  Context* ctx = ctx_of(c);
+  if (port < 1 || port > ctx->profile->n_ports || index < 0 || index > 2) return EINVAL;
+  std::memset(gid->raw, 0, sizeof gid->raw);
+  uint32_t pid = static_cast<uint32_t>(getpid()) & 0xffffff;
+  uint8_t p0 = static_cast<uint8_t>(pid >> 16), p1 = static_cast<uint8_t>(pid >> 8), p2 = static_cast<uint8_t>(pid);
+  if (index == 1) {
+    if (ctx->faults.no_ipv4) return 0;  // no IPv4 on the paired interface: the entry is empty
+    gid->raw[10] = gid->raw[11] = 0xff;
+    gid->raw[12] = 127;  // ::ffff:127.x.y.z, x.y.z = pid: loopback, and names the process
+    gid->raw[13] = p0, gid->raw[14] = p1, gid->raw[15] = p2;
+    return 0;
+  }
+  gid->raw[0] = 0xfe;
+  gid->raw[1] = 0x80;
+  // Index 0: EUI-64 from a locally administered MAC (02:1a:7e:x:y:z); index 2: link-local.
+  gid->raw[8] = index == 0 ? 0x02 : 0x00;
+  gid->raw[9] = index == 0 ? 0x1a : 0x4c;
+  gid->raw[10] = index == 0 ? 0x7e : 0x61;
+  gid->raw[11] = 0xff;
+  gid->raw[12] = 0xfe;
+  gid->raw[13] = p0, gid->raw[14] = p1, gid->raw[15] = p2;
+  (void)port;
+  return 0;
+}
+
+ibv_pd* emu_alloc_pd(ibv_context* c) {
+  auto* pd = new Pd();
+  pd->base.context = c;
+  return &pd->base;
+}
+int emu_dealloc_pd(ibv_pd* pd) {
+  delete reinterpret_cast<Pd*>(pd);
+  return 0;
+}
+
+ibv_mr* emu_reg_mr(ibv_pd* pd, void* addr, size_t length, int access) {
+  Context* ctx = ctx_of(pd->context);
+  std::lock_guard lock(ctx->mu);
+  if (ctx->n_mr >= ctx->profile->max_mr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  if (addr == nullptr || length == 0) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  ctx->n_mr++;
+  auto* mr = new Mr();
+  mr->base.context = pd->context;
+  mr->base.pd = pd;
+  mr->base.addr = addr;
+  mr->base.length = length;
+  mr->base.lkey = mr->base.rkey = static_cast<uint32_t>(ctx->n_mr) * 2654435761u;
+  (void)access;
+  return &mr->base;
+}
+int emu_dereg_mr(ibv_mr* m) {
+  Context* ctx = ctx_of(m->context);
+  {
+    std::lock_guard lock(ctx->mu);
+    ctx->n_mr--;
+  }
+  delete reinterpret_cast<Mr*>(m);
+  return 0;
+}
+
+ibv_cq* emu_create_cq(ibv_context* c, int cqe, void* cq_context, ibv_comp_channel*, int) {
+  if (cqe <= 0) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto* cq = new Cq();
+  cq->base.context = c;
+  cq->base.cqe = cqe;
+  cq->base.cq_context = cq_context;
+  cq->ctx = ctx_of(c);
+  return &cq->base;
+}
+int emu_destroy_cq(ibv_cq* c) {
+  auto* cq = reinterpret_cast<Cq*>(c);
+  std::lock_guard lock(cq->ctx->mu);
+  if (!cq->qps.empty()) return EBUSY;
+  delete cq;
+  return 0;
+}
+
+ibv_qp* emu_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
+  Context* ctx = ctx_of(pd->context);
+  const Profile& p = *ctx->profile;
+  std::lock_guard lock(ctx->mu);
+  if (attr->qp_type != IBV_QPT_UC && !(attr->qp_type == IBV_QPT_RC && p.rc_allowed)) {
+    errno = EOPNOTSUPP;  // apple-tb5: UC only
+    return nullptr;
+  }
+  if (ctx->n_qp >= p.max_qp) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  if (attr->cap.max_send_wr > p.max_wr || attr->cap.max_recv_wr > p.max_wr || attr->cap.max_send_sge > 1 ||
+      attr->cap.max_recv_sge > 1 || attr->send_cq == nullptr || attr->recv_cq == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  int fd = memfd_create("lattice-verbs-emu-qp", MFD_CLOEXEC);
+  if (fd < 0) return nullptr;
+  if (ftruncate(fd, static_cast<off_t>(kSegBytes)) != 0 || fd > 0xffffff) {
+    int e = errno;
+    close(fd);
+    errno = e ? e : EMFILE;
+    return nullptr;
+  }
+  void* mem = mmap(nullptr, kSegBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (mem == MAP_FAILED) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return nullptr;
+  }
+  auto* seg = static_cast<Segment*>(mem);  // zero-filled by ftruncate
+  seg->qpn = static_cast<uint32_t>(fd);
+  seg->pid = static_cast<uint32_t>(getpid());
+  seg->alive.store(1);
+  seg->magic = kSegMagic;
+  auto* qp = new Qp();
+  qp->base.context = pd->context;
+  qp->base.pd = pd;
+  qp->base.send_cq = attr->send_cq;
+  qp->base.recv_cq = attr->recv_cq;
+  qp->base.qp_num = static_cast<uint32_t>(fd);
+  qp->base.qp_type = attr->qp_type;
+  qp->base.state = IBV_QPS_RESET;
+  qp->ctx = ctx;
+  qp->scq = reinterpret_cast<Cq*>(attr->send_cq);
+  qp->rcq = reinterpret_cast<Cq*>(attr->recv_cq);
+  qp->max_send_wr = attr->cap.max_send_wr;
+  qp->max_recv_wr = attr->cap.max_recv_wr;
+  qp->memfd = fd;
+  qp->mine = seg;
+  qp->scq->qps.push_back(qp);
+  if (qp->rcq != qp->scq) qp->rcq->qps.push_back(qp);
+  ctx->n_qp++;
+  return &qp->base;
+}
+
+Segment* attach_peer(const ibv_gid& dgid, uint32_t qpn) {
+  uint32_t pid = (uint32_t{dgid.raw[13]} << 16) | (uint32_t{dgid.raw[14]} << 8) | dgid.raw[15];
+  std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(qpn);
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return nullptr;
+  void* mem = mmap(nullptr, kSegBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (mem == MAP_FAILED) return nullptr;
+  auto* seg = static_cast<Segment*>(mem);
+  if (seg->magic != kSegMagic || seg->qpn != qpn || (seg->pid & 0xffffff) != pid || seg->alive.load() == 0) {
+    munmap(mem, kSegBytes);
+    return nullptr;
+  }
+  return seg;
+}
+
+int emu_modify_qp(ibv_qp* q, ibv_qp_attr* attr, int mask) {
+  auto* qp = reinterpret_cast<Qp*>(q);
+  Context* ctx = qp->ctx;
+  const Profile& p = *ctx->profile;
+  std::lock_guard lock(ctx->mu);
+  if (!(mask & IBV_QP_STATE)) return EINVAL;
+  ibv_qp_state to = attr->qp_state;
+  switch (to) {
+    case IBV_QPS_INIT:
+      if (q->state != IBV_QPS_RESET || !(mask & IBV_QP_PORT)) return EINVAL;
+      if (attr->port_num < 1 || attr->port_num > p.n_ports) return EINVAL;
+      if (attr->port_num != p.active_port || ctx->port_dead) return ENETDOWN;  // a DOWN port
+      qp->port = attr->port_num;
+      break;
+    case IBV_QPS_RTR: {
+      if (q->state != IBV_QPS_INIT || !(mask & IBV_QP_AV) || !(mask & IBV_QP_DEST_QPN)) return EINVAL;
+      if (ctx->stats.wedged) return EIO;
+      if (!attr->ah_attr.is_global) return EINVAL;  // RoCE-like: the GID is the address
+      Segment* peer = attach_peer(attr->ah_attr.grh.dgid, attr->dest_qp_num);
+      if (peer == nullptr) return ENOENT;
+      qp->peer = peer;
+      break;
+    }
+    case IBV_QPS_RTS:
+      if (q->state != IBV_QPS_RTR) return EINVAL;
+      break;
+    case IBV_QPS_ERR:
+      if (p.err_wedges) ctx->stats.wedged = true;  // the documented hazard: never do this on TB5
+      break;
+    case IBV_QPS_RESET:
+      break;
+    default:
+      return EINVAL;
+  }
+  q->state = to;
+  return 0;
+}
+
+int emu_destroy_qp(ibv_qp* q) {
+  auto* qp = reinterpret_cast<Qp*>(q);
+  Context* ctx = qp->ctx;
+  std::lock_guard lock(ctx->mu);
+  for (Cq* cq : {qp->scq, qp->rcq}) std::erase(cq->qps, qp);
+  qp->mine->alive.store(0, std::memory_order_release);
+  munmap(qp->mine, kSegBytes);
+  if (qp->peer) munmap(qp->peer, kSegBytes);
+  close(qp->memfd);
+  ctx->n_qp--;
+  delete qp;
+  return 0;
+}
+
+int emu_post_send(ibv_qp* q, ibv_send_wr* wr, ibv_send_wr** bad) {
+  auto* qp = reinterpret_cast<Qp*>(q);
+  Context* ctx = qp->ctx;
+  std::lock_guard lock(ctx->mu);
+  for (; wr != nullptr; wr = wr->next) {
+    *bad = wr;
+    if (q->state != IBV_QPS_RTS) return EINVAL;
+    if (wr->opcode != IBV_WR_SEND || wr->num_sge > 1) return EOPNOTSUPP;  // two-sided only here
+    if (qp->sq.size() >= qp->max_send_wr) return ENOMEM;
+    uint64_t len = wr->num_sge == 1 ? wr->sg_list[0].length : 0;
+    if (len > ctx->profile->max_msg) return EMSGSIZE;
+    qp->sq.push_back({wr->wr_id, wr->num_sge ? reinterpret_cast<std::byte*>(wr->sg_list[0].addr) : nullptr,
+                      static_cast<uint32_t>(len), (wr->send_flags & IBV_SEND_SIGNALED) != 0});
+  }
+  *bad = nullptr;
+  progress_sends(qp);
+  return 0;
+}
+
+int emu_post_recv(ibv_qp* q, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  auto* qp = reinterpret_cast<Qp*>(q);
+  Context* ctx = qp->ctx;
+  std::lock_guard lock(ctx->mu);
+  for (; wr != nullptr; wr = wr->next) {
+    *bad = wr;
+    bool ready = ctx->profile->recv_after_rts ? q->state == IBV_QPS_RTS : q->state != IBV_QPS_RESET;
+    if (!ready) return EINVAL;
+    if (wr->num_sge > 1) return EINVAL;
+    if (qp->rq.size() >= qp->max_recv_wr) return ENOMEM;
+    uint32_t len = wr->num_sge == 1 ? wr->sg_list[0].length : 0;
+    qp->rq.push_back({wr->wr_id, wr->num_sge ? reinterpret_cast<std::byte*>(wr->sg_list[0].addr) : nullptr, len});
+    uint64_t posted = qp->mine->recv_posted.load(std::memory_order_relaxed);
+    qp->mine->recv_bytes[posted % kDescRing] = len;
+    qp->mine->recv_posted.store(posted + 1, std::memory_order_release);
+  }
+  *bad = nullptr;
+  return 0;
+}
+
+int emu_poll_cq(ibv_cq* c, int n, ibv_wc* wc) {
+  auto* cq = reinterpret_cast<Cq*>(c);
+  std::lock_guard lock(cq->ctx->mu);
+  for (Qp* qp : cq->qps) {
+    if (qp->base.state != IBV_QPS_RTS) continue;
+    progress_sends(qp);
+    progress_recvs(qp);
+  }
+  int got = 0;
+  while (got < n && !cq->q.empty()) {
+    wc[got++] = cq->q.front();
+    cq->q.pop_front();
+  }
+  return got;
+}
+
+const char* emu_wc_status_str(ibv_wc_status st) {
+  switch (st) {
+    case IBV_WC_SUCCESS: return "success";
+    case IBV_WC_LOC_LEN_ERR: return "local length error";
+    case IBV_WC_REM_INV_REQ_ERR: return "remote invalid request error";
+    case IBV_WC_RETRY_EXC_ERR: return "transport retry counter exceeded";
+    case IBV_WC_WR_FLUSH_ERR: return "work request flushed error";
+    default: return "other error";
+  }
+}
+
+VerbsApi make_api() {
+  VerbsApi a;
+  a.library = "emulator";
+  a.emulated = true;
+  a.get_device_list = emu_get_device_list;
+  a.free_device_list = emu_free_device_list;
+  a.get_device_name = emu_get_device_name;
+  a.open_device = emu_open_device;
+  a.close_device = emu_close_device;
+  a.query_device = emu_query_device;
+  a.query_port = emu_query_port;
+  a.query_gid = emu_query_gid;
+  a.alloc_pd = emu_alloc_pd;
+  a.dealloc_pd = emu_dealloc_pd;
+  a.reg_mr = emu_reg_mr;
+  a.dereg_mr = emu_dereg_mr;
+  a.create_cq = emu_create_cq;
+  a.destroy_cq = emu_destroy_cq;
+  a.create_qp = emu_create_qp;
+  a.modify_qp = emu_modify_qp;
+  a.destroy_qp = emu_destroy_qp;
+  a.post_send = emu_post_send;
+  a.post_recv = emu_post_recv;
+  a.poll_cq = emu_poll_cq;
+  a.wc_status_str = emu_wc_status_str;
+  return a;
+}
+
+bool parse_u64(std::string_view s, uint64_t* out) {
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+}  // namespace
+
+const VerbsApi& api() {
+  static const VerbsApi a = make_api();
+  return a;
+}
+
+std::string_view device_for_profile(std::string_view profile) {
+  for (const Profile& p : kProfiles)
+    if (profile == p.name) return p.device;
+  return {};
+}
+
+void set_faults(ibv_context* c, const Faults& faults) {
+  Context* ctx = ctx_of(c);
+  std::lock_guard lock(ctx->mu);
+  ctx->faults = faults;
+}
+
+Stats stats(ibv_context* c) {
+  Context* ctx = ctx_of(c);
+  std::lock_guard lock(ctx->mu);
+  return ctx->stats;
+}
+
+Result<Faults> parse_faults(std::string_view query) {
+  Faults f;
+  while (!query.empty()) {
+    size_t amp = query.find('&');
+    std::string_view kv = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+    if (kv.empty()) continue;
+    size_t eq = kv.find('=');
+    if (eq == std::string_view::npos) return InvalidArgument("verbs-emu: parameter '" + std::string(kv) + "' needs a value");
+    std::string_view key = kv.substr(0, eq), val = kv.substr(eq + 1);
+    auto bad = [&] { return InvalidArgument("verbs-emu: bad value '" + std::string(val) + "' for " + std::string(key)); };
+    uint64_t n = 0;
+    if (key == "drop" || key == "dup" || key == "corrupt" || key == "kill_port_after") {
+      if (!parse_u64(val, &n) || n == 0) return bad();
+      (key == "drop" ? f.drop_frame : key == "dup" ? f.dup_frame : key == "corrupt" ? f.corrupt_frame : f.kill_port_after) = n;
+    } else if (key == "delay") {
+      size_t colon = val.find(':');
+      if (colon == std::string_view::npos) return bad();
+      std::string_view ms = val.substr(colon + 1);
+      if (ms.ends_with("ms")) ms.remove_suffix(2);
+      uint64_t d = 0;
+      if (!parse_u64(val.substr(0, colon), &n) || n == 0 || !parse_u64(ms, &d) || d > 600000) return bad();
+      f.delay_frame = n;
+      f.delay = std::chrono::milliseconds(d);
+    } else if (key == "no_ipv4") {
+      if (val != "0" && val != "1") return bad();
+      f.no_ipv4 = val == "1";
+    } else {
+      return InvalidArgument("verbs-emu: unknown parameter '" + std::string(key) +
+                             "' (known: drop, dup, corrupt, delay, kill_port_after, no_ipv4)");
+    }
+  }
+  return f;
+}
+
+}  // namespace lattice::fabric::verbs::emu

@@ -1,0 +1,74 @@
+// An emulated RDMA device behind the verbs function table (api.h), so the verbs provider is
+// proven on a machine without RDMA. Queue pairs of two processes (or two threads) talk over
+// a shared-memory segment per QP: the QP's memfd, which the peer opens through
+// /proc/<pid>/fd/<qpn> (the QPN is the fd number, the pid is in the low 24 bits of every
+// GID). Nothing else crosses: the peer is found from (GID, QPN) exactly as real verbs does.
+//
+// Profiles (enforced limits, ../shared/ANCHORS.md):
+//   apple-tb5: UC QPs only (creating RC fails), at most 10 QPs and 100 MRs per opened device,
+//     4 KB frames (a send and its receive must span the same number of frames, else both
+//     complete in error), max message 16,773,120 bytes, at most 4,095 WRs, receives posted
+//     only once the QP is in RTS, a send waits until the peer posted a receive, send
+//     completions fire when the frames leave (before delivery: no hardware acks), GID index 0
+//     MAC-derived, 1 ::ffff:IPv4, 2 link-local, port 1 DOWN and port 2 ACTIVE, and moving a QP
+//     to ERR wedges the port (the provider must never do it).
+//   linux-rc: RC and UC QPs, one active port (1), 16 MiB max message, a send larger than the
+//     posted receive fails both sides; a send to a destroyed QP fails (RC retries exhausted).
+//
+// Progress: the emulator moves data only inside ibv_post_send/ibv_poll_cq calls of the
+// process that owns the QP (no threads of its own): a sender publishes frames into the peer
+// segment when credit and ring space allow; a receiver drains its segment into posted
+// receives when its CQ is polled.
+//
+// Fault injection (per opened device, frames counted from 1 over every send of the device):
+//   drop=N       the message holding frame N is lost (it consumes no receive)
+//   dup=N        the message holding frame N is delivered twice
+//   corrupt=N    one byte of frame N is flipped on the wire
+//   delay=N:Dms  the message holding frame N is held back D (later ones queue behind it)
+//   kill_port_after=N  the port goes DOWN once N frames were sent: later sends fail with
+//                IBV_WC_RETRY_EXC_ERR and nothing more is received
+//   no_ipv4=1    GID index 1 is empty (the interface has no IPv4 address)
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string_view>
+
+#include "lattice/core/status.h"
+#include "lattice/fabric/verbs/api.h"
+
+namespace lattice::fabric::verbs::emu {
+
+struct Faults {
+  uint64_t drop_frame = 0;  // 0: off
+  uint64_t dup_frame = 0;
+  uint64_t corrupt_frame = 0;
+  uint64_t delay_frame = 0;
+  std::chrono::milliseconds delay{0};
+  uint64_t kill_port_after = 0;
+  bool no_ipv4 = false;
+};
+
+// Parses "drop=17&corrupt=40&dup=9&delay=5:10ms&kill_port_after=N&no_ipv4=1". Unknown keys
+// and malformed values are kInvalidArgument.
+Result<Faults> parse_faults(std::string_view query);
+
+// What the emulator did to one opened device (for tests).
+struct Stats {
+  uint64_t frames_sent = 0;
+  uint64_t dropped = 0, duplicated = 0, corrupted = 0, delayed = 0;
+  bool port_killed = false;
+  bool wedged = false;  // a QP was moved to ERR (apple-tb5)
+};
+
+// The emulator's function table. Devices: "emu_tb5_0" (apple-tb5), "emu_rc_0" (linux-rc).
+const VerbsApi& api();
+// Device name of a profile ("apple-tb5" -> "emu_tb5_0"); empty if unknown.
+std::string_view device_for_profile(std::string_view profile);
+// Emulator-only: set the faults of an opened device (before creating QPs).
+void set_faults(ibv_context* ctx, const Faults& faults);
+Stats stats(ibv_context* ctx);
+
+}  // namespace lattice::fabric::verbs::emu

@@ -1,0 +1,663 @@
+// The staged endpoint: reliable ordered messages over an unreliable (UC) or reliable (RC)
+// queue pair, through frame-aligned staging slots. See verbs.h for the design; wire.h for the
+// header every slot starts with.
+#include <cstdlib>
+#include <cstring>
+
+#include "lattice/core/log.h"
+#include "lattice/core/random.h"
+#include "lattice/fabric/verbs/verbs.h"
+
+namespace lattice::fabric::verbs {
+namespace {
+
+constexpr uint64_t kKindData = 1, kKindCtrl = 2, kKindRecv = 3;
+constexpr uint64_t wr_id(uint64_t kind, uint32_t index) { return (kind << 32) | index; }
+constexpr uint32_t kSlotsTotal = kDataSlots + kCtrlSlots + kRecvSlots;
+constexpr size_t kMaxPosted = 4096;          // fabric-level queue depth per direction
+constexpr uint8_t kFlagDone = 16;            // kHello: the sender is connected (never answer it)
+constexpr auto kRto = std::chrono::milliseconds(10);
+constexpr auto kHelloPeriod = std::chrono::milliseconds(5);
+
+using Clock = std::chrono::steady_clock;
+
+class VerbsEndpoint final : public Endpoint {
+ public:
+  VerbsEndpoint(std::shared_ptr<Device> dev, VerbsCompletionQueue* scq, VerbsCompletionQueue* rcq,
+                const EndpointOptions& options)
+      : dev_(std::move(dev)), api_(*dev_->api), scq_(scq), rcq_(rcq), opts_(options) {
+    psn_ = static_cast<uint32_t>(lattice::secure_random_u64()) & 0xffffff;
+    while (session_ == 0) session_ = static_cast<uint32_t>(lattice::secure_random_u64());
+    auto hb = opts_.peer_timeout / 4;
+    hb_interval_ = std::clamp<Clock::duration>(hb, std::chrono::milliseconds(2), std::chrono::milliseconds(500));
+  }
+
+  Status init() {
+    vcq_ = api_.create_cq(dev_->ctx, static_cast<int>(kSlotsTotal * 2), nullptr, nullptr, 0);
+    if (vcq_ == nullptr) return ResourceExhausted("verbs: create_cq failed: " + std::string(std::strerror(errno)));
+    ibv_qp_init_attr a{};
+    a.send_cq = a.recv_cq = vcq_;
+    a.qp_type = dev_->qp_type;
+    a.cap.max_send_wr = kDataSlots + kCtrlSlots;
+    a.cap.max_recv_wr = kRecvSlots;
+    a.cap.max_send_sge = a.cap.max_recv_sge = 1;
+    qp_ = api_.create_qp(dev_->pd, &a);
+    if (qp_ == nullptr)
+      return ResourceExhausted("verbs: create_qp on " + dev_->name + " failed (" + std::strerror(errno) +
+                               "; the device allows " + std::to_string(dev_->max_qp) + " QPs)");
+    staging_ = static_cast<std::byte*>(std::aligned_alloc(kFrameBytes, size_t{kSlotsTotal} * kSlotBytes));
+    if (staging_ == nullptr) return ResourceExhausted("verbs: cannot allocate staging slots");
+    std::memset(staging_, 0, size_t{kSlotsTotal} * kSlotBytes);
+    // Some Apple releases reject LOCAL_WRITE-only registrations: fall back to no flags.
+    mr_ = api_.reg_mr(dev_->pd, staging_, size_t{kSlotsTotal} * kSlotBytes, IBV_ACCESS_LOCAL_WRITE);
+    if (mr_ == nullptr) mr_ = api_.reg_mr(dev_->pd, staging_, size_t{kSlotsTotal} * kSlotBytes, 0);
+    if (mr_ == nullptr)
+      return ResourceExhausted("verbs: reg_mr of the staging slots failed (" + std::string(std::strerror(errno)) +
+                               "; Apple allows about 100 regions per device)");
+    ibv_qp_attr qa{};
+    qa.qp_state = IBV_QPS_INIT;
+    qa.pkey_index = 0;
+    qa.port_num = dev_->port;
+    qa.qp_access_flags = 0;
+    if (int rc = api_.modify_qp(qp_, &qa, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+      return IoError("verbs: QP to INIT failed: " + std::string(std::strerror(rc)));
+    return Status();
+  }
+
+  ~VerbsEndpoint() override {
+    {
+      std::unique_lock lk(mu_);
+      if (state_ == kConnected) {
+        // Tell the peer (it fails its pending work at once instead of after its timeout), then
+        // give the progress thread a moment to push the bye out.
+        bye_posted_ = send_ctrl(ChunkType::kBye, 0, Clock::now());
+        auto until = Clock::now() + std::chrono::milliseconds(50);
+        while (bye_posted_ && !bye_done_ && Clock::now() < until) cv_.wait_for(lk, std::chrono::milliseconds(1));
+      }
+      stop_ = true;
+      flush_locked(Cancelled("verbs: endpoint destroyed"));
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    // Destroy straight from RTS: moving a QP to ERR first can wedge an Apple port.
+    if (qp_) api_.destroy_qp(qp_);
+    if (mr_) api_.dereg_mr(mr_);
+    if (vcq_) api_.destroy_cq(vcq_);
+    std::free(staging_);
+  }
+
+  std::vector<std::byte> local_address() const override {
+    AddressBlob b{};
+    b.mode = static_cast<uint8_t>(Mode::kStaged);
+    b.port = dev_->port;
+    std::memcpy(b.gid, dev_->gid.raw, 16);
+    b.qpn = qp_->qp_num;
+    b.psn = psn_;
+    b.session = session_;
+    b.slot_bytes = kSlotBytes;
+    b.recv_slots = kRecvSlots;
+    return encode_address(b);
+  }
+
+  Status connect(std::span<const std::byte> peer_address, Deadline deadline) override {
+    LATTICE_ASSIGN_OR_RETURN(AddressBlob peer, decode_address(peer_address));
+    std::unique_lock lk(mu_);
+    if (state_ != kIdle) return InvalidArgument("verbs: endpoint already connected");
+    peer_ = peer;
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_4096;
+    a.dest_qp_num = peer.qpn;
+    a.rq_psn = peer.psn;
+    a.ah_attr.is_global = 1;
+    std::memcpy(a.ah_attr.grh.dgid.raw, peer.gid, 16);
+    a.ah_attr.grh.sgid_index = static_cast<uint8_t>(dev_->gid_index);
+    a.ah_attr.grh.hop_limit = 1;  // no routing over Thunderbolt
+    a.ah_attr.port_num = dev_->port;
+    int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+    if (dev_->qp_type == IBV_QPT_RC) {
+      a.max_dest_rd_atomic = 1;
+      a.min_rnr_timer = 12;
+      mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+    }
+    if (int rc = api_.modify_qp(qp_, &a, mask)) {
+      fail_locked(IoError("verbs: QP to RTR against peer QPN " + std::to_string(peer.qpn) + " failed: " +
+                          std::strerror(rc), opts_.peer_rank));
+      return error_;
+    }
+    ibv_qp_attr s{};
+    s.qp_state = IBV_QPS_RTS;
+    s.sq_psn = psn_;
+    mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+    if (dev_->qp_type == IBV_QPT_RC) {
+      s.timeout = 14;
+      s.retry_cnt = 7;
+      s.rnr_retry = 7;
+      s.max_rd_atomic = 1;
+      mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+    }
+    if (int rc = api_.modify_qp(qp_, &s, mask)) {
+      fail_locked(IoError("verbs: QP to RTS failed: " + std::string(std::strerror(rc)), opts_.peer_rank));
+      return error_;
+    }
+    // Receives only now, after RTS (Apple's rule).
+    for (uint32_t i = 0; i < kRecvSlots; ++i) {
+      if (!post_recv_slot(i)) return error_;
+    }
+    state_ = kConnecting;
+    auto now = Clock::now();
+    last_heard_ = last_sent_ = last_ack_progress_ = now;
+    last_hello_ = now - kHelloPeriod;
+    thread_ = std::thread([this] { run(); });
+    cv_.notify_all();
+    while (state_ == kConnecting) {
+      if (deadline.is_never()) {
+        cv_.wait(lk);
+      } else if (cv_.wait_until(lk, deadline.when()) == std::cv_status::timeout && state_ == kConnecting) {
+        fail_locked(Timeout("verbs: peer did not answer the hello before the deadline", opts_.peer_rank));
+      }
+    }
+    return state_ == kConnected ? Status() : error_;
+  }
+
+  Status post_send(LocalSlice src, WorkId id) override {
+    if (Status st = check_slice(src, "send"); !st.ok()) return st;
+    std::lock_guard lk(mu_);
+    if (Status st = can_post(); !st.ok()) return st;
+    if (sends_.size() >= kMaxPosted) return ResourceExhausted("verbs: send queue full");
+    sends_.push_back({src, id, 0, 0, false});
+    cv_.notify_all();
+    return Status();
+  }
+
+  Status post_recv(LocalSlice dst, WorkId id) override {
+    if (Status st = check_slice(dst, "receive"); !st.ok()) return st;
+    std::lock_guard lk(mu_);
+    if (Status st = can_post(); !st.ok()) return st;
+    if (recvs_.size() >= kMaxPosted) return ResourceExhausted("verbs: receive queue full");
+    recvs_.push_back({dst, id});
+    cv_.notify_all();
+    return Status();
+  }
+
+  Status post_write(LocalSlice, RemoteSlice, WorkId) override { return no_rma("write"); }
+  Status post_write_with_imm(LocalSlice, RemoteSlice, uint32_t, WorkId) override { return no_rma("write"); }
+  Status post_read(LocalSlice, RemoteSlice, WorkId) override { return no_rma("read"); }
+  Status post_fetch_add(LocalSlice, RemoteSlice, uint64_t, WorkId) override { return no_rma("fetch-add"); }
+  Status post_compare_swap(LocalSlice, RemoteSlice, uint64_t, uint64_t, WorkId) override {
+    return no_rma("compare-swap");
+  }
+
+  Status status() const override {
+    std::lock_guard lk(mu_);
+    return state_ == kFailed ? error_ : Status();
+  }
+  int peer_rank() const override { return opts_.peer_rank; }
+
+  EndpointStats stats() const {
+    std::lock_guard lk(mu_);
+    return stats_;
+  }
+
+ private:
+  enum State { kIdle, kConnecting, kConnected, kFailed };
+  struct UserSend {
+    LocalSlice src;
+    WorkId id;
+    uint64_t next_offset;
+    uint64_t last_seq;
+    bool all_chunked;
+  };
+  struct UserRecv {
+    LocalSlice dst;
+    WorkId id;
+  };
+  struct DataSlot {
+    uint64_t seq = 0;
+    bool used = false;       // holds an unacked chunk
+    bool in_flight = false;  // posted, its completion not yet polled
+    bool repost = false;     // retransmit once the completion is back
+  };
+
+  static Status check_slice(const LocalSlice& s, const char* what) {
+    if (s.region == nullptr) return InvalidArgument(std::string("verbs: ") + what + " without a region");
+    if (s.offset > s.region->size() || s.length > s.region->size() - s.offset)
+      return InvalidArgument(std::string("verbs: ") + what + " slice out of its region's bounds");
+    return Status();
+  }
+  Status can_post() const {
+    if (state_ == kFailed) return error_;
+    if (state_ != kConnected) return InvalidArgument("verbs: endpoint not connected");
+    return Status();
+  }
+  Status no_rma(const char* op) const {
+    {
+      std::lock_guard lk(mu_);
+      if (state_ == kFailed) return error_;
+    }
+    return Unavailable(std::string("verbs: ") + op + " is not available on " + dev_->name +
+                       " (two-sided staged path; caps.rma_write/rma_read/atomics are false)");
+  }
+
+  std::byte* slot(uint32_t global_index) const { return staging_ + size_t{global_index} * kSlotBytes; }
+  std::byte* data_slot(uint32_t i) const { return slot(i); }
+  std::byte* ctrl_slot(uint32_t i) const { return slot(kDataSlots + i); }
+  std::byte* recv_slot(uint32_t i) const { return slot(kDataSlots + kCtrlSlots + i); }
+
+  uint64_t credit_limit() const {
+    size_t room = kRecvSlots - kRecvReserve;
+    return expected_ + (held_.size() >= room ? 0 : room - held_.size());
+  }
+
+  // Fills in the ack fields and the checksum, then posts the whole slot (whole frames).
+  bool post_slot(std::byte* p, uint64_t id, Clock::time_point now) {
+    ChunkHeader h;
+    std::memcpy(&h, p, sizeof h);
+    h.magic = kChunkMagic;
+    h.session = session_;
+    h.ack = expected_;
+    h.credit_limit = credit_limit();
+    h.crc = 0;
+    std::memcpy(p, &h, sizeof h);
+    h.crc = crc32c(p + sizeof h, h.payload_bytes, crc32c(&h, sizeof h));
+    std::memcpy(p, &h, sizeof h);
+    last_credit_sent_ = h.credit_limit;
+    last_ack_sent_ = h.ack;
+    last_sent_ = now;
+    ibv_sge sge{reinterpret_cast<uintptr_t>(p), static_cast<uint32_t>(kSlotBytes), mr_->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    ibv_send_wr* bad = nullptr;
+    if (int rc = api_.post_send(qp_, &wr, &bad)) {
+      fail_locked(IoError("verbs: post_send failed: " + std::string(std::strerror(rc)), opts_.peer_rank));
+      return false;
+    }
+    return true;
+  }
+
+  bool post_recv_slot(uint32_t i) {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(recv_slot(i)), static_cast<uint32_t>(kSlotBytes), mr_->lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = wr_id(kKindRecv, i);
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    if (int rc = api_.post_recv(qp_, &wr, &bad)) {
+      fail_locked(IoError("verbs: post_recv failed: " + std::string(std::strerror(rc)), opts_.peer_rank));
+      return false;
+    }
+    return true;
+  }
+
+  bool send_ctrl(ChunkType type, uint8_t flags, Clock::time_point now) {
+    for (uint32_t i = 0; i < kCtrlSlots; ++i) {
+      if (ctrl_busy_[i]) continue;
+      ChunkHeader h{};
+      h.type = static_cast<uint8_t>(type);
+      h.flags = flags;
+      std::memcpy(ctrl_slot(i), &h, sizeof h);
+      if (!post_slot(ctrl_slot(i), wr_id(kKindCtrl, i), now)) return false;
+      ctrl_busy_[i] = true;
+      if (type == ChunkType::kAck) stats_.acks_sent++;
+      if (type == ChunkType::kBye) bye_slot_ = static_cast<int>(i);
+      return true;
+    }
+    return false;  // all control slots in flight: try again next round
+  }
+
+  void flush_locked(const Status& st) {
+    for (auto& s : sends_) scq_->push({s.id, Opcode::kSend, st, 0, 0});
+    sends_.clear();
+    for (auto& r : recvs_) rcq_->push({r.id, Opcode::kRecv, st, 0, 0});
+    recvs_.clear();
+    cur_ = {};
+  }
+
+  void fail_locked(Status st) {
+    if (state_ == kFailed) return;
+    bool was_connected = state_ == kConnected;
+    LATTICE_LOG_DEBUG("verbs: endpoint to rank {} failed: {}", opts_.peer_rank, st.to_string());
+    error_ = std::move(st);
+    state_ = kFailed;
+    if (was_connected && error_.code() != ErrorCode::kPeerLost) send_ctrl(ChunkType::kBye, 0, Clock::now());
+    flush_locked(error_);
+    cv_.notify_all();
+  }
+
+  void run() {
+    std::unique_lock lk(mu_);
+    auto idle_since = Clock::now();
+    while (!stop_) {
+      auto now = Clock::now();
+      if (step_locked(now)) {
+        idle_since = now;
+        lk.unlock();  // let posters in
+        lk.lock();
+        continue;
+      }
+      auto idle = now - idle_since;
+      if (dev_->busy_poll || idle < std::chrono::microseconds(50)) {
+        lk.unlock();
+        std::this_thread::yield();
+        lk.lock();
+        continue;
+      }
+      // Peer traffic has no wakeup (polled device): nap for bounded times.
+      auto nap = idle < std::chrono::milliseconds(2)    ? std::chrono::microseconds(50)
+                 : idle < std::chrono::milliseconds(50) ? std::chrono::microseconds(200)
+                                                        : std::chrono::microseconds(1000);
+      cv_.wait_for(lk, nap);
+    }
+  }
+
+  // One round of progress; true if anything happened.
+  bool step_locked(Clock::time_point now) {
+    if (state_ == kIdle) return false;
+    bool work = false;
+    ibv_wc wc[32];
+    int n = api_.poll_cq(vcq_, 32, wc);
+    if (n < 0) {
+      fail_locked(IoError("verbs: poll_cq failed", opts_.peer_rank));
+      return true;
+    }
+    for (int i = 0; i < n; ++i) handle_wc(wc[i], now);
+    work = n > 0;
+    if (state_ == kFailed) return work;
+    work |= deliver_held(now);
+    if (state_ == kConnecting) {
+      if (now - last_hello_ >= kHelloPeriod && send_ctrl(ChunkType::kHello, heard_peer_ ? kFlagHeard : 0, now))
+        last_hello_ = now;
+      return work;
+    }
+    if (state_ != kConnected) return work;
+    work |= pump_sends(now);
+    // Go-back-N on silence: no ack progress for an RTO while chunks are outstanding.
+    if (acked_ < next_seq_ && now - std::max(last_ack_progress_, last_retransmit_) > kRto) {
+      go_back_n(now);
+      work = true;
+    }
+    if (hello_due_ && send_ctrl(ChunkType::kHello, kFlagHeard | kFlagDone, now)) hello_due_ = false;
+    bool window_opened = credit_limit() >= last_credit_sent_ + 8 || (last_credit_sent_ <= expected_ && credit_limit() > expected_);
+    if ((nack_due_ && now - last_nack_sent_ > std::chrono::milliseconds(1)) || ack_due_ || window_opened ||
+        now - last_sent_ > hb_interval_) {
+      uint8_t flags = nack_due_ ? kFlagNack : 0;
+      if (send_ctrl(ChunkType::kAck, flags, now)) {
+        if (nack_due_) last_nack_sent_ = now;
+        ack_due_ = nack_due_ = false;
+        accepted_since_ack_ = 0;
+        work = true;
+      }
+    }
+    if (now - last_heard_ > opts_.peer_timeout) {
+      fail_locked(PeerLost("verbs: nothing heard from the peer for " +
+                               std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - last_heard_).count()) +
+                               " ms",
+                           opts_.peer_rank));
+      return true;
+    }
+    return work;
+  }
+
+  void handle_wc(const ibv_wc& wc, Clock::time_point now) {
+    uint64_t kind = wc.wr_id >> 32;
+    auto index = static_cast<uint32_t>(wc.wr_id & 0xffffffffu);
+    if (kind == kKindCtrl && index < kCtrlSlots) {
+      ctrl_busy_[index] = false;
+      if (static_cast<int>(index) == bye_slot_) bye_done_ = true;
+    } else if (kind == kKindData && index < kDataSlots) {
+      DataSlot& d = dslots_[index];
+      d.in_flight = false;
+      if (wc.status == IBV_WC_SUCCESS && d.repost && d.used && state_ == kConnected) {
+        d.repost = false;
+        if (post_slot(data_slot(index), wr_id(kKindData, index), now)) d.in_flight = true;
+      }
+    }
+    if (wc.status != IBV_WC_SUCCESS) {
+      // Every completion's status is checked: a failed send means the port or the peer is gone.
+      std::string what = std::string("verbs: ") + (kind == kKindRecv ? "receive" : "send") + " completed with '" +
+                         api_.wc_status_str(wc.status) + "'";
+      if (wc.status == IBV_WC_RETRY_EXC_ERR || wc.status == IBV_WC_RNR_RETRY_EXC_ERR)
+        fail_locked(PeerLost(what + " (port down or peer gone)", opts_.peer_rank));
+      else if (wc.status == IBV_WC_LOC_LEN_ERR || wc.status == IBV_WC_REM_INV_REQ_ERR)
+        fail_locked(Corrupt(what + " (frame counts of send and receive differ)", opts_.peer_rank));
+      else
+        fail_locked(IoError(what, opts_.peer_rank));
+      return;
+    }
+    if (kind == kKindRecv && index < kRecvSlots) handle_recv(index, wc.byte_len, now);
+  }
+
+  void handle_recv(uint32_t j, uint32_t byte_len, Clock::time_point now) {
+    ChunkHeader h;
+    std::memcpy(&h, recv_slot(j), sizeof h);
+    uint32_t crc = h.crc;
+    h.crc = 0;
+    bool ok = byte_len == kSlotBytes && h.magic == kChunkMagic && h.session == peer_.session &&
+              h.payload_bytes <= kChunkPayload &&
+              crc32c(recv_slot(j) + sizeof h, h.payload_bytes, crc32c(&h, sizeof h)) == crc;
+    if (!ok) {
+      // Corrupted on the wire (or a stale session): drop it, ask for a retransmission.
+      stats_.bad_crc++;
+      nack_due_ = true;
+      post_recv_slot(j);
+      return;
+    }
+    last_heard_ = now;
+    auto type = static_cast<ChunkType>(h.type);
+    if (state_ == kConnecting && (type == ChunkType::kData || type == ChunkType::kAck)) {
+      heard_peer_ = true;
+      set_connected();
+    }
+    if (state_ == kConnected || state_ == kConnecting) take_ack(h, now);
+    switch (type) {
+      case ChunkType::kData:
+        if (h.seq == expected_ && held_.size() < kRecvSlots - kRecvReserve) {
+          expected_++;
+          held_.push_back(j);
+          if ((h.flags & kFlagLast) || ++accepted_since_ack_ >= 8) ack_due_ = true;
+          return;  // the slot is reposted once its payload is delivered
+        }
+        if (h.seq < expected_) {
+          stats_.duplicates++;
+          ack_due_ = true;
+        } else {
+          stats_.gaps++;
+          nack_due_ = true;
+        }
+        break;
+      case ChunkType::kHello:
+        heard_peer_ = true;
+        if (state_ == kConnecting && (h.flags & kFlagHeard)) set_connected();
+        else if (state_ == kConnected && !(h.flags & kFlagDone)) hello_due_ = true;
+        else if (state_ == kConnecting) last_hello_ = Clock::time_point{};  // answer at once
+        break;
+      case ChunkType::kBye:
+        post_recv_slot(j);
+        fail_locked(PeerLost("verbs: the peer closed its endpoint", opts_.peer_rank));
+        return;
+      case ChunkType::kAck:
+        break;
+      default:
+        stats_.bad_crc++;
+        break;
+    }
+    post_recv_slot(j);
+  }
+
+  void set_connected() {
+    if (state_ != kConnecting) return;
+    state_ = kConnected;
+    hello_due_ = true;  // our hello with "heard" may not have reached the peer yet
+    cv_.notify_all();
+  }
+
+  void take_ack(const ChunkHeader& h, Clock::time_point now) {
+    if (h.credit_limit > peer_credit_) peer_credit_ = h.credit_limit;
+    if (h.ack > acked_ && h.ack <= next_seq_) {
+      for (uint64_t s = acked_; s < h.ack; ++s) dslots_[s % kDataSlots].used = false;
+      acked_ = h.ack;
+      last_ack_progress_ = now;
+      while (!sends_.empty() && sends_.front().all_chunked && sends_.front().last_seq < acked_) {
+        scq_->push({sends_.front().id, Opcode::kSend, Status(), sends_.front().src.length, 0});
+        sends_.pop_front();
+      }
+    }
+    if ((h.flags & kFlagNack) && acked_ < next_seq_ && now - last_retransmit_ > std::chrono::milliseconds(1))
+      go_back_n(now);
+  }
+
+  void go_back_n(Clock::time_point now) {
+    for (uint64_t s = acked_; s < next_seq_; ++s) {
+      uint32_t i = static_cast<uint32_t>(s % kDataSlots);
+      DataSlot& d = dslots_[i];
+      stats_.retransmits++;
+      if (d.in_flight) {
+        d.repost = true;
+      } else if (post_slot(data_slot(i), wr_id(kKindData, i), now)) {
+        d.in_flight = true;
+      } else {
+        return;
+      }
+    }
+    last_retransmit_ = now;
+  }
+
+  bool pump_sends(Clock::time_point now) {
+    bool work = false;
+    for (auto& s : sends_) {
+      if (s.all_chunked) continue;
+      while (!s.all_chunked) {
+        if (next_seq_ >= acked_ + kDataSlots || next_seq_ >= peer_credit_) return work;
+        uint32_t i = static_cast<uint32_t>(next_seq_ % kDataSlots);
+        DataSlot& d = dslots_[i];
+        if (d.in_flight || d.used) return work;
+        uint64_t n = std::min<uint64_t>(kChunkPayload, s.src.length - s.next_offset);
+        ChunkHeader h{};
+        h.type = static_cast<uint8_t>(ChunkType::kData);
+        h.flags = (s.next_offset == 0 ? kFlagFirst : 0) | (s.next_offset + n == s.src.length ? kFlagLast : 0);
+        h.payload_bytes = static_cast<uint32_t>(n);
+        h.seq = next_seq_;
+        h.msg_bytes = s.src.length;
+        h.offset = s.next_offset;
+        std::memcpy(data_slot(i), &h, sizeof h);
+        if (n) std::memcpy(data_slot(i) + sizeof h, s.src.data() + s.next_offset, n);
+        if (!post_slot(data_slot(i), wr_id(kKindData, i), now)) return true;
+        d = {next_seq_, true, true, false};
+        stats_.chunks_sent++;
+        if (acked_ == next_seq_) last_ack_progress_ = now;  // the RTO runs from the first unacked chunk
+        s.next_offset += n;
+        if (h.flags & kFlagLast) {
+          s.all_chunked = true;
+          s.last_seq = next_seq_;
+        }
+        next_seq_++;
+        work = true;
+      }
+    }
+    return work;
+  }
+
+  // Copies accepted chunks, in order, into the posted user receives.
+  bool deliver_held(Clock::time_point now) {
+    bool work = false;
+    while (!held_.empty() && state_ == kConnected) {
+      if (!cur_.active && recvs_.empty()) break;
+      uint32_t j = held_.front();
+      ChunkHeader h;
+      std::memcpy(&h, recv_slot(j), sizeof h);
+      UserRecv& r = recvs_.front();
+      bool first = (h.flags & kFlagFirst) != 0;
+      if (first != !cur_.active || h.offset != cur_.got || (cur_.active && h.msg_bytes != cur_.total) ||
+          h.offset + h.payload_bytes > h.msg_bytes) {
+        fail_locked(Corrupt("verbs: chunk out of place in message (offset " + std::to_string(h.offset) + ")",
+                            opts_.peer_rank));
+        return true;
+      }
+      if (first) cur_ = {true, h.msg_bytes, 0};
+      if (h.offset < r.dst.length) {
+        size_t n = std::min<uint64_t>(h.payload_bytes, r.dst.length - h.offset);
+        std::memcpy(r.dst.data() + h.offset, recv_slot(j) + sizeof h, n);
+      }
+      cur_.got += h.payload_bytes;
+      held_.pop_front();
+      post_recv_slot(j);
+      work = true;
+      if (h.flags & kFlagLast) {
+        Status st;
+        size_t bytes = cur_.total;
+        if (cur_.total > r.dst.length) {
+          st = Truncated("verbs: message of " + std::to_string(cur_.total) + " bytes into a " +
+                             std::to_string(r.dst.length) + "-byte receive",
+                         opts_.peer_rank);
+          bytes = r.dst.length;
+        }
+        rcq_->push({r.id, Opcode::kRecv, st, bytes, 0});
+        recvs_.pop_front();
+        cur_ = {};
+      }
+    }
+    (void)now;
+    return work;
+  }
+
+  std::shared_ptr<Device> dev_;
+  const VerbsApi& api_;
+  VerbsCompletionQueue* scq_;
+  VerbsCompletionQueue* rcq_;
+  const EndpointOptions opts_;
+  Clock::duration hb_interval_;
+  uint32_t psn_ = 0;
+  uint32_t session_ = 0;
+  ibv_cq* vcq_ = nullptr;
+  ibv_qp* qp_ = nullptr;
+  ibv_mr* mr_ = nullptr;
+  std::byte* staging_ = nullptr;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::thread thread_;
+  bool stop_ = false;
+  State state_ = kIdle;
+  Status error_;
+  AddressBlob peer_{};
+  bool heard_peer_ = false, hello_due_ = false;
+  bool bye_posted_ = false, bye_done_ = false;
+  int bye_slot_ = -1;
+  Clock::time_point last_heard_, last_sent_, last_ack_progress_, last_retransmit_, last_nack_sent_, last_hello_;
+  // sender
+  std::deque<UserSend> sends_;
+  DataSlot dslots_[kDataSlots];
+  bool ctrl_busy_[kCtrlSlots] = {};
+  uint64_t next_seq_ = 0, acked_ = 0, peer_credit_ = kRecvSlots - kRecvReserve;
+  // receiver
+  uint64_t expected_ = 0;
+  std::deque<uint32_t> held_;
+  std::deque<UserRecv> recvs_;
+  struct {
+    bool active = false;
+    uint64_t total = 0, got = 0;
+  } cur_;
+  uint64_t accepted_since_ack_ = 0, last_credit_sent_ = 0, last_ack_sent_ = 0;
+  bool ack_due_ = false, nack_due_ = false;
+  EndpointStats stats_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Endpoint>> make_endpoint(std::shared_ptr<Device> dev, VerbsCompletionQueue* send_cq,
+                                                VerbsCompletionQueue* recv_cq, const EndpointOptions& options) {
+  auto ep = std::make_unique<VerbsEndpoint>(std::move(dev), send_cq, recv_cq, options);
+  if (Status st = ep->init(); !st.ok()) return st;
+  return std::unique_ptr<Endpoint>(std::move(ep));
+}
+
+EndpointStats endpoint_stats(const Endpoint* ep) {
+  auto* v = dynamic_cast<const VerbsEndpoint*>(ep);
+  return v ? v->stats() : EndpointStats{};
+}
+
+}  // namespace lattice::fabric::verbs
