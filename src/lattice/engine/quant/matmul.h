@@ -12,8 +12,13 @@
 // quantization error only.
 //
 // Weights are wrapped in a Weight once at load time. Weight::pack copies Q4_0/Q8_0 matrices
-// into an interleaved layout (16 rows per group) that the fast kernels stream at DRAM speed;
-// other types (and Weight::view) use the GGUF bytes in place, which must outlive the Weight.
+// (and, when the CPU has AVX-512, Q4_K/Q5_K/Q6_K) into an interleaved layout of 16 rows per
+// group, about the same number of bytes, that the kernels stream at DRAM speed (2 MB pages
+// for large matrices); other types (and Weight::view) use the GGUF bytes in place, which must
+// then outlive the Weight. Packing costs ~0.2 s per GB (Q4_0) to ~3 s per GB (Q6_K) at load.
+//
+// Numerics: for quantized weights each block's integer dot product is exact, so results do not
+// depend on the thread count, and a prefill of n tokens equals n single-token calls bit for bit.
 //
 // Thread safety: a Weight is immutable and may be shared; the matmul calls are reentrant
 // except that one ThreadPool runs one call at a time. Calls block until y is written.
@@ -45,8 +50,9 @@ class Weight {
   // Uses the bytes in place. Fails on an unsupported type, n_cols not a whole number of
   // blocks, a null pointer or a stride shorter than a row.
   static Result<Weight> view(const WeightView& w);
-  // Repacks Q4_0 / Q8_0 into the interleaved layout (owned, 64-byte aligned); other types
-  // are viewed in place as by view().
+  // Repacks Q4_0 / Q8_0 (and K-quants with AVX-512) into the interleaved layout (owned,
+  // 64-byte aligned); other types are viewed in place as by view(). Fails on the same
+  // inputs as view(), or kResourceExhausted if the copy cannot be allocated.
   static Result<Weight> pack(const WeightView& w);
 
   TensorType type() const { return raw_.type; }
@@ -67,6 +73,7 @@ class Weight {
 };
 
 // y[t * n_rows + r] = sum_c W[r][c] * x[t * n_cols + c], for r < n_rows, t < n_tok.
+// x must hold n_tok * n_cols floats, y n_tok * n_rows; they must not overlap.
 void matmul(const Weight& w, const float* x, size_t n_tok, float* y, ThreadPool& pool);
 
 // One output of a (possibly fused) matmul: rows [r0, r1) of *w (r1 == 0 means n_rows) into
