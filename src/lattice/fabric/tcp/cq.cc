@@ -88,12 +88,12 @@ void TcpCompletionQueue::sleep_once(Deadline deadline) {
     fds.reserve(conns_.size() + 1);
     held.reserve(conns_.size());
     for (auto& c : conns_) {
-      bool want_write = false;
-      int fd = c->poll_fd(&want_write);
+      short events = 0;
+      int fd = c->poll_fd(&events);
       if (fd < 0) continue;
       c->sleepers.fetch_add(1);
       held.push_back(c);
-      fds.push_back({fd, static_cast<short>(POLLIN | (want_write ? POLLOUT : 0)), 0});
+      fds.push_back({fd, events, 0});
     }
   }
   fds.push_back({event_fd_, POLLIN, 0});

@@ -280,7 +280,7 @@ Status Conn::post_send(LocalSlice src, WorkId id) {
   op.hdr = make_header(FrameType::kSend);
   op.hdr.payload_len = src.length;
   if (src.length <= kMaxInline) {
-    std::memcpy(op.inline_data, src.data(), src.length);
+    if (src.length) std::memcpy(op.inline_data, src.data(), src.length);
     op.inline_len = src.length;
   } else {
     op.payload = src.data();
@@ -347,7 +347,7 @@ Status Conn::post_write(LocalSlice src, RemoteSlice dst, uint32_t imm, bool with
   op.hdr.imm = imm;
   op.hdr.payload_len = src.length;
   if (src.length <= kMaxInline) {
-    std::memcpy(op.inline_data, src.data(), src.length);
+    if (src.length) std::memcpy(op.inline_data, src.data(), src.length);
     op.inline_len = src.length;
   } else {
     op.payload = src.data();
@@ -983,10 +983,12 @@ void Conn::rearm() {
   ::epoll_ctl(provider_->epoll_fd(), EPOLL_CTL_MOD, fd, &ev);
 }
 
-int Conn::poll_fd(bool* want_write) const {
-  *want_write = want_write_.load(std::memory_order_relaxed);
-  // A paused endpoint is left to the background thread (its input would wake a sleeper forever).
-  if (rx_paused_.load(std::memory_order_relaxed) && !*want_write) return -1;
+int Conn::poll_fd(short* events) const {
+  // While reading is paused, pending input would wake a sleeper at once and forever: only
+  // writability is worth waiting for then.
+  const bool paused = rx_paused_.load(std::memory_order_relaxed);
+  *events = static_cast<short>((paused ? 0 : POLLIN) | (want_write_.load(std::memory_order_relaxed) ? POLLOUT : 0));
+  if (*events == 0) return -1;
   return poll_fd_.load(std::memory_order_relaxed);
 }
 

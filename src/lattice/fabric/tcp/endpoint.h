@@ -99,9 +99,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
   bool caller_active() const;
   void rearm();
   Clock::duration heartbeat_interval() const { return options_.peer_timeout / 4; }
-  // For wait(): the socket to sleep on (-1 when not connected or failed), and whether to wait
-  // for writability too.
-  int poll_fd(bool* want_write) const;
+  // For wait(): the socket to sleep on (-1: none, not connected or failed) and the poll(2)
+  // events to wait for.
+  int poll_fd(short* events) const;
   std::atomic<int> sleepers{0};
 
   // The listener matched an incoming connection's Hello to this endpoint. Takes `fd`.
