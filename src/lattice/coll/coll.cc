@@ -1,0 +1,108 @@
+// The public collectives: validate, resolve the algorithm, build the plan, execute it.
+#include "lattice/coll/coll.h"
+
+#include <string>
+
+namespace lattice::coll {
+namespace {
+
+Deadline deadline_of(const CollOptions& o) { return o.deadline ? *o.deadline : Deadline::after(o.timeout); }
+
+Status run(Communicator& comm, CollOp op, const void* in, void* out, size_t count, DType dtype, ReduceOp rop,
+           int root, bool in_place, const CollOptions& o) {
+  if (root < 0 || root >= comm.world_size())
+    return InvalidArgument("coll: root " + std::to_string(root) + " out of range for " +
+                           std::to_string(comm.world_size()) + " ranks");
+  if (count > (size_t{1} << 40)) return InvalidArgument("coll: count " + std::to_string(count) + " too large");
+  plan::Shape shape{op, comm.rank(), comm.world_size(), count, root, in_place};
+  Algorithm algo = resolve_algorithm(comm, op, count, dtype, o.algo);
+  auto p = plan::build(shape, algo);
+  if (!p.ok()) return p.status();
+  Status s = comm.execute(*p, dtype, rop, in, out, o.chunk_bytes, deadline_of(o));
+  return s.ok() ? s : s.with_context(std::string(to_string(op)));
+}
+
+Status need(const void* p, const char* what) {
+  return p ? Status::Ok() : InvalidArgument(std::string("coll: ") + what + " is null");
+}
+
+}  // namespace
+
+Algorithm resolve_algorithm(const Communicator& comm, CollOp op, size_t count, DType dtype, Algorithm requested) {
+  if (requested != Algorithm::kAuto) return requested;
+  return plan::choose_algorithm(op, count * dtype_size(dtype), comm.world_size(), comm.rma_write());
+}
+
+Status all_reduce(Communicator& comm, const void* in, void* out, size_t count, DType dtype, ReduceOp op,
+                  const CollOptions& o) {
+  if (count) LATTICE_RETURN_IF_ERROR(need(out, "out"));
+  bool in_place = in == nullptr || in == out;
+  return run(comm, CollOp::kAllReduce, in_place ? out : in, out, count, dtype, op, 0, in_place, o);
+}
+
+Status all_gather(Communicator& comm, const void* in, void* out, size_t count, DType dtype, const CollOptions& o) {
+  if (count) LATTICE_RETURN_IF_ERROR(need(out, "out"));
+  const std::byte* mine = static_cast<std::byte*>(out) + size_t(comm.rank()) * count * dtype_size(dtype);
+  bool in_place = in == nullptr || in == mine;
+  return run(comm, CollOp::kAllGather, in_place ? mine : in, out, count, dtype, ReduceOp::kSum, 0, in_place, o);
+}
+
+Status reduce_scatter(Communicator& comm, const void* in, void* out, size_t count, DType dtype, ReduceOp op,
+                      const CollOptions& o) {
+  if (count) LATTICE_RETURN_IF_ERROR(need(out, "out"));
+  // Plans read all of `in` into scratch before writing `out`, so overlap is safe; null in
+  // means the full input sits in out's place shifted back by rank * count.
+  const void* src = in ? in : static_cast<std::byte*>(out) - size_t(comm.rank()) * count * dtype_size(dtype);
+  return run(comm, CollOp::kReduceScatter, src, out, count, dtype, op, 0, true, o);
+}
+
+Status broadcast(Communicator& comm, const void* in, void* out, size_t count, DType dtype, int root,
+                 const CollOptions& o) {
+  if (count) LATTICE_RETURN_IF_ERROR(need(out, "out"));
+  bool in_place = in == nullptr || in == out;
+  return run(comm, CollOp::kBroadcast, in_place ? out : in, out, count, dtype, ReduceOp::kSum, root, in_place, o);
+}
+
+Status reduce(Communicator& comm, const void* in, void* out, size_t count, DType dtype, ReduceOp op, int root,
+              const CollOptions& o) {
+  if (count && comm.rank() == root) LATTICE_RETURN_IF_ERROR(need(out, "out"));
+  if (count) LATTICE_RETURN_IF_ERROR(need(in ? in : out, "in"));
+  bool in_place = in == nullptr || in == out;
+  return run(comm, CollOp::kReduce, in ? in : out, out, count, dtype, op, root, in_place, o);
+}
+
+Status all_to_all(Communicator& comm, const void* in, void* out, size_t count, DType dtype, const CollOptions& o) {
+  if (count) LATTICE_RETURN_IF_ERROR(need(out, "out"));
+  bool in_place = in == nullptr || in == out;
+  return run(comm, CollOp::kAllToAll, in_place ? out : in, out, count, dtype, ReduceOp::kSum, 0, in_place, o);
+}
+
+Status barrier(Communicator& comm, const CollOptions& o) {
+  return run(comm, CollOp::kBarrier, nullptr, nullptr, 0, DType::kI32, ReduceOp::kSum, 0, false, o);
+}
+
+namespace {
+Status point_to_point(Communicator& comm, const void* in, void* out, size_t count, DType dtype, int peer, bool is_send,
+                      const CollOptions& o) {
+  if (peer < 0 || peer >= comm.world_size() || peer == comm.rank())
+    return InvalidArgument("coll: peer " + std::to_string(peer) + " is not another rank of the group");
+  if (count) LATTICE_RETURN_IF_ERROR(need(is_send ? in : out, "buffer"));
+  plan::Plan p;
+  plan::Step st;
+  plan::Transfer t{peer, {is_send ? plan::Buf::kIn : plan::Buf::kOut, 0}, count};
+  (is_send ? st.sends : st.recvs).push_back(t);
+  p.steps.push_back(std::move(st));
+  Status s = comm.execute(p, dtype, ReduceOp::kSum, in, out, o.chunk_bytes, deadline_of(o));
+  return s.ok() ? s : s.with_context(is_send ? "send" : "recv");
+}
+}  // namespace
+
+Status send(Communicator& comm, const void* buf, size_t count, DType dtype, int peer, const CollOptions& o) {
+  return point_to_point(comm, buf, nullptr, count, dtype, peer, true, o);
+}
+
+Status recv(Communicator& comm, void* buf, size_t count, DType dtype, int peer, const CollOptions& o) {
+  return point_to_point(comm, nullptr, buf, count, dtype, peer, false, o);
+}
+
+}  // namespace lattice::coll

@@ -1,0 +1,465 @@
+// Plan builders, one small function per (op, algorithm); see plan.h for the model.
+#include "lattice/coll/plan/plan.h"
+
+#include <string>
+
+namespace lattice::coll {
+
+std::string_view to_string(Algorithm a) {
+  switch (a) {
+    case Algorithm::kAuto: return "auto";
+    case Algorithm::kOneShot: return "oneshot";
+    case Algorithm::kRing: return "ring";
+    case Algorithm::kRecursive: return "recursive";
+    case Algorithm::kTree: return "tree";
+  }
+  return "?";
+}
+
+Result<Algorithm> parse_algorithm(std::string_view s) {
+  for (Algorithm a : {Algorithm::kAuto, Algorithm::kOneShot, Algorithm::kRing, Algorithm::kRecursive, Algorithm::kTree})
+    if (to_string(a) == s) return a;
+  return InvalidArgument("unknown algorithm '" + std::string(s) + "' (auto, oneshot, ring, recursive, tree)");
+}
+
+std::string_view to_string(CollOp op) {
+  switch (op) {
+    case CollOp::kAllReduce: return "all_reduce";
+    case CollOp::kAllGather: return "all_gather";
+    case CollOp::kReduceScatter: return "reduce_scatter";
+    case CollOp::kBroadcast: return "broadcast";
+    case CollOp::kReduce: return "reduce";
+    case CollOp::kAllToAll: return "all_to_all";
+    case CollOp::kBarrier: return "barrier";
+  }
+  return "?";
+}
+
+Result<CollOp> parse_coll_op(std::string_view s) {
+  for (CollOp op : {CollOp::kAllReduce, CollOp::kAllGather, CollOp::kReduceScatter, CollOp::kBroadcast,
+                    CollOp::kReduce, CollOp::kAllToAll, CollOp::kBarrier}) {
+    std::string name(to_string(op)), dashed = name;
+    for (char& c : dashed)
+      if (c == '_') c = '-';
+    std::string plain;
+    for (char c : name)
+      if (c != '_') plain += c;
+    if (s == name || s == dashed || s == plain) return op;
+  }
+  return InvalidArgument("unknown collective '" + std::string(s) +
+                         "' (all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, barrier)");
+}
+
+namespace plan {
+namespace {
+
+Ref in(size_t off = 0) { return {Buf::kIn, off}; }
+Ref out(size_t off = 0) { return {Buf::kOut, off}; }
+Ref tmp(size_t off = 0) { return {Buf::kTmp, off}; }
+Local copy(Ref dst, Ref src, size_t n) { return {Local::kCopy, dst, src, {}, n}; }
+Local combine(Ref dst, Ref a, Ref b, size_t n) { return {Local::kReduce, dst, a, b, n}; }
+int mod(int a, int p) { return ((a % p) + p) % p; }
+bool is_pow2(int p) { return p > 0 && (p & (p - 1)) == 0; }
+int floor_pow2(int p) {
+  int q = 1;
+  while (q * 2 <= p) q *= 2;
+  return q;
+}
+
+// A step that only computes (used to stage data before the first transfer).
+Step local_step(std::vector<Local> after) {
+  Step s;
+  s.after = std::move(after);
+  return s;
+}
+
+// dst = src(0) op src(1) op ... op src(p-1), strictly in rank order (bit-identical everywhere).
+void ordered_reduce(std::vector<Local>& after, Ref dst, const std::vector<Ref>& src, size_t n) {
+  if (src.size() == 1) {
+    after.push_back(copy(dst, src[0], n));
+    return;
+  }
+  after.push_back(combine(dst, src[0], src[1], n));
+  for (size_t q = 2; q < src.size(); ++q) after.push_back(combine(dst, dst, src[q], n));
+}
+
+// ---- all_reduce ----
+
+Plan allreduce_oneshot(const Shape& s) {
+  Plan p;
+  const size_t n = s.count;
+  const int r = s.rank, w = s.world;
+  p.tmp_elems = size_t(w) * n;
+  Step st;
+  for (int q = 0; q < w; ++q) {
+    if (q == r) continue;
+    st.sends.push_back({q, in(), n});
+    st.recvs.push_back({q, tmp(size_t(q) * n), n});
+  }
+  if (s.in_place) st.after.push_back(copy(tmp(size_t(r) * n), in(), n));
+  std::vector<Ref> src;
+  for (int q = 0; q < w; ++q) src.push_back(q == r && !s.in_place ? in() : tmp(size_t(q) * n));
+  if (w == 1 && s.in_place) {
+    st.after.clear();
+  } else {
+    ordered_reduce(st.after, out(), src, n);
+  }
+  p.steps.push_back(std::move(st));
+  return p;
+}
+
+// Reduce-scatter then all-gather around the ring 0 -> 1 -> ... -> w-1 -> 0, on `buf` split
+// into w segments. After the reduce-scatter rank r owns segment r fully reduced.
+void ring_reduce_scatter(Plan& p, int r, int w, Ref buf, size_t n, bool block_segments, size_t block) {
+  const int right = mod(r + 1, w), left = mod(r - 1, w);
+  auto seg = [&](int k) {
+    Segment g = block_segments ? Segment{size_t(k) * block, block} : segment(n, w, k);
+    return g;
+  };
+  for (int st = 0; st + 1 < w; ++st) {
+    Step step;
+    Segment a = seg(mod(r - st - 1, w)), b = seg(mod(r - st - 2, w));
+    step.sends.push_back({right, {buf.buf, buf.off + a.begin}, a.size});
+    step.recvs.push_back({left, {buf.buf, buf.off + b.begin}, b.size, true});
+    p.steps.push_back(std::move(step));
+  }
+}
+
+void ring_all_gather(Plan& p, int r, int w, Ref buf, size_t n, bool block_segments, size_t block) {
+  const int right = mod(r + 1, w), left = mod(r - 1, w);
+  auto seg = [&](int k) { return block_segments ? Segment{size_t(k) * block, block} : segment(n, w, k); };
+  for (int st = 0; st + 1 < w; ++st) {
+    Step step;
+    Segment a = seg(mod(r - st, w)), b = seg(mod(r - st - 1, w));
+    step.sends.push_back({right, {buf.buf, buf.off + a.begin}, a.size});
+    step.recvs.push_back({left, {buf.buf, buf.off + b.begin}, b.size});
+    p.steps.push_back(std::move(step));
+  }
+}
+
+Plan allreduce_ring(const Shape& s) {
+  Plan p;
+  if (!s.in_place) p.steps.push_back(local_step({copy(out(), in(), s.count)}));
+  ring_reduce_scatter(p, s.rank, s.world, out(), s.count, false, 0);
+  ring_all_gather(p, s.rank, s.world, out(), s.count, false, 0);
+  return p;
+}
+
+Plan allreduce_recursive(const Shape& s) {
+  Plan p;
+  const size_t n = s.count;
+  const int r = s.rank, w = s.world, p2 = floor_pow2(w), extra = w - p2;
+  p.tmp_elems = n;
+  if (!s.in_place) p.steps.push_back(local_step({copy(out(), in(), n)}));
+  // Fold the ranks beyond the largest power of two into their partners r - p2.
+  if (extra > 0) {
+    Step st;
+    if (r >= p2) st.sends.push_back({r - p2, out(), n});
+    if (r < extra) {
+      st.recvs.push_back({r + p2, tmp(), n});
+      st.after.push_back(combine(out(), out(), tmp(), n));
+    }
+    p.steps.push_back(std::move(st));
+  }
+  if (r < p2) {
+    for (int mask = 1; mask < p2; mask <<= 1) {
+      Step st;
+      int partner = r ^ mask;
+      st.sends.push_back({partner, out(), n});
+      st.recvs.push_back({partner, tmp(), n});
+      // The lower rank's partial first: both partners compute the same bits.
+      st.after.push_back(r < partner ? combine(out(), out(), tmp(), n) : combine(out(), tmp(), out(), n));
+      p.steps.push_back(std::move(st));
+    }
+  }
+  if (extra > 0) {
+    Step st;
+    if (r < extra) st.sends.push_back({r + p2, out(), n});
+    if (r >= p2) st.recvs.push_back({r - p2, out(), n});
+    p.steps.push_back(std::move(st));
+  }
+  return p;
+}
+
+// ---- all_gather: count elements per rank, out holds world * count ----
+
+Plan allgather_oneshot(const Shape& s) {
+  Plan p;
+  const size_t c = s.count;
+  Step st;
+  for (int q = 0; q < s.world; ++q) {
+    if (q == s.rank) continue;
+    st.sends.push_back({q, s.in_place ? out(size_t(s.rank) * c) : in(), c});
+    st.recvs.push_back({q, out(size_t(q) * c), c});
+  }
+  if (!s.in_place) st.after.push_back(copy(out(size_t(s.rank) * c), in(), c));
+  p.steps.push_back(std::move(st));
+  return p;
+}
+
+Plan allgather_ring(const Shape& s) {
+  Plan p;
+  const size_t c = s.count;
+  if (!s.in_place) p.steps.push_back(local_step({copy(out(size_t(s.rank) * c), in(), c)}));
+  ring_all_gather(p, s.rank, s.world, out(), c * s.world, true, c);
+  return p;
+}
+
+Plan allgather_recursive(const Shape& s) {
+  Plan p;
+  const size_t c = s.count;
+  const int r = s.rank;
+  if (!s.in_place) p.steps.push_back(local_step({copy(out(size_t(r) * c), in(), c)}));
+  for (int mask = 1; mask < s.world; mask <<= 1) {
+    Step st;
+    int partner = r ^ mask;
+    size_t mine = size_t(r & ~(mask - 1)) * c, theirs = size_t(partner & ~(mask - 1)) * c;
+    st.sends.push_back({partner, out(mine), size_t(mask) * c});
+    st.recvs.push_back({partner, out(theirs), size_t(mask) * c});
+    p.steps.push_back(std::move(st));
+  }
+  return p;
+}
+
+// ---- reduce_scatter: in holds world * count, out receives this rank's block ----
+
+Plan reduce_scatter_oneshot(const Shape& s) {
+  Plan p;
+  const size_t c = s.count;
+  const int r = s.rank, w = s.world;
+  p.tmp_elems = size_t(w) * c;
+  Step st;
+  for (int q = 0; q < w; ++q) {
+    if (q == r) continue;
+    st.sends.push_back({q, in(size_t(q) * c), c});
+    st.recvs.push_back({q, tmp(size_t(q) * c), c});
+  }
+  st.after.push_back(copy(tmp(size_t(r) * c), in(size_t(r) * c), c));
+  std::vector<Ref> src;
+  for (int q = 0; q < w; ++q) src.push_back(tmp(size_t(q) * c));
+  ordered_reduce(st.after, out(), src, c);
+  p.steps.push_back(std::move(st));
+  return p;
+}
+
+Plan reduce_scatter_ring(const Shape& s) {
+  Plan p;
+  const size_t c = s.count, n = c * s.world;
+  p.tmp_elems = n;
+  p.steps.push_back(local_step({copy(tmp(), in(), n)}));
+  // Blocks in the ring order that leaves rank r owning block r.
+  ring_reduce_scatter(p, s.rank, s.world, tmp(), n, true, c);
+  p.steps.push_back(local_step({copy(out(), tmp(size_t(s.rank) * c), c)}));
+  return p;
+}
+
+// ---- broadcast: root's in (or out when in place) to everyone's out ----
+
+Plan broadcast_oneshot(const Shape& s) {
+  Plan p;
+  const size_t n = s.count;
+  if (s.rank == s.root) {
+    if (!s.in_place) p.steps.push_back(local_step({copy(out(), in(), n)}));
+    Step st;
+    for (int q = 0; q < s.world; ++q)
+      if (q != s.root) st.sends.push_back({q, out(), n});
+    p.steps.push_back(std::move(st));
+  } else {
+    Step st;
+    st.recvs.push_back({s.root, out(), n});
+    p.steps.push_back(std::move(st));
+  }
+  return p;
+}
+
+Plan broadcast_tree(const Shape& s) {
+  Plan p;
+  const size_t n = s.count;
+  const int w = s.world, vr = mod(s.rank - s.root, w);
+  if (vr == 0 && !s.in_place) p.steps.push_back(local_step({copy(out(), in(), n)}));
+  for (int k = 1; k < w; k <<= 1) {
+    Step st;
+    if (vr < k && vr + k < w) st.sends.push_back({mod(vr + k + s.root, w), out(), n});
+    else if (vr >= k && vr < 2 * k) st.recvs.push_back({mod(vr - k + s.root, w), out(), n});
+    if (!st.sends.empty() || !st.recvs.empty()) p.steps.push_back(std::move(st));
+  }
+  return p;
+}
+
+// ---- reduce: everyone's in, reduced, into root's out ----
+
+Plan reduce_oneshot(const Shape& s) {
+  Plan p;
+  const size_t n = s.count;
+  const int r = s.rank, w = s.world;
+  if (r != s.root) {
+    Step st;
+    st.sends.push_back({s.root, in(), n});
+    p.steps.push_back(std::move(st));
+    return p;
+  }
+  p.tmp_elems = size_t(w) * n;
+  Step st;
+  for (int q = 0; q < w; ++q)
+    if (q != r) st.recvs.push_back({q, tmp(size_t(q) * n), n});
+  st.after.push_back(copy(tmp(size_t(r) * n), in(), n));
+  std::vector<Ref> src;
+  for (int q = 0; q < w; ++q) src.push_back(tmp(size_t(q) * n));
+  ordered_reduce(st.after, out(), src, n);
+  p.steps.push_back(std::move(st));
+  return p;
+}
+
+Plan reduce_tree(const Shape& s) {
+  Plan p;
+  const size_t n = s.count;
+  const int w = s.world, vr = mod(s.rank - s.root, w);
+  p.tmp_elems = 2 * n;  // [0, n): this rank's partial; [n, 2n): a child's partial
+  p.steps.push_back(local_step({copy(tmp(), in(), n)}));
+  for (int k = 1; k < w; k <<= 1) {
+    Step st;
+    if (vr % (2 * k) == k) {
+      st.sends.push_back({mod(vr - k + s.root, w), tmp(), n});
+      p.steps.push_back(std::move(st));
+      break;  // handed its partial up: done
+    }
+    if (vr % (2 * k) == 0 && vr + k < w) {
+      st.recvs.push_back({mod(vr + k + s.root, w), tmp(n), n});
+      st.after.push_back(combine(tmp(), tmp(), tmp(n), n));
+      p.steps.push_back(std::move(st));
+    }
+  }
+  if (vr == 0) p.steps.push_back(local_step({copy(out(), tmp(), n)}));
+  return p;
+}
+
+// ---- all_to_all: block q of in goes to rank q, block q of out comes from rank q ----
+
+Plan alltoall_oneshot(const Shape& s) {
+  Plan p;
+  const size_t c = s.count;
+  const int r = s.rank, w = s.world;
+  Ref src = in();
+  if (s.in_place) {
+    p.tmp_elems = size_t(w) * c;
+    p.steps.push_back(local_step({copy(tmp(), in(), size_t(w) * c)}));
+    src = tmp();
+  }
+  Step st;
+  // Start with the next rank so that not everyone sends to rank 0 first.
+  for (int i = 1; i < w; ++i) {
+    int q = mod(r + i, w), from = mod(r - i, w);
+    st.sends.push_back({q, {src.buf, src.off + size_t(q) * c}, c});
+    st.recvs.push_back({from, out(size_t(from) * c), c});
+  }
+  if (!s.in_place) st.after.push_back(copy(out(size_t(r) * c), {src.buf, src.off + size_t(r) * c}, c));
+  p.steps.push_back(std::move(st));
+  return p;
+}
+
+// ---- barrier: dissemination, one element per message, in tmp ----
+
+Plan barrier_dissemination(const Shape& s) {
+  Plan p;
+  p.tmp_elems = 2;
+  for (int k = 1; k < s.world; k <<= 1) {
+    Step st;
+    st.sends.push_back({mod(s.rank + k, s.world), tmp(0), 1});
+    st.recvs.push_back({mod(s.rank - k, s.world), tmp(1), 1});
+    p.steps.push_back(std::move(st));
+  }
+  return p;
+}
+
+}  // namespace
+
+Segment segment(size_t n, int parts, int k) {
+  size_t base = n / size_t(parts), rem = n % size_t(parts);
+  size_t kk = size_t(k);
+  return {kk * base + std::min(kk, rem), base + (kk < rem ? 1 : 0)};
+}
+
+std::vector<Algorithm> algorithms_for(CollOp op) {
+  switch (op) {
+    case CollOp::kAllReduce: return {Algorithm::kOneShot, Algorithm::kRing, Algorithm::kRecursive};
+    case CollOp::kAllGather: return {Algorithm::kOneShot, Algorithm::kRing, Algorithm::kRecursive};
+    case CollOp::kReduceScatter: return {Algorithm::kOneShot, Algorithm::kRing};
+    case CollOp::kBroadcast: return {Algorithm::kOneShot, Algorithm::kTree};
+    case CollOp::kReduce: return {Algorithm::kOneShot, Algorithm::kTree};
+    case CollOp::kAllToAll: return {Algorithm::kOneShot};
+    case CollOp::kBarrier: return {Algorithm::kRecursive};
+  }
+  return {};
+}
+
+Algorithm choose_algorithm(CollOp op, size_t bytes, int world, bool rma_write) {
+  (void)rma_write;
+  switch (op) {
+    case CollOp::kAllReduce:
+      // One round of latency while the data is small; the ring's 2(w-1)/w traffic beyond.
+      return bytes <= (world <= 2 ? 256 * 1024 : 64 * 1024) ? Algorithm::kOneShot : Algorithm::kRing;
+    case CollOp::kAllGather:
+    case CollOp::kReduceScatter:
+      return bytes * size_t(world) <= 256 * 1024 ? Algorithm::kOneShot : Algorithm::kRing;
+    case CollOp::kBroadcast:
+    case CollOp::kReduce:
+      return world <= 3 || bytes <= 4096 ? Algorithm::kOneShot : Algorithm::kTree;
+    case CollOp::kAllToAll: return Algorithm::kOneShot;
+    case CollOp::kBarrier: return Algorithm::kRecursive;
+  }
+  return Algorithm::kOneShot;
+}
+
+Result<Plan> build(const Shape& s, Algorithm algo) {
+  if (s.world < 1 || s.rank < 0 || s.rank >= s.world) return InvalidArgument("plan: rank out of range");
+  if (s.root < 0 || s.root >= s.world) return InvalidArgument("plan: root " + std::to_string(s.root) + " out of range");
+  auto unsupported = [&] {
+    return InvalidArgument("algorithm " + std::string(to_string(algo)) + " does not implement " +
+                           std::string(to_string(s.op)));
+  };
+  Plan p;
+  switch (s.op) {
+    case CollOp::kAllReduce:
+      if (algo == Algorithm::kOneShot) p = allreduce_oneshot(s);
+      else if (algo == Algorithm::kRing) p = allreduce_ring(s);
+      else if (algo == Algorithm::kRecursive) p = allreduce_recursive(s);
+      else return unsupported();
+      break;
+    case CollOp::kAllGather:
+      if (algo == Algorithm::kOneShot) p = allgather_oneshot(s);
+      else if (algo == Algorithm::kRing) p = allgather_ring(s);
+      else if (algo == Algorithm::kRecursive) {
+        if (!is_pow2(s.world)) return InvalidArgument("recursive all_gather needs a power-of-two world size");
+        p = allgather_recursive(s);
+      } else return unsupported();
+      break;
+    case CollOp::kReduceScatter:
+      if (algo == Algorithm::kOneShot) p = reduce_scatter_oneshot(s);
+      else if (algo == Algorithm::kRing) p = reduce_scatter_ring(s);
+      else return unsupported();
+      break;
+    case CollOp::kBroadcast:
+      if (algo == Algorithm::kOneShot) p = broadcast_oneshot(s);
+      else if (algo == Algorithm::kTree) p = broadcast_tree(s);
+      else return unsupported();
+      break;
+    case CollOp::kReduce:
+      if (algo == Algorithm::kOneShot) p = reduce_oneshot(s);
+      else if (algo == Algorithm::kTree) p = reduce_tree(s);
+      else return unsupported();
+      break;
+    case CollOp::kAllToAll:
+      if (algo == Algorithm::kOneShot) p = alltoall_oneshot(s);
+      else return unsupported();
+      break;
+    case CollOp::kBarrier:
+      if (algo == Algorithm::kRecursive) p = barrier_dissemination(s);
+      else return unsupported();
+      break;
+  }
+  p.algo = algo;
+  return p;
+}
+
+}  // namespace plan
+}  // namespace lattice::coll

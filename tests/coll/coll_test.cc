@@ -1,0 +1,235 @@
+// Collectives over real providers with ranks as threads: every op x dtype x algorithm against
+// the scalar reference, with a shrunken chunk size so the multi-chunk paths run; bit-identical
+// results across ranks with random floats; a rank lost mid-collective.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <thread>
+
+#include "coll_testlib.h"
+#include "lattice/cluster/group.h"
+#include "lattice/coll/coll.h"
+
+namespace lattice::coll {
+namespace {
+
+using test::Case;
+
+struct Ranks {
+  std::vector<std::unique_ptr<cluster::Group>> groups;
+  std::vector<std::unique_ptr<Communicator>> comms;
+};
+
+Ranks make_ranks(int world, const std::string& uri, CommOptions co = {}) {
+  Ranks r;
+  auto g = cluster::make_local_groups(world, uri, Deadline::after(std::chrono::seconds(60)));
+  EXPECT_TRUE(g.ok()) << g.status().to_string();
+  if (!g.ok()) return r;
+  r.groups = std::move(*g);
+  for (auto& grp : r.groups) {
+    auto c = Communicator::create(*grp, co);
+    EXPECT_TRUE(c.ok()) << c.status().to_string();
+    r.comms.push_back(std::move(*c));
+  }
+  return r;
+}
+
+// Runs fn(rank) on one thread per rank; returns the statuses.
+std::vector<Status> on_all(int world, const std::function<Status(int)>& fn) {
+  auto st = std::vector<Status>(size_t(world));
+  std::vector<std::thread> th;
+  for (int r = 0; r < world; ++r) th.emplace_back([&, r] { st[size_t(r)] = fn(r); });
+  for (auto& t : th) t.join();
+  return st;
+}
+
+Status run_case(Communicator& comm, const Case& c, DType t, ReduceOp op, const void* in, void* out,
+                const CollOptions& o) {
+  switch (c.op) {
+    case CollOp::kAllReduce: return all_reduce(comm, in, out, c.count, t, op, o);
+    case CollOp::kAllGather: return all_gather(comm, in, out, c.count, t, o);
+    case CollOp::kReduceScatter: return reduce_scatter(comm, in, out, c.count, t, op, o);
+    case CollOp::kBroadcast: return broadcast(comm, in, out, c.count, t, c.root, o);
+    case CollOp::kReduce: return reduce(comm, in, out, c.count, t, op, c.root, o);
+    case CollOp::kAllToAll: return all_to_all(comm, in, out, c.count, t, o);
+    case CollOp::kBarrier: return barrier(comm, o);
+  }
+  return Internal("op");
+}
+
+bool is_reducing(CollOp op) {
+  return op == CollOp::kAllReduce || op == CollOp::kReduceScatter || op == CollOp::kReduce;
+}
+
+// Every op x algorithm x dtype x reduce op for `worlds` and `counts` over `uri`.
+void matrix(const std::string& uri, std::initializer_list<int> worlds, std::initializer_list<size_t> counts,
+            bool all_dtypes) {
+  const CollOp ops[] = {CollOp::kAllReduce, CollOp::kAllGather, CollOp::kReduceScatter, CollOp::kBroadcast,
+                        CollOp::kReduce, CollOp::kAllToAll, CollOp::kBarrier};
+  for (int world : worlds) {
+    Ranks rk = make_ranks(world, uri, CommOptions{4096, 4});
+    ASSERT_EQ(rk.comms.size(), size_t(world));
+    for (CollOp op : ops)
+      for (Algorithm a : plan::algorithms_for(op)) {
+        if (op == CollOp::kAllGather && a == Algorithm::kRecursive && (world & (world - 1))) continue;
+        for (size_t count : counts)
+          for (DType t : kAllDTypes) {
+            if (!all_dtypes && t != DType::kF32 && t != DType::kBF16) continue;
+            for (ReduceOp rop : kAllReduceOps) {
+              if (!is_reducing(op) && rop != ReduceOp::kSum) continue;
+              Case c{op, world, op == CollOp::kBarrier ? 0 : count, world - 1};
+              CollOptions o;
+              o.algo = a;
+              o.chunk_bytes = 256;  // many chunks per transfer even for small counts
+              o.timeout = std::chrono::seconds(60);
+              auto in = std::vector<std::vector<std::byte>>(size_t(world)), out = in;
+              auto st = on_all(world, [&](int r) {
+                in[size_t(r)] = test::make_buffer(t, test::in_elems(c));
+                out[size_t(r)] = test::make_buffer(t, test::out_elems(c));
+                test::fill_case_input(c, t, rop, r, in[size_t(r)].data());
+                return run_case(*rk.comms[size_t(r)], c, t, rop, in[size_t(r)].data(), out[size_t(r)].data(), o);
+              });
+              for (int r = 0; r < world; ++r) {
+                ASSERT_TRUE(st[size_t(r)].ok()) << st[size_t(r)].to_string() << " " << to_string(op) << " "
+                                                << to_string(a) << " world " << world << " rank " << r;
+                ASSERT_EQ(test::check_output(c, t, rop, r, out[size_t(r)].data()), "")
+                    << to_string(op) << " " << to_string(a) << " world " << world << " count " << count << " "
+                    << to_string(t) << " " << to_string(rop);
+              }
+            }
+          }
+      }
+  }
+}
+
+TEST(Coll, EveryOpDtypeAlgorithmOverShm) { matrix("shm", {1, 2, 3, 4}, {0, 1, 7, 4097}, true); }
+
+TEST(Coll, EveryOpOverTcp) { matrix("tcp://127.0.0.1:0", {3}, {0, 7, 4097}, false); }
+
+TEST(CollSlow, EveryOpDtypeAlgorithmUpTo8RanksAndLargeCounts) {
+  matrix("shm", {5, 6, 7, 8}, {0, 1, 7, 4097}, true);
+  matrix("shm", {3, 4}, {(size_t{1} << 20) + 3}, false);
+}
+
+TEST(Coll, LargeOddAllReduceEveryAlgorithm) {
+  const int world = 3;
+  Ranks rk = make_ranks(world, "shm");
+  ASSERT_EQ(rk.comms.size(), size_t(world));
+  const size_t n = (size_t{1} << 20) + 3;
+  for (Algorithm a : plan::algorithms_for(CollOp::kAllReduce)) {
+    Case c{CollOp::kAllReduce, world, n};
+    auto buf = std::vector<std::vector<std::byte>>(size_t(world));
+    CollOptions o;
+    o.algo = a;
+    auto st = on_all(world, [&](int r) {
+      buf[size_t(r)] = test::make_buffer(DType::kF32, n);
+      test::fill_input(DType::kF32, ReduceOp::kSum, r, buf[size_t(r)].data(), n);
+      return all_reduce(*rk.comms[size_t(r)], buf[size_t(r)].data(), buf[size_t(r)].data(), n, DType::kF32,
+                        ReduceOp::kSum, o);
+    });
+    for (int r = 0; r < world; ++r) {
+      ASSERT_TRUE(st[size_t(r)].ok()) << st[size_t(r)].to_string();
+      ASSERT_EQ(test::check_output(c, DType::kF32, ReduceOp::kSum, r, buf[size_t(r)].data()), "") << to_string(a);
+    }
+  }
+}
+
+TEST(Coll, RandomFloatsGiveBitIdenticalResultsOnEveryRankAndEveryRun) {
+  const int world = 4;
+  Ranks rk = make_ranks(world, "shm");
+  ASSERT_EQ(rk.comms.size(), size_t(world));
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64})
+    for (Algorithm a : plan::algorithms_for(CollOp::kAllReduce)) {
+      const size_t n = 3001;
+      std::vector<std::vector<std::byte>> first;
+      for (int run = 0; run < 2; ++run) {
+        auto out = std::vector<std::vector<std::byte>>(size_t(world));
+        CollOptions o;
+        o.algo = a;
+        o.chunk_bytes = 1024;
+        auto st = on_all(world, [&](int r) {
+          std::vector<std::byte> in = test::make_buffer(t, n);
+          std::mt19937 rng(uint32_t(r * 977 + 1));
+          std::uniform_real_distribution<double> dist(-1.0, 1.0);
+          for (size_t i = 0; i < n; ++i) test::store(t, in.data(), i, dist(rng) * (1 + double(i % 7) * 1000));
+          out[size_t(r)] = test::make_buffer(t, n);
+          return all_reduce(*rk.comms[size_t(r)], in.data(), out[size_t(r)].data(), n, t, ReduceOp::kSum, o);
+        });
+        for (int r = 0; r < world; ++r) {
+          ASSERT_TRUE(st[size_t(r)].ok()) << st[size_t(r)].to_string();
+          EXPECT_EQ(out[size_t(r)], out[0]) << "rank " << r << " differs from rank 0, " << to_string(t) << " "
+                                            << to_string(a);
+        }
+        if (run == 0) first = out;
+        else EXPECT_EQ(out[0], first[0]) << "a second run gave other bits";
+      }
+    }
+}
+
+TEST(Coll, SendRecvAndSingleRank) {
+  Ranks rk = make_ranks(2, "shm", CommOptions{4096, 2});
+  ASSERT_EQ(rk.comms.size(), 2u);
+  const size_t n = 5000;
+  std::vector<int64_t> a(n), b(n, 0);
+  for (size_t i = 0; i < n; ++i) a[i] = int64_t(i * 31 - 7);
+  auto st = on_all(2, [&](int r) {
+    if (r == 0) return send(*rk.comms[0], a.data(), n, DType::kI64, 1);
+    return recv(*rk.comms[1], b.data(), n, DType::kI64, 0);
+  });
+  ASSERT_TRUE(st[0].ok()) << st[0].to_string();
+  ASSERT_TRUE(st[1].ok()) << st[1].to_string();
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(send(*rk.comms[0], a.data(), n, DType::kI64, 0).code(), ErrorCode::kInvalidArgument);
+
+  auto single = cluster::make_single_group();
+  auto comm = Communicator::create(*single);
+  ASSERT_TRUE(comm.ok());
+  float x[3] = {1, 2, 3}, y[3] = {};
+  ASSERT_TRUE(all_reduce(**comm, x, y, 3, DType::kF32, ReduceOp::kSum).ok());
+  EXPECT_EQ(y[2], 3.0f);
+  ASSERT_TRUE(barrier(**comm).ok());
+}
+
+TEST(CollFault, RankLostMidCollectiveFailsEverySurvivorWithPeerLost) {
+  const int world = 4;
+  fabric::EndpointOptions eo;
+  eo.peer_timeout = std::chrono::milliseconds(1000);
+  auto g = cluster::make_local_groups(world, "shm", Deadline::after(std::chrono::seconds(60)), eo);
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  std::vector<std::unique_ptr<Communicator>> comms;
+  for (auto& grp : *g) comms.push_back(std::move(*Communicator::create(*grp)));
+  const size_t n = 1 << 16;
+  const int victim = 2;
+  auto start = Clock::now();
+  auto st = on_all(world, [&](int r) -> Status {
+    std::vector<float> buf(n, float(r));
+    CollOptions o;
+    o.timeout = std::chrono::seconds(30);
+    o.algo = Algorithm::kRing;
+    // One good collective, then the victim vanishes (its group, providers and endpoints are
+    // destroyed) while the others are inside the next one.
+    LATTICE_RETURN_IF_ERROR(all_reduce(*comms[size_t(r)], buf.data(), buf.data(), n, DType::kF32, ReduceOp::kSum, o));
+    if (r == victim) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      comms[size_t(r)].reset();
+      (*g)[size_t(r)].reset();
+      return PeerLost("victim");
+    }
+    return all_reduce(*comms[size_t(r)], buf.data(), buf.data(), n, DType::kF32, ReduceOp::kSum, o);
+  });
+  auto took = Clock::now() - start;
+  for (int r = 0; r < world; ++r) {
+    if (r == victim) continue;
+    EXPECT_EQ(st[size_t(r)].code(), ErrorCode::kPeerLost) << "rank " << r << ": " << st[size_t(r)].to_string();
+    EXPECT_EQ(st[size_t(r)].peer(), victim) << st[size_t(r)].to_string();
+    // Sticky until the epoch changes.
+    EXPECT_EQ(comms[size_t(r)]->status().code(), ErrorCode::kPeerLost);
+  }
+  EXPECT_LT(took, std::chrono::seconds(30)) << "survivors waited for the whole deadline";
+}
+
+}  // namespace
+}  // namespace lattice::coll

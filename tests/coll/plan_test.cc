@@ -1,0 +1,131 @@
+// Plans checked without a network: every rank's plan runs against the others over in-memory
+// FIFOs (coll_testlib simulate), results compared with the scalar reference.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+
+#include "coll_testlib.h"
+#include "lattice/coll/plan/plan.h"
+
+namespace lattice::coll {
+namespace {
+
+using test::Case;
+
+bool is_reducing(CollOp op) {
+  return op == CollOp::kAllReduce || op == CollOp::kReduceScatter || op == CollOp::kReduce;
+}
+
+bool skip(CollOp op, Algorithm a, int world) {
+  return op == CollOp::kAllGather && a == Algorithm::kRecursive && (world & (world - 1)) != 0;
+}
+
+TEST(Plan, EveryOpAlgorithmDtypeAndWorldMatchesTheReference) {
+  const CollOp ops[] = {CollOp::kAllReduce, CollOp::kAllGather, CollOp::kReduceScatter, CollOp::kBroadcast,
+                        CollOp::kReduce, CollOp::kAllToAll, CollOp::kBarrier};
+  int ran = 0;
+  for (CollOp op : ops) {
+    for (Algorithm a : plan::algorithms_for(op)) {
+      for (int world = 1; world <= 8; ++world) {
+        if (skip(op, a, world)) continue;
+        for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{4097}}) {
+          for (DType t : kAllDTypes) {
+            for (ReduceOp rop : kAllReduceOps) {
+              if (!is_reducing(op) && rop != ReduceOp::kSum) continue;
+              for (bool in_place : {false, true}) {
+                Case c{op, world, op == CollOp::kBarrier ? 0 : count, (world - 1) / 2};
+                std::string e = test::simulate(c, t, rop, a, in_place);
+                ASSERT_EQ(e, "") << to_string(op) << " " << to_string(a) << " world " << world << " count " << count
+                                 << " " << to_string(t) << " " << to_string(rop) << (in_place ? " in place" : "");
+                ++ran;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(ran, 1000);
+}
+
+TEST(Plan, LargeOddCountsAllReduce) {
+  for (Algorithm a : plan::algorithms_for(CollOp::kAllReduce))
+    for (int world : {3, 4, 8}) {
+      Case c{CollOp::kAllReduce, world, (size_t{1} << 20) + 3};
+      EXPECT_EQ(test::simulate(c, DType::kF32, ReduceOp::kSum, a, false), "") << to_string(a) << " " << world;
+    }
+}
+
+TEST(Plan, UnsupportedCombinationsAreRejected) {
+  EXPECT_FALSE(plan::build({CollOp::kAllToAll, 0, 4, 8, 0, false}, Algorithm::kRing).ok());
+  EXPECT_FALSE(plan::build({CollOp::kAllGather, 0, 3, 8, 0, false}, Algorithm::kRecursive).ok());
+  EXPECT_FALSE(plan::build({CollOp::kBroadcast, 0, 3, 8, 5, false}, Algorithm::kTree).ok());
+  EXPECT_FALSE(plan::build({CollOp::kAllReduce, 4, 3, 8, 0, false}, Algorithm::kRing).ok());
+}
+
+TEST(Plan, RingSendsEachSegmentOnceEachWay) {
+  // Ring all-reduce moves 2 (w-1)/w of the buffer per rank: the bandwidth-optimal volume.
+  const size_t n = 1000;
+  for (int w : {2, 3, 5, 8}) {
+    auto p = plan::build({CollOp::kAllReduce, 1, w, n, 0, true}, Algorithm::kRing);
+    ASSERT_TRUE(p.ok());
+    size_t sent = 0;
+    for (const auto& st : p->steps)
+      for (const auto& s : st.sends) sent += s.n;
+    EXPECT_EQ(sent, 2 * n - 2 * plan::segment(n, w, (1 + 1) % w).size) << w;  // all but own segment, twice
+  }
+}
+
+TEST(Plan, SegmentsCoverTheBufferExactly) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{4097}})
+    for (int parts = 1; parts <= 8; ++parts) {
+      size_t next = 0;
+      for (int k = 0; k < parts; ++k) {
+        auto s = plan::segment(n, parts, k);
+        EXPECT_EQ(s.begin, next);
+        next += s.size;
+      }
+      EXPECT_EQ(next, n);
+    }
+}
+
+TEST(Plan, AutoPicksOneShotForSmallAndRingForLarge) {
+  EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 8192, 4, false), Algorithm::kOneShot);
+  EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 16 << 20, 4, false), Algorithm::kRing);
+}
+
+TEST(Reduce, HalfConversionsRoundTripAndRoundToNearestEven) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    float f = f16_to_f32(uint16_t(h));
+    if (std::isnan(f)) continue;
+    EXPECT_EQ(f32_to_f16(f), h) << h;
+  }
+  EXPECT_EQ(f32_to_f16(1.0f + 1.0f / 2048), 0x3c00);          // tie -> even
+  EXPECT_EQ(f32_to_f16(1.0f + 3.0f / 2048), 0x3c02);          // tie -> even (up)
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);                    // overflow -> inf
+  EXPECT_EQ(f32_to_f16(5.9604645e-8f), 0x0001);               // smallest subnormal
+  EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(f32_to_bf16(std::bit_cast<float>(0x3f808000u)), 0x3f80);  // tie -> even
+  EXPECT_EQ(f32_to_bf16(std::bit_cast<float>(0x3f818000u)), 0x3f82);
+}
+
+TEST(Reduce, KernelsMatchScalarMath) {
+  for (DType t : kAllDTypes)
+    for (ReduceOp op : kAllReduceOps) {
+      const size_t n = 1031;
+      auto a = test::make_buffer(t, n), b = test::make_buffer(t, n), d = test::make_buffer(t, n);
+      test::fill_input(t, op, 1, a.data(), n);
+      test::fill_input(t, op, 2, b.data(), n);
+      reduce(t, op, d.data(), a.data(), b.data(), n);
+      for (size_t i = 0; i < n; ++i)
+        ASSERT_EQ(test::load(t, d.data(), i), test::combine(op, test::value(op, 1, i), test::value(op, 2, i)))
+            << to_string(t) << " " << to_string(op) << " " << i;
+    }
+  int32_t x = INT32_MAX, y = 1, z = 0;
+  reduce(DType::kI32, ReduceOp::kSum, &z, &x, &y, 1);
+  EXPECT_EQ(z, INT32_MIN);  // wraps, no UB
+}
+
+}  // namespace
+}  // namespace lattice::coll
