@@ -145,6 +145,38 @@ TEST(TcpEndpoint, ManyUnexpectedMessagesKeepOrderAndBackpressure) {
   EXPECT_EQ(0, std::memcmp(src->data(), dst->data(), kN * kLen));
 }
 
+double process_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+TEST(TcpEndpoint, IdleWaitOnStalledEndpointBurnsNoCpu) {
+  auto p = must_provider();
+  Side a = make_side(*p, 1), b = make_side(*p, 0);
+  connect_pair(a, b);
+  // 4 MiB with no receive posted: b stops reading (paused) with input pending, and a has
+  // output pending. Neither b's sleeping waiter nor the background thread may spin on that.
+  auto src = must_alloc(*p, 4 << 20), dst = must_alloc(*p, 4 << 20);
+  ASSERT_TRUE(a.ep->post_send({src.get(), 0, src->size()}, 1).ok());
+  Completion c;
+  (void)b.cq->poll(std::span<Completion>(&c, 1));  // reads the header and pauses
+  double cpu0 = process_cpu_ms();
+  auto t0 = Clock::now();
+  auto r = b.cq->wait(std::span<Completion>(&c, 1), Deadline::after(std::chrono::milliseconds(600)));
+  double wall = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  double cpu = process_cpu_ms() - cpu0;
+  EXPECT_EQ(r.status().code(), ErrorCode::kTimeout);
+  // Sleeping costs ~1 ms of CPU here; spinning costs a core (>= 100 ms even on a loaded box).
+  EXPECT_LT(cpu, wall / 10) << "a waiter or the background thread spins on a paused endpoint";
+  // And the message still arrives once a receive is posted.
+  ASSERT_TRUE(b.ep->post_recv({dst.get(), 0, dst->size()}, 2).ok());
+  Completion got = wait_one(*b.cq);
+  ASSERT_TRUE(got.status.ok()) << got.status.to_string();
+  EXPECT_EQ(got.bytes, src->size());
+  EXPECT_TRUE(wait_one(*a.cq).status.ok());
+}
+
 TEST(TcpEndpoint, TruncatedMessageCompletesWithTruncatedAndNoOverrun) {
   auto p = must_provider();
   Side a = make_side(*p, 1), b = make_side(*p, 0);
