@@ -23,12 +23,21 @@
 //   small send     copied into ring slots (<= kSlotPayload per slot, fragments up to kEagerMax)
 //   large send     rendezvous: the slot names the sender's region; the receiver copies straight
 //                  from it (mapped shm, or process_vm_readv for caller memory) into the posted
-//                  buffer, then acks; the send completes on the ack. One copy.
+//                  buffer, then acks; the send completes on the ack. One copy. (From caller
+//                  memory to a receiver that cannot attach to us, e.g. Yama ptrace_scope=1,
+//                  the message goes through the ring in fragments instead: two copies.)
+//   truncation     the receive completes kTruncated with the bytes that fit; for rendezvous
+//                  sends the sender's completion says kTruncated too (eager sends completed
+//                  when they entered the ring). The endpoint stays usable.
 //   write/read     a direct memcpy into or out of the peer's mapped region at post time
 //                  (process_vm_writev/readv for caller-registered memory); atomics use
 //                  __atomic builtins on the mapped word (allocate_memory regions only).
 // Progress runs on the caller's thread in CompletionQueue::poll/wait; a per-provider watchdog
 // thread only beats the heartbeat and watches peers (pidfd exit + heartbeat silence + state).
+// wait() spins ~50 us, then sleeps on the futex doorbell (<= 100 ms at a time); a poll() that
+// found nothing 256 times in a row yields the CPU once (an oversubscribed host). Completion
+// queues are unbounded (create_cq's depth is a hint); send-side completions of one endpoint
+// come in posting order.
 //
 // Lock order: Provider::registry_mu_ -> Endpoint::mu_ -> Cq::mu_.
 #pragma once
