@@ -597,6 +597,22 @@ TEST_P(FabricConformance, StreamingWithSleepingWaiters) {
   EXPECT_EQ(std::memcmp(dst->data(), src->data(), kN * kSize), 0);
 }
 
+TEST_P(FabricConformance, DestroyingAnEndpointCancelsItsWork) {
+  // fabric.h: outstanding work of a destroyed endpoint completes with kCancelled on its CQs.
+  auto buf = alloc(a_, 64);
+  for (WorkId id = 1; id <= 3; ++id) ASSERT_TRUE(a_->ep->post_recv({buf.get(), 0, 64}, id).ok());
+  a_->ep.reset();
+  Completion out[8];
+  size_t got = 0;
+  Deadline d = generous();
+  while (got < 3 && !d.expired()) got += a_->recv_cq->poll({out + got, 8 - got});
+  ASSERT_EQ(got, 3u);
+  for (size_t i = 0; i < got; ++i) {
+    EXPECT_EQ(out[i].id, i + 1);
+    EXPECT_EQ(out[i].status.code(), ErrorCode::kCancelled) << out[i].status.to_string();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Providers, FabricConformance, ::testing::ValuesIn(provider_uris()), uri_test_name);
 
 }  // namespace
