@@ -136,6 +136,32 @@ TEST(FaultNetns, ACutCableIsDetectedByEverySurvivorThenShrink) {
   EXPECT_NE(ranks[2].out().find("coordinator-lost"), std::string::npos) << ranks[2].out();
 }
 
+// Rank 1 publishes fabric addresses on an IP only its own namespace knows: every rank's join
+// fails, and the message names the pair and why.
+TEST(FaultNetns, AnUnreachablePeerIsNamedByEveryRank) {
+  Netns net(2, "u");
+  if (!net.skip_reason().empty()) GTEST_SKIP() << net.skip_reason();
+  ASSERT_EQ(sh("ip -n " + net.name(1) + " addr add 10.250.0.2/32 dev lo"), 0);
+  std::string coord = net.ip(0) + ":7470";
+  std::vector<Proc> ranks;
+  for (int r = 0; r < 2; ++r) {
+    Env env = rank_env(r, 2, coord, "tcp");
+    env.emplace_back("LATTICE_CONNECT_TIMEOUT_MS", "1500");
+    if (r == 1) env.emplace_back("LATTICE_FABRIC_ADDR", "10.250.0.2");
+    auto p = Proc::spawn({"ip", "netns", "exec", net.name(r), peer_bin()}, env);
+    ASSERT_TRUE(p.ok());
+    ranks.push_back(std::move(p).value());
+  }
+  for (int r = 0; r < 2; ++r) {
+    auto line = ranks[r].wait_line("error join", Deadline::after(kStep));
+    ASSERT_TRUE(line.ok()) << line.status().to_string();
+    EXPECT_NE(line->find("cannot reach rank"), std::string::npos) << *line;
+    auto st = ranks[r].wait(Deadline::after(kStep));
+    ASSERT_TRUE(st.ok());
+    EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 1);
+  }
+}
+
 TEST(LaunchNetns, HostfileLaunchThroughIpNetnsExecPingsEveryPair) {
   Netns net(3, "l");
   if (!net.skip_reason().empty()) GTEST_SKIP() << net.skip_reason();

@@ -152,6 +152,9 @@ Result<ClusterOptions> cluster_options_from_env() {
   LATTICE_ASSIGN_OR_RETURN(int hb, env_int("LATTICE_HEARTBEAT_MS", 100));
   LATTICE_ASSIGN_OR_RETURN(int ft, env_int("LATTICE_FAILURE_TIMEOUT_MS", 700));
   if (hb < 1 || ft <= hb) return InvalidArgument("need 0 < LATTICE_HEARTBEAT_MS < LATTICE_FAILURE_TIMEOUT_MS");
+  LATTICE_ASSIGN_OR_RETURN(int ct, env_int("LATTICE_CONNECT_TIMEOUT_MS", 15000));
+  if (ct < 1) return InvalidArgument("LATTICE_CONNECT_TIMEOUT_MS must be positive");
+  o.connect_timeout = std::chrono::milliseconds(ct);
   o.membership.heartbeat_interval = std::chrono::milliseconds(hb);
   o.membership.failure_timeout = std::chrono::milliseconds(ft);
   if (o.world_size > 1 || !o.coordinator.empty()) {
@@ -306,7 +309,8 @@ Status Cluster::build_epoch(const json& plan, Deadline deadline) {
       return Corrupt("rank " + std::to_string(p) + " published no endpoint address for us", p);
     LATTICE_ASSIGN_OR_RETURN(auto blob, from_hex(theirs[key].get<std::string>()));
     fabric::Endpoint* ep = raw[p].get();
-    pending[p] = std::async(std::launch::async, [ep, blob, deadline] { return ep->connect(blob, deadline); });
+    Deadline cd = deadline.min(Deadline::after(opt_.connect_timeout));
+    pending[p] = std::async(std::launch::async, [ep, blob, cd] { return ep->connect(blob, cd); });
   }
   json errors = json::array();
   for (int p = 0; p < world; ++p) {

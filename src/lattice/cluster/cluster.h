@@ -21,7 +21,7 @@
 //                 rank 0 host's address (LATTICE_TOPOLOGY), port 7470 by default
 //   provider      LATTICE_PROVIDER shm|tcp (default tcp); LATTICE_FABRIC_ADDR: tcp bind IP
 //   secret        LATTICE_SECRET / LATTICE_SECRET_FILE (crypto/secret.h); LATTICE_INSECURE=1
-//   timing        LATTICE_HEARTBEAT_MS, LATTICE_FAILURE_TIMEOUT_MS, LATTICE_JOIN_TIMEOUT_S
+//   timing        LATTICE_HEARTBEAT_MS, LATTICE_FAILURE_TIMEOUT_MS, LATTICE_CONNECT_TIMEOUT_MS
 //   rejoin        LATTICE_REJOIN=1: join a running cluster at its next epoch
 //
 // Thread safety: like every Group, a Cluster is used by one thread at a time; events may be
@@ -56,6 +56,9 @@ struct ClusterOptions {
   std::string name;               // for logs on the coordinator (default: host name)
   MembershipOptions membership;
   std::chrono::milliseconds peer_timeout{2000};  // fabric endpoints' own liveness timeout
+  // Bound on connecting one epoch's links (within the join/shrink deadline), leaving time to
+  // tell every rank which pairs failed.
+  std::chrono::milliseconds connect_timeout{15000};
   // Which pairs get an endpoint (ranks of the epoch being built); empty: full mesh.
   std::function<bool(int, int)> linked;
   MemberLink::Callback on_event;
