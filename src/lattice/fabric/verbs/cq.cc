@@ -13,7 +13,26 @@ void VerbsCompletionQueue::push(Completion c) {
   cv_.notify_one();
 }
 
+void VerbsCompletionQueue::attach(Progressable* ep) {
+  std::lock_guard lock(attached_mu_);
+  attached_.push_back(ep);
+}
+
+void VerbsCompletionQueue::detach(Progressable* ep) {
+  std::lock_guard lock(attached_mu_);
+  std::erase(attached_, ep);
+}
+
 size_t VerbsCompletionQueue::poll(std::span<Completion> out) {
+  if (size_t got = pop(out)) return got;
+  {
+    std::lock_guard lock(attached_mu_);
+    for (Progressable* ep : attached_) ep->try_progress();
+  }
+  return pop(out);
+}
+
+size_t VerbsCompletionQueue::pop(std::span<Completion> out) {
   if (n_.load(std::memory_order_acquire) == 0) return 0;
   std::lock_guard lock(mu_);
   size_t got = 0;

@@ -16,12 +16,15 @@ constexpr uint64_t wr_id(uint64_t kind, uint32_t index) { return (kind << 32) | 
 constexpr uint32_t kSlotsTotal = kDataSlots + kCtrlSlots + kRecvSlots;
 constexpr size_t kMaxPosted = 4096;          // fabric-level queue depth per direction
 constexpr uint8_t kFlagDone = 16;            // kHello: the sender is connected (never answer it)
-constexpr auto kRto = std::chrono::milliseconds(10);
+// Retransmission timeout: only a lost tail needs it (a gap is nacked at once). Generous, since
+// on a loaded host the peer may not run for milliseconds; doubled per silent round.
+constexpr auto kRto = std::chrono::milliseconds(40);
+constexpr auto kRtoMax = std::chrono::milliseconds(320);
 constexpr auto kHelloPeriod = std::chrono::milliseconds(5);
 
 using Clock = std::chrono::steady_clock;
 
-class VerbsEndpoint final : public Endpoint {
+class VerbsEndpoint final : public Endpoint, public Progressable {
  public:
   VerbsEndpoint(std::shared_ptr<Device> dev, VerbsCompletionQueue* scq, VerbsCompletionQueue* rcq,
                 const EndpointOptions& options)
@@ -65,6 +68,11 @@ class VerbsEndpoint final : public Endpoint {
   }
 
   ~VerbsEndpoint() override {
+    // Out of the queues first: no poller may enter this endpoint any more.
+    if (attached_) {
+      scq_->detach(this);
+      if (rcq_ != scq_) rcq_->detach(this);
+    }
     {
       std::unique_lock lk(mu_);
       if (state_ == kConnected) {
@@ -149,6 +157,9 @@ class VerbsEndpoint final : public Endpoint {
     last_heard_ = last_sent_ = last_ack_progress_ = now;
     last_hello_ = now - kHelloPeriod;
     thread_ = std::thread([this] { run(); });
+    scq_->attach(this);
+    if (rcq_ != scq_) rcq_->attach(this);
+    attached_ = true;
     cv_.notify_all();
     while (state_ == kConnecting) {
       if (deadline.is_never()) {
@@ -193,6 +204,12 @@ class VerbsEndpoint final : public Endpoint {
     return state_ == kFailed ? error_ : Status();
   }
   int peer_rank() const override { return opts_.peer_rank; }
+
+  void try_progress() override {
+    std::unique_lock lk(mu_, std::try_to_lock);
+    if (!lk.owns_lock() || stop_) return;
+    if (step_locked(Clock::now())) caller_progress_ = true;
+  }
 
   EndpointStats stats() const {
     std::lock_guard lk(mu_);
@@ -339,6 +356,12 @@ class VerbsEndpoint final : public Endpoint {
         lk.lock();
         continue;
       }
+      if (caller_progress_) {
+        // A poller is driving us on its own thread: stay out of its way.
+        caller_progress_ = false;
+        cv_.wait_for(lk, std::chrono::microseconds(500));
+        continue;
+      }
       auto idle = now - idle_since;
       if (dev_->busy_poll || idle < std::chrono::microseconds(50)) {
         lk.unlock();
@@ -376,7 +399,8 @@ class VerbsEndpoint final : public Endpoint {
     if (state_ != kConnected) return work;
     work |= pump_sends(now);
     // Go-back-N on silence: no ack progress for an RTO while chunks are outstanding.
-    if (acked_ < next_seq_ && now - std::max(last_ack_progress_, last_retransmit_) > kRto) {
+    if (acked_ < next_seq_ && now - std::max(last_ack_progress_, last_retransmit_) > rto_) {
+      rto_ = std::min<Clock::duration>(rto_ * 2, kRtoMax);
       go_back_n(now);
       work = true;
     }
@@ -501,6 +525,7 @@ class VerbsEndpoint final : public Endpoint {
       for (uint64_t s = acked_; s < h.ack; ++s) dslots_[s % kDataSlots].used = false;
       acked_ = h.ack;
       last_ack_progress_ = now;
+      rto_ = kRto;
       while (!sends_.empty() && sends_.front().all_chunked && sends_.front().last_seq < acked_) {
         scq_->push({sends_.front().id, Opcode::kSend, Status(), sends_.front().src.length, 0});
         sends_.pop_front();
@@ -511,6 +536,8 @@ class VerbsEndpoint final : public Endpoint {
   }
 
   void go_back_n(Clock::time_point now) {
+    LATTICE_LOG_DEBUG("verbs: rank {} go-back-N from {} to {} (ack {} ms ago)", opts_.peer_rank, acked_, next_seq_,
+                      std::chrono::duration_cast<std::chrono::milliseconds>(now - last_ack_progress_).count());
     for (uint64_t s = acked_; s < next_seq_; ++s) {
       uint32_t i = static_cast<uint32_t>(s % kDataSlots);
       DataSlot& d = dslots_[i];
@@ -610,6 +637,7 @@ class VerbsEndpoint final : public Endpoint {
   VerbsCompletionQueue* rcq_;
   const EndpointOptions opts_;
   Clock::duration hb_interval_;
+  Clock::duration rto_ = kRto;
   uint32_t psn_ = 0;
   uint32_t session_ = 0;
   ibv_cq* vcq_ = nullptr;
@@ -621,6 +649,8 @@ class VerbsEndpoint final : public Endpoint {
   std::condition_variable cv_;
   std::thread thread_;
   bool stop_ = false;
+  bool attached_ = false;
+  bool caller_progress_ = false;  // a poller progressed us: the progress thread may nap
   State state_ = kIdle;
   Status error_;
   AddressBlob peer_{};
