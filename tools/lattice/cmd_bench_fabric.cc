@@ -187,6 +187,12 @@ int run_initiator(const Args& a, const Sweep& sw, Deadline run_deadline) {
   po.busy_poll = a.busy_poll;
   auto provider = fabric::make_provider(a.provider, po);
   if (!provider.ok()) return fail(provider.status(), "provider");
+  // Two-sided-only providers (Apple TB5 RDMA, the staged verbs path) say so in their caps.
+  if ((sw.op == BenchOp::kWrite && !(*provider)->caps().rma_write) ||
+      (sw.op == BenchOp::kRead && !(*provider)->caps().rma_read))
+    return fail(Unavailable("provider '" + a.provider + "' has no one-sided " + std::string(to_string(sw.op)) +
+                            " (caps say two-sided only); use --op send"),
+                "provider");
   const size_t max_bytes = sw.sizes.back();
   const BenchLayout layout = BenchLayout::for_run(max_bytes, a.window, a.check);
   auto setup = Deadline::after(kSetupTimeout).min(run_deadline);
