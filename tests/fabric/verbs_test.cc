@@ -297,6 +297,26 @@ TEST(VerbsProvider, ProbesPortGidAndPath) {
   auto rc = make_provider("verbs-emu://linux-rc");
   ASSERT_TRUE(rc.ok());
   EXPECT_EQ(dynamic_cast<v::VerbsProvider*>(rc->get())->device().qp_type, IBV_QPT_RC);
+  EXPECT_TRUE((*rc)->caps().rma_write && (*rc)->caps().rma_read && (*rc)->caps().atomics);
+}
+
+TEST(VerbsEmu, AppleRefusesOneSidedWorkRequests) {
+  RawDev da("apple-tb5"), db("apple-tb5");
+  ibv_qp* a = da.qp(IBV_QPT_UC);
+  ibv_qp* b = db.qp(IBV_QPT_UC);
+  connect_raw(da, a, db, b);
+  std::byte buf[64] = {};
+  ibv_sge sge{reinterpret_cast<uintptr_t>(buf), 64, 0};
+  for (ibv_wr_opcode op : {IBV_WR_RDMA_WRITE, IBV_WR_RDMA_READ, IBV_WR_ATOMIC_FETCH_AND_ADD}) {
+    ibv_send_wr wr{};
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = op;
+    ibv_send_wr* bad = nullptr;
+    EXPECT_NE(da.api.post_send(a, &wr, &bad), 0) << "opcode " << op << ": two-sided only";
+  }
+  da.api.destroy_qp(a);
+  db.api.destroy_qp(b);
 }
 
 TEST(VerbsProvider, TenEndpointsFitUnderTheAppleLimitsAndTeardownNeverWedges) {

@@ -11,7 +11,8 @@
 namespace lattice::fabric::verbs {
 namespace {
 
-constexpr uint64_t kKindData = 1, kKindCtrl = 2, kKindRecv = 3;
+constexpr uint64_t kKindData = 1, kKindCtrl = 2, kKindRecv = 3, kKindRma = 4;
+constexpr uint32_t kRmaSlots = 128;  // one-sided operations in flight (RC mode)
 constexpr uint64_t wr_id(uint64_t kind, uint32_t index) { return (kind << 32) | index; }
 constexpr uint32_t kSlotsTotal = kDataSlots + kCtrlSlots + kRecvSlots;
 constexpr size_t kMaxPosted = 4096;          // fabric-level queue depth per direction
@@ -41,7 +42,7 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
     ibv_qp_init_attr a{};
     a.send_cq = a.recv_cq = vcq_;
     a.qp_type = dev_->qp_type;
-    a.cap.max_send_wr = kDataSlots + kCtrlSlots;
+    a.cap.max_send_wr = kDataSlots + kCtrlSlots + kRmaSlots;
     a.cap.max_recv_wr = kRecvSlots;
     a.cap.max_send_sge = a.cap.max_recv_sge = 1;
     qp_ = api_.create_qp(dev_->pd, &a);
@@ -191,12 +192,32 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
     return Status();
   }
 
-  Status post_write(LocalSlice, RemoteSlice, WorkId) override { return no_rma("write"); }
-  Status post_write_with_imm(LocalSlice, RemoteSlice, uint32_t, WorkId) override { return no_rma("write"); }
-  Status post_read(LocalSlice, RemoteSlice, WorkId) override { return no_rma("read"); }
-  Status post_fetch_add(LocalSlice, RemoteSlice, uint64_t, WorkId) override { return no_rma("fetch-add"); }
-  Status post_compare_swap(LocalSlice, RemoteSlice, uint64_t, uint64_t, WorkId) override {
-    return no_rma("compare-swap");
+  Status post_write(LocalSlice src, RemoteSlice dst, WorkId id) override {
+    return post_rma(Opcode::kWrite, src, dst, 0, 0, id, false);
+  }
+  Status post_write_with_imm(LocalSlice src, RemoteSlice dst, uint32_t imm, WorkId id) override {
+    if (!dev_->rma) return no_rma("write");
+    std::lock_guard lk(mu_);
+    // The write, then a sequenced zero-byte message carrying the immediate on the same QP:
+    // the target sees the data before the immediate (in-order delivery).
+    if (Status st = post_rma_locked(Opcode::kWrite, src, dst, 0, 0, id, true); !st.ok()) return st;
+    UserSend u{LocalSlice{}, id, 0, 0, false};
+    u.op = Opcode::kWriteImm;
+    u.imm = imm;
+    u.bytes = src.length;
+    sends_.push_back(u);
+    cv_.notify_all();
+    return Status();
+  }
+  Status post_read(LocalSlice dst, RemoteSlice src, WorkId id) override {
+    return post_rma(Opcode::kRead, dst, src, 0, 0, id, false);
+  }
+  Status post_fetch_add(LocalSlice result, RemoteSlice target, uint64_t add, WorkId id) override {
+    return post_rma(Opcode::kFetchAdd, result, target, add, 0, id, false);
+  }
+  Status post_compare_swap(LocalSlice result, RemoteSlice target, uint64_t expected, uint64_t desired,
+                           WorkId id) override {
+    return post_rma(Opcode::kCompareSwap, result, target, expected, desired, id, false);
   }
 
   Status status() const override {
@@ -224,6 +245,16 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
     uint64_t next_offset;
     uint64_t last_seq;
     bool all_chunked;
+    Opcode op = Opcode::kSend;  // kWriteImm: the immediate's message after the write
+    uint32_t imm = 0;
+    size_t bytes = 0;  // kWriteImm: bytes written
+  };
+  struct RmaSlot {
+    bool used = false;
+    bool silent = false;  // the write half of a write-with-imm: its completion comes with the imm's ack
+    WorkId id = 0;
+    Opcode op = Opcode::kWrite;
+    size_t bytes = 0;
   };
   struct UserRecv {
     LocalSlice dst;
@@ -247,6 +278,67 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
     if (state_ != kConnected) return InvalidArgument("verbs: endpoint not connected");
     return Status();
   }
+  Status post_rma(Opcode op, LocalSlice local, RemoteSlice remote, uint64_t operand0, uint64_t operand1, WorkId id,
+                  bool silent) {
+    if (!dev_->rma) return no_rma(to_string(op).data());
+    std::lock_guard lk(mu_);
+    return post_rma_locked(op, local, remote, operand0, operand1, id, silent);
+  }
+
+  // Zero-copy: the local slice must be a region registered with this device; the remote one is
+  // addressed by its rkey and an offset (zero-based regions); the target checks both.
+  Status post_rma_locked(Opcode op, LocalSlice local, RemoteSlice remote, uint64_t operand0, uint64_t operand1,
+                         WorkId id, bool silent) {
+    if (Status st = check_slice(local, "one-sided operation"); !st.ok()) return st;
+    if (Status st = can_post(); !st.ok()) return st;
+    bool atomic = op == Opcode::kFetchAdd || op == Opcode::kCompareSwap;
+    if (atomic && local.length != 8) return InvalidArgument("verbs: atomics need an 8-byte result slice");
+    if (!atomic && remote.length != local.length)
+      return InvalidArgument("verbs: local and remote lengths differ");
+    if (local.length > dev_->max_msg)
+      return InvalidArgument("verbs: one-sided operation of " + std::to_string(local.length) + " bytes exceeds " +
+                             std::to_string(dev_->max_msg));
+    auto* region = dynamic_cast<HeapRegion*>(local.region);
+    if (local.length > 0 && (region == nullptr || region->mr() == nullptr))
+      return InvalidArgument("verbs: the local slice of a one-sided operation must be memory of this provider");
+    uint32_t slot_index = kRmaSlots;
+    for (uint32_t i = 0; i < kRmaSlots; ++i)
+      if (!rma_[i].used) {
+        slot_index = i;
+        break;
+      }
+    if (slot_index == kRmaSlots) return ResourceExhausted("verbs: too many one-sided operations in flight");
+    ibv_sge sge{reinterpret_cast<uintptr_t>(local.data()), static_cast<uint32_t>(local.length),
+                region && region->mr() ? region->mr()->lkey : 0};
+    ibv_send_wr wr{};
+    wr.wr_id = wr_id(kKindRma, slot_index);
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    auto rkey = static_cast<uint32_t>(remote.key & 0xffffffffu);
+    switch (op) {
+      case Opcode::kWrite: wr.opcode = IBV_WR_RDMA_WRITE; break;
+      case Opcode::kRead: wr.opcode = IBV_WR_RDMA_READ; break;
+      case Opcode::kFetchAdd: wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD; break;
+      default: wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP; break;
+    }
+    if (atomic) {
+      wr.wr.atomic.remote_addr = remote.offset;
+      wr.wr.atomic.rkey = rkey;
+      wr.wr.atomic.compare_add = operand0;
+      wr.wr.atomic.swap = operand1;
+    } else {
+      wr.wr.rdma.remote_addr = remote.offset;
+      wr.wr.rdma.rkey = rkey;
+    }
+    ibv_send_wr* bad = nullptr;
+    if (int rc = api_.post_send(qp_, &wr, &bad))
+      return ResourceExhausted("verbs: post of a one-sided operation failed: " + std::string(std::strerror(rc)));
+    rma_[slot_index] = {true, silent, id, op, local.length};
+    cv_.notify_all();
+    return Status();
+  }
+
   Status no_rma(const char* op) const {
     {
       std::lock_guard lk(mu_);
@@ -327,7 +419,11 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
   }
 
   void flush_locked(const Status& st) {
-    for (auto& s : sends_) scq_->push({s.id, Opcode::kSend, st, 0, 0});
+    for (auto& r : rma_) {
+      if (r.used && !r.silent) scq_->push({r.id, r.op, st, 0, 0});
+      r.used = false;
+    }
+    for (auto& s : sends_) scq_->push({s.id, s.op, st, 0, 0});
     sends_.clear();
     for (auto& r : recvs_) rcq_->push({r.id, Opcode::kRecv, st, 0, 0});
     recvs_.clear();
@@ -429,6 +525,24 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
   void handle_wc(const ibv_wc& wc, Clock::time_point now) {
     uint64_t kind = wc.wr_id >> 32;
     auto index = static_cast<uint32_t>(wc.wr_id & 0xffffffffu);
+    if (kind == kKindRma) {
+      if (index >= kRmaSlots || !rma_[index].used) return;  // flushed already
+      RmaSlot r = rma_[index];
+      rma_[index].used = false;
+      if (wc.status == IBV_WC_SUCCESS) {
+        if (!r.silent) scq_->push({r.id, r.op, Status(), r.bytes, 0});
+        return;
+      }
+      std::string what = "verbs: " + std::string(to_string(r.op)) + " completed with '" +
+                         api_.wc_status_str(wc.status) + "'";
+      Status st = wc.status == IBV_WC_REM_ACCESS_ERR || wc.status == IBV_WC_REM_INV_REQ_ERR
+                      ? AccessDenied(what + " (key, rights or bounds refused by the target)", opts_.peer_rank)
+                  : wc.status == IBV_WC_RETRY_EXC_ERR ? PeerLost(what, opts_.peer_rank)
+                                                      : IoError(what, opts_.peer_rank);
+      if (!r.silent) scq_->push({r.id, r.op, st, 0, 0});
+      fail_locked(st);
+      return;
+    }
     if (kind == kKindCtrl && index < kCtrlSlots) {
       ctrl_busy_[index] = false;
       if (static_cast<int>(index) == bye_slot_) bye_done_ = true;
@@ -527,7 +641,8 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
       last_ack_progress_ = now;
       rto_ = kRto;
       while (!sends_.empty() && sends_.front().all_chunked && sends_.front().last_seq < acked_) {
-        scq_->push({sends_.front().id, Opcode::kSend, Status(), sends_.front().src.length, 0});
+        const UserSend& f = sends_.front();
+        scq_->push({f.id, f.op, Status(), f.op == Opcode::kSend ? f.src.length : f.bytes, 0});
         sends_.pop_front();
       }
     }
@@ -565,7 +680,9 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
         uint64_t n = std::min<uint64_t>(kChunkPayload, s.src.length - s.next_offset);
         ChunkHeader h{};
         h.type = static_cast<uint8_t>(ChunkType::kData);
-        h.flags = (s.next_offset == 0 ? kFlagFirst : 0) | (s.next_offset + n == s.src.length ? kFlagLast : 0);
+        h.flags = (s.next_offset == 0 ? kFlagFirst : 0) | (s.next_offset + n == s.src.length ? kFlagLast : 0) |
+                  (s.op == Opcode::kWriteImm ? kFlagImm : 0);
+        h.imm = s.imm;
         h.payload_bytes = static_cast<uint32_t>(n);
         h.seq = next_seq_;
         h.msg_bytes = s.src.length;
@@ -603,6 +720,14 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
         fail_locked(Corrupt("verbs: chunk out of place in message (offset " + std::to_string(h.offset) + ")",
                             opts_.peer_rank));
         return true;
+      }
+      if (first && (h.flags & kFlagImm)) {
+        rcq_->push({r.id, Opcode::kRecvImm, Status(), 0, h.imm});
+        recvs_.pop_front();
+        held_.pop_front();
+        post_recv_slot(j);
+        work = true;
+        continue;
       }
       if (first) cur_ = {true, h.msg_bytes, 0};
       if (h.offset < r.dst.length) {
@@ -662,6 +787,7 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
   std::deque<UserSend> sends_;
   DataSlot dslots_[kDataSlots];
   bool ctrl_busy_[kCtrlSlots] = {};
+  RmaSlot rma_[kRmaSlots];
   uint64_t next_seq_ = 0, acked_ = 0, peer_credit_ = kRecvSlots - kRecvReserve;
   // receiver
   uint64_t expected_ = 0;

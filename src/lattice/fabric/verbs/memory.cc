@@ -14,7 +14,15 @@ HeapRegion::HeapRegion(std::byte* data, size_t n, uint32_t access, bool owned)
   key_ = k;
 }
 
+HeapRegion::HeapRegion(std::byte* data, size_t n, uint32_t access, bool owned, std::shared_ptr<Device> dev, ibv_mr* mr)
+    : HeapRegion(data, n, access, owned) {
+  dev_ = std::move(dev);
+  mr_ = mr;
+  if (mr_) key_ = (lattice::secure_random_u64() << 32) | mr_->rkey;
+}
+
 HeapRegion::~HeapRegion() {
+  if (mr_) dev_->api->dereg_mr(mr_);
   if (owned_) std::free(data_);
 }
 

@@ -37,6 +37,32 @@ VerbsProvider::VerbsProvider(std::shared_ptr<Device> dev, std::string scheme)
   caps_.max_inline = 0;
   caps_.frame_bytes = dev_->qp_type == IBV_QPT_UC ? kFrameBytes : 0;
   caps_.max_regions = 0;  // user regions are not device registrations on the staged path
+  if (dev_->rma) {
+    caps_.rma_write = caps_.rma_read = caps_.atomics = true;
+    caps_.needs_registration_for_send = false;
+  }
+}
+
+namespace {
+int verbs_access(uint32_t access) {
+  int a = IBV_ACCESS_LOCAL_WRITE;
+  if (access & kRemoteWrite) a |= IBV_ACCESS_REMOTE_WRITE;
+  if (access & kRemoteRead) a |= IBV_ACCESS_REMOTE_READ;
+  if (access & kRemoteAtomic) a |= IBV_ACCESS_REMOTE_ATOMIC;
+  return a;
+}
+}  // namespace
+
+Result<std::unique_ptr<MemoryRegion>> VerbsProvider::wrap_region(std::byte* data, size_t n_bytes, uint32_t access,
+                                                                bool owned) {
+  if (!dev_->rma || n_bytes == 0) return std::unique_ptr<MemoryRegion>(new HeapRegion(data, n_bytes, access, owned));
+  ibv_mr* mr = dev_->api->reg_mr(dev_->pd, data, n_bytes, verbs_access(access));
+  if (mr == nullptr) {
+    if (owned) std::free(data);
+    return ResourceExhausted("verbs: reg_mr of " + std::to_string(n_bytes) + " bytes on " + dev_->name +
+                             " failed: " + std::strerror(errno));
+  }
+  return std::unique_ptr<MemoryRegion>(new HeapRegion(data, n_bytes, access, owned, dev_, mr));
 }
 
 Result<std::unique_ptr<VerbsProvider>> VerbsProvider::open(const VerbsApi* api, std::string_view device_name,
@@ -92,6 +118,7 @@ Result<std::unique_ptr<VerbsProvider>> VerbsProvider::open(const VerbsApi* api, 
     return Unavailable("verbs: device " + dev->name + " max message " + std::to_string(dev->max_msg) +
                        " is below the " + std::to_string(kSlotBytes) + "-byte slot");
   dev->qp_type = rc_supported(*api, dev->ctx, dev->pd) ? IBV_QPT_RC : IBV_QPT_UC;
+  dev->rma = dev->qp_type == IBV_QPT_RC && dev->emulated;
   LATTICE_LOG_DEBUG("verbs: {} port {} gid[{}] {} {} QPs", dev->name, dev->port, dev->gid_index,
                     gid_to_string(dev->gid), dev->qp_type == IBV_QPT_RC ? "RC" : "UC");
   return std::unique_ptr<VerbsProvider>(new VerbsProvider(std::move(dev), std::move(scheme)));
@@ -102,12 +129,12 @@ Result<std::unique_ptr<MemoryRegion>> VerbsProvider::allocate_memory(size_t n_by
   void* p = std::aligned_alloc(kFrameBytes, (n + kFrameBytes - 1) / kFrameBytes * kFrameBytes);
   if (p == nullptr) return ResourceExhausted("verbs: cannot allocate " + std::to_string(n_bytes) + " bytes");
   std::memset(p, 0, n);
-  return std::unique_ptr<MemoryRegion>(new HeapRegion(static_cast<std::byte*>(p), n_bytes, access, true));
+  return wrap_region(static_cast<std::byte*>(p), n_bytes, access, true);
 }
 
 Result<std::unique_ptr<MemoryRegion>> VerbsProvider::register_memory(void* data, size_t n_bytes, uint32_t access) {
   if (data == nullptr && n_bytes != 0) return InvalidArgument("verbs: register_memory of a null pointer");
-  return std::unique_ptr<MemoryRegion>(new HeapRegion(static_cast<std::byte*>(data), n_bytes, access, false));
+  return wrap_region(static_cast<std::byte*>(data), n_bytes, access, false);
 }
 
 Result<std::unique_ptr<CompletionQueue>> VerbsProvider::create_cq(size_t depth) {

@@ -56,6 +56,10 @@ struct Device {
   int max_qp = 0;
   bool emulated = false;
   bool busy_poll = false;
+  // One-sided write/read/atomics on registered user memory (zero-copy): RC QPs whose regions
+  // are addressed by offset (zero-based). The emulator does that; on real NICs it needs
+  // zero-based registration (ibv_reg_mr_iova2 with iova 0), not wired yet, so off there.
+  bool rma = false;
   ~Device();
 };
 
@@ -100,6 +104,10 @@ class VerbsCompletionQueue final : public CompletionQueue {
 class HeapRegion final : public MemoryRegion {
  public:
   HeapRegion(std::byte* data, size_t n, uint32_t access, bool owned);
+  // RC mode: the region is registered with the device; the key carries its rkey in the low
+  // 32 bits (the target checks it) above 32 random bits.
+  HeapRegion(std::byte* data, size_t n, uint32_t access, bool owned, std::shared_ptr<Device> dev, ibv_mr* mr);
+  ibv_mr* mr() const { return mr_; }
   ~HeapRegion() override;
   std::byte* data() const override { return data_; }
   size_t size() const override { return size_; }
@@ -112,6 +120,8 @@ class HeapRegion final : public MemoryRegion {
   uint32_t access_;
   bool owned_;
   uint64_t key_;
+  std::shared_ptr<Device> dev_;
+  ibv_mr* mr_ = nullptr;
 };
 
 // Counters of the reliability layer (tests read them through endpoint_stats()).
@@ -136,6 +146,7 @@ class VerbsProvider final : public Provider {
 
  private:
   explicit VerbsProvider(std::shared_ptr<Device> dev, std::string scheme);
+  Result<std::unique_ptr<MemoryRegion>> wrap_region(std::byte* data, size_t n_bytes, uint32_t access, bool owned);
   std::shared_ptr<Device> dev_;
   std::string scheme_;
   ProviderCaps caps_;

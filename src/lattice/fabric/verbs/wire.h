@@ -35,6 +35,7 @@ constexpr uint8_t kFlagFirst = 1;     // kData: first chunk of a message
 constexpr uint8_t kFlagLast = 2;      // kData: last chunk of a message
 constexpr uint8_t kFlagNack = 4;      // kAck: the receiver saw a gap, a duplicate or a bad checksum
 constexpr uint8_t kFlagHeard = 8;     // kHello: the sender has heard our hello
+constexpr uint8_t kFlagImm = 32;      // kData: the immediate of a write-with-imm (0 bytes, in `imm`)
 
 struct ChunkHeader {
   uint32_t magic;         // kChunkMagic
@@ -49,7 +50,7 @@ struct ChunkHeader {
   uint64_t msg_bytes;     // kData: total bytes of the message
   uint64_t offset;        // kData: offset of this chunk in the message
   uint32_t crc;
-  uint32_t pad;
+  uint32_t imm;           // kFlagImm only
 };
 static_assert(sizeof(ChunkHeader) == 64);
 constexpr uint32_t kChunkMagic = 0x4c564348u;  // "LVCH"

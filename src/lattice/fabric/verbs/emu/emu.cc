@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <charconv>
 #include <cstring>
+#include <algorithm>
 #include <deque>
 #include <mutex>
 #include <string>
@@ -53,9 +54,17 @@ struct Desc {
   uint32_t bytes;
   int64_t deliver_after_ns;  // steady clock; 0: at once
   uint32_t flags;            // kDescMismatch
-  uint32_t pad;
+  uint32_t op;               // DescOp
+  // RC one-sided requests and their responses
+  uint64_t req_id;           // initiator's request number, echoed in the response
+  uint64_t remote_off;       // regions are zero-based: the address is an offset into the region
+  uint64_t operand0;         // fetch-add: add; compare-swap: expected
+  uint64_t operand1;         // compare-swap: desired
+  uint32_t rkey;
+  uint32_t status;           // response: ibv_wc_status
 };
 constexpr uint32_t kDescMismatch = 1;
+enum DescOp : uint32_t { kOpSend = 0, kOpWrite, kOpRead, kOpFetchAdd, kOpCompareSwap, kOpResponse };
 
 struct Segment {
   uint64_t magic;
@@ -64,8 +73,9 @@ struct Segment {
   std::atomic<uint32_t> alive;
   uint32_t pad;
   std::atomic<uint64_t> recv_posted;
-  std::atomic<uint64_t> msgs_written;
+  std::atomic<uint64_t> msgs_written;  // every descriptor
   std::atomic<uint64_t> msgs_read;
+  std::atomic<uint64_t> sends_written;  // sends only: they consume posted receives (credit)
   std::atomic<uint64_t> frames_head;
   std::atomic<uint64_t> frames_tail;
   uint32_t recv_bytes[kDescRing];  // capacity of receive #i, set before recv_posted covers it
@@ -95,6 +105,7 @@ void init_devices() {
 }
 
 struct Qp;
+struct Mr;
 struct Cq;
 
 struct Context {
@@ -105,6 +116,8 @@ struct Context {
   Stats stats;
   int n_qp = 0;
   int n_mr = 0;
+  std::vector<Mr*> mrs;
+  uint64_t rkey_state = 0x9e3779b97f4a7c15ull;
   bool port_dead = false;
 };
 
@@ -113,6 +126,7 @@ struct Pd {
 };
 struct Mr {
   ibv_mr base;
+  int access;
 };
 
 struct PendingSend {
@@ -120,6 +134,16 @@ struct PendingSend {
   std::byte* addr;
   uint32_t length;
   bool signaled;
+  uint32_t op = kOpSend;
+  uint64_t remote_off = 0;
+  uint32_t rkey = 0;
+  uint64_t operand0 = 0, operand1 = 0;
+};
+struct Awaiting {  // an RC request waiting for its response
+  uint64_t wr_id;
+  uint32_t op;
+  std::byte* addr;
+  uint32_t length;
 };
 struct PostedRecv {
   uint64_t wr_id;
@@ -139,6 +163,8 @@ struct Qp {
   uint8_t port = 0;
   std::deque<PendingSend> sq;
   std::deque<PostedRecv> rq;
+  uint64_t next_req = 0;
+  std::deque<std::pair<uint64_t, Awaiting>> awaiting;  // in request order
 };
 
 struct Cq {
@@ -184,32 +210,50 @@ std::byte* ring_byte(Segment* seg, uint64_t frame, size_t in_frame) {
   return reinterpret_cast<std::byte*>(seg) + kDataOffset + (frame % kRingFrames) * kFrame + in_frame;
 }
 
-// Publishes one message into the peer's segment; false when it must wait (credit or space).
-// Caller holds ctx->mu.
+uint32_t frames_for(const PendingSend& s) {
+  if (s.op == kOpSend) return frames_of(s.length);
+  return s.op == kOpWrite ? static_cast<uint32_t>((uint64_t{s.length} + kFrame - 1) / kFrame) : 0;
+}
+
+// Publishes one message or request into the peer's segment; false when it must wait (credit
+// or ring space). Caller holds ctx->mu.
 bool publish(Qp* qp, const PendingSend& s, int copies, uint32_t* flags_out) {
   Segment* peer = qp->peer;
   uint64_t written = peer->msgs_written.load(std::memory_order_relaxed);
+  uint64_t sends = peer->sends_written.load(std::memory_order_relaxed);
+  bool is_send = s.op == kOpSend;
   uint64_t posted = peer->recv_posted.load(std::memory_order_acquire);
-  if (posted < written + static_cast<uint64_t>(copies)) return false;  // credit: a receive must be posted
-  uint32_t nf = frames_of(s.length);
+  if (is_send && posted < sends + static_cast<uint64_t>(copies)) return false;  // credit: a receive must be posted
+  if (written + copies - peer->msgs_read.load(std::memory_order_acquire) >= kDescRing) return false;
+  uint32_t nf = frames_for(s);
   uint64_t head = peer->frames_head.load(std::memory_order_relaxed);
   uint64_t tail = peer->frames_tail.load(std::memory_order_acquire);
   if (head + static_cast<uint64_t>(nf) * copies - tail > kRingFrames) return false;
   const Profile& p = *qp->ctx->profile;
   uint32_t flags = 0;
   for (int c = 0; c < copies; ++c) {
-    uint64_t idx = written + c;
-    uint32_t cap = peer->recv_bytes[idx % kDescRing];
-    bool mismatch = p.frames_must_match ? frames_of(cap) != nf : s.length > cap;
+    bool mismatch = false;
+    if (is_send) {
+      uint32_t cap = peer->recv_bytes[(sends + c) % kDescRing];
+      mismatch = p.frames_must_match ? frames_of(cap) != nf : s.length > cap;
+    }
     if (mismatch) flags |= kDescMismatch;
-    ring_write(peer, head + static_cast<uint64_t>(nf) * c, s.addr, s.length);
-    Desc& d = peer->desc[idx % kDescRing];
+    if (s.op == kOpSend || s.op == kOpWrite) ring_write(peer, head + static_cast<uint64_t>(nf) * c, s.addr, s.length);
+    Desc& d = peer->desc[(written + c) % kDescRing];
     d.frame_start = head + static_cast<uint64_t>(nf) * c;
     d.n_frames = nf;
     d.bytes = s.length;
     d.deliver_after_ns = 0;
     d.flags = mismatch ? kDescMismatch : 0;
+    d.op = s.op;
+    d.req_id = qp->next_req;
+    d.remote_off = s.remote_off;
+    d.operand0 = s.operand0;
+    d.operand1 = s.operand1;
+    d.rkey = s.rkey;
+    d.status = 0;
   }
+  if (is_send) peer->sends_written.store(sends + copies, std::memory_order_relaxed);
   *flags_out = flags;
   return true;
 }
@@ -231,7 +275,7 @@ void progress_sends(Qp* qp) {
       if (s.signaled || st != IBV_WC_SUCCESS) push_wc(qp->scq, s.wr_id, st, IBV_WC_SEND, s.length, qp->base.qp_num);
       continue;
     }
-    uint32_t nf = frames_of(s.length);
+    uint32_t nf = std::max<uint32_t>(frames_for(s), 1);
     uint64_t first = ctx->stats.frames_sent + 1, last = ctx->stats.frames_sent + nf;
     auto hits = [&](uint64_t n) { return n != 0 && n >= first && n <= last; };
     int copies = hits(ctx->faults.dup_frame) ? 2 : 1;
@@ -261,6 +305,12 @@ void progress_sends(Qp* qp) {
     }
     ctx->stats.frames_sent += nf;
     qp->sq.pop_front();
+    if (s.op != kOpSend) {
+      // RC one-sided: completes when the target's response comes back.
+      qp->awaiting.emplace_back(qp->next_req++, Awaiting{s.wr_id, s.op, s.addr, s.length});
+      continue;
+    }
+    qp->next_req++;
     // No hardware acks: the completion fires when the frames left, before the peer saw them.
     ibv_wc_status st = (flags & kDescMismatch) ? IBV_WC_REM_INV_REQ_ERR : IBV_WC_SUCCESS;
     if (s.signaled || st != IBV_WC_SUCCESS) push_wc(qp->scq, s.wr_id, st, IBV_WC_SEND, s.length, qp->base.qp_num);
@@ -271,26 +321,105 @@ void progress_sends(Qp* qp) {
   }
 }
 
-// Drains the QP's segment into posted receives, in order. Caller holds ctx->mu.
+ibv_wc_opcode wc_opcode(uint32_t op) {
+  switch (op) {
+    case kOpWrite: return IBV_WC_RDMA_WRITE;
+    case kOpRead: return IBV_WC_RDMA_READ;
+    case kOpFetchAdd: return IBV_WC_FETCH_ADD;
+    case kOpCompareSwap: return IBV_WC_COMP_SWAP;
+    default: return IBV_WC_SEND;
+  }
+}
+
+// Target side of an RC request: checks the region (rkey, rights, bounds, alignment), applies
+// it and publishes the response (with read data or the old atomic value) into the
+// initiator's segment. False when the response does not fit yet. Caller holds ctx->mu.
+bool serve_request(Qp* qp, const Desc& d) {
+  Segment* peer = qp->peer;
+  if (peer == nullptr) return true;
+  uint32_t resp_bytes = d.op == kOpRead ? d.bytes : (d.op == kOpFetchAdd || d.op == kOpCompareSwap) ? 8 : 0;
+  uint32_t nf = static_cast<uint32_t>((uint64_t{resp_bytes} + kFrame - 1) / kFrame);
+  uint64_t written = peer->msgs_written.load(std::memory_order_relaxed);
+  if (written + 1 - peer->msgs_read.load(std::memory_order_acquire) >= kDescRing) return false;
+  uint64_t head = peer->frames_head.load(std::memory_order_relaxed);
+  if (head + nf - peer->frames_tail.load(std::memory_order_acquire) > kRingFrames) return false;
+  Mr* mr = nullptr;
+  for (Mr* m : qp->ctx->mrs)
+    if (m->base.rkey == d.rkey && m->base.pd == qp->base.pd) mr = m;
+  int need = d.op == kOpWrite ? IBV_ACCESS_REMOTE_WRITE : d.op == kOpRead ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_ATOMIC;
+  uint64_t len = d.op == kOpWrite || d.op == kOpRead ? d.bytes : 8;
+  ibv_wc_status st = IBV_WC_SUCCESS;
+  if (mr == nullptr || !(mr->access & need) || d.remote_off > mr->base.length || len > mr->base.length - d.remote_off)
+    st = IBV_WC_REM_ACCESS_ERR;
+  else if (len == 8 && d.op != kOpWrite && d.op != kOpRead && d.remote_off % 8 != 0)
+    st = IBV_WC_REM_INV_REQ_ERR;
+  auto* base = static_cast<std::byte*>(mr ? mr->base.addr : nullptr);
+  uint64_t old = 0;
+  if (st == IBV_WC_SUCCESS) {
+    std::byte* at = base + d.remote_off;
+    switch (d.op) {
+      case kOpWrite: ring_read(qp->mine, d.frame_start, at, d.bytes); break;
+      case kOpRead: ring_write(peer, head, at, d.bytes); break;
+      case kOpFetchAdd:
+      case kOpCompareSwap: {
+        std::memcpy(&old, at, 8);
+        uint64_t now = d.op == kOpFetchAdd ? old + d.operand0 : (old == d.operand0 ? d.operand1 : old);
+        std::memcpy(at, &now, 8);
+        auto* b = reinterpret_cast<const std::byte*>(&old);
+        ring_write(peer, head, b, 8);
+        break;
+      }
+      default: break;
+    }
+  }
+  Desc& r = peer->desc[written % kDescRing];
+  r.frame_start = head;
+  r.n_frames = nf;
+  r.bytes = st == IBV_WC_SUCCESS ? resp_bytes : 0;
+  r.deliver_after_ns = 0;
+  r.flags = 0;
+  r.op = kOpResponse;
+  r.req_id = d.req_id;
+  r.status = st;
+  peer->frames_head.store(head + nf, std::memory_order_relaxed);
+  peer->msgs_written.store(written + 1, std::memory_order_release);
+  return true;
+}
+
+// Drains the QP's segment in order: sends into posted receives, RC requests served, responses
+// completing our requests. Caller holds ctx->mu.
 void progress_recvs(Qp* qp) {
   Segment* seg = qp->mine;
   if (seg == nullptr || qp->ctx->port_dead) return;
-  while (!qp->rq.empty()) {
+  while (true) {
     uint64_t read = seg->msgs_read.load(std::memory_order_relaxed);
     if (read == seg->msgs_written.load(std::memory_order_acquire)) return;
     const Desc& d = seg->desc[read % kDescRing];
     if (d.deliver_after_ns != 0 && now_ns() < d.deliver_after_ns) return;
-    PostedRecv r = qp->rq.front();
-    qp->rq.pop_front();
-    ibv_wc_status st = IBV_WC_SUCCESS;
-    uint32_t n = d.bytes;
-    if ((d.flags & kDescMismatch) || n > r.length) {
-      st = IBV_WC_LOC_LEN_ERR;
-      n = 0;
-    } else {
-      ring_read(seg, d.frame_start, r.addr, n);
+    if (d.op == kOpSend) {
+      if (qp->rq.empty()) return;
+      PostedRecv r = qp->rq.front();
+      qp->rq.pop_front();
+      ibv_wc_status st = IBV_WC_SUCCESS;
+      uint32_t n = d.bytes;
+      if ((d.flags & kDescMismatch) || n > r.length) {
+        st = IBV_WC_LOC_LEN_ERR;
+        n = 0;
+      } else {
+        ring_read(seg, d.frame_start, r.addr, n);
+      }
+      push_wc(qp->rcq, r.wr_id, st, IBV_WC_RECV, n, qp->base.qp_num);
+    } else if (d.op == kOpResponse) {
+      if (!qp->awaiting.empty() && qp->awaiting.front().first == d.req_id) {
+        Awaiting a = qp->awaiting.front().second;
+        qp->awaiting.pop_front();
+        auto st = static_cast<ibv_wc_status>(d.status);
+        if (st == IBV_WC_SUCCESS && d.bytes > 0) ring_read(seg, d.frame_start, a.addr, std::min(d.bytes, a.length));
+        push_wc(qp->scq, a.wr_id, st, wc_opcode(a.op), st == IBV_WC_SUCCESS ? a.length : 0, qp->base.qp_num);
+      }
+    } else if (qp->base.qp_type == IBV_QPT_RC) {
+      if (!serve_request(qp, d)) return;  // response ring full: later
     }
-    push_wc(qp->rcq, r.wr_id, st, IBV_WC_RECV, n, qp->base.qp_num);
     seg->frames_tail.store(seg->frames_tail.load(std::memory_order_relaxed) + d.n_frames, std::memory_order_release);
     seg->msgs_read.store(read + 1, std::memory_order_release);
   }
@@ -410,8 +539,17 @@ ibv_mr* emu_reg_mr(ibv_pd* pd, void* addr, size_t length, int access) {
   mr->base.pd = pd;
   mr->base.addr = addr;
   mr->base.length = length;
-  mr->base.lkey = mr->base.rkey = static_cast<uint32_t>(ctx->n_mr) * 2654435761u;
-  (void)access;
+  mr->access = access;
+  // Keys are unpredictable and never reused while registered (splitmix64 over a seeded state).
+  uint32_t key = 0;
+  while (key == 0 || std::any_of(ctx->mrs.begin(), ctx->mrs.end(), [&](Mr* m) { return m->base.rkey == key; })) {
+    uint64_t z = (ctx->rkey_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    key = static_cast<uint32_t>(z ^ (z >> 31));
+  }
+  mr->base.lkey = mr->base.rkey = key;
+  ctx->mrs.push_back(mr);
   return &mr->base;
 }
 int emu_dereg_mr(ibv_mr* m) {
@@ -419,6 +557,7 @@ int emu_dereg_mr(ibv_mr* m) {
   {
     std::lock_guard lock(ctx->mu);
     ctx->n_mr--;
+    std::erase(ctx->mrs, reinterpret_cast<Mr*>(m));
   }
   delete reinterpret_cast<Mr*>(m);
   return 0;
@@ -577,12 +716,34 @@ int emu_post_send(ibv_qp* q, ibv_send_wr* wr, ibv_send_wr** bad) {
   for (; wr != nullptr; wr = wr->next) {
     *bad = wr;
     if (q->state != IBV_QPS_RTS) return EINVAL;
-    if (wr->opcode != IBV_WR_SEND || wr->num_sge > 1) return EOPNOTSUPP;  // two-sided only here
+    if (wr->num_sge > 1) return EINVAL;
+    uint32_t op = kOpSend;
+    switch (wr->opcode) {
+      case IBV_WR_SEND: op = kOpSend; break;
+      case IBV_WR_RDMA_WRITE: op = kOpWrite; break;
+      case IBV_WR_RDMA_READ: op = kOpRead; break;
+      case IBV_WR_ATOMIC_FETCH_AND_ADD: op = kOpFetchAdd; break;
+      case IBV_WR_ATOMIC_CMP_AND_SWP: op = kOpCompareSwap; break;
+      default: return EOPNOTSUPP;
+    }
+    if (op != kOpSend && q->qp_type != IBV_QPT_RC) return EOPNOTSUPP;  // UC: two-sided only
     if (qp->sq.size() >= qp->max_send_wr) return ENOMEM;
     uint64_t len = wr->num_sge == 1 ? wr->sg_list[0].length : 0;
     if (len > ctx->profile->max_msg) return EMSGSIZE;
-    qp->sq.push_back({wr->wr_id, wr->num_sge ? reinterpret_cast<std::byte*>(wr->sg_list[0].addr) : nullptr,
-                      static_cast<uint32_t>(len), (wr->send_flags & IBV_SEND_SIGNALED) != 0});
+    if ((op == kOpFetchAdd || op == kOpCompareSwap) && len != 8) return EINVAL;
+    PendingSend ps{wr->wr_id, wr->num_sge ? reinterpret_cast<std::byte*>(wr->sg_list[0].addr) : nullptr,
+                   static_cast<uint32_t>(len), (wr->send_flags & IBV_SEND_SIGNALED) != 0};
+    ps.op = op;
+    if (op == kOpWrite || op == kOpRead) {
+      ps.remote_off = wr->wr.rdma.remote_addr;
+      ps.rkey = wr->wr.rdma.rkey;
+    } else if (op != kOpSend) {
+      ps.remote_off = wr->wr.atomic.remote_addr;
+      ps.rkey = wr->wr.atomic.rkey;
+      ps.operand0 = wr->wr.atomic.compare_add;
+      ps.operand1 = wr->wr.atomic.swap;
+    }
+    qp->sq.push_back(ps);
   }
   *bad = nullptr;
   progress_sends(qp);
