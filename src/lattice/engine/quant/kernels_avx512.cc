@@ -195,13 +195,11 @@ void tile_t(const uint8_t* group, size_t nb, const Act& a, size_t t0, float* out
   const __m512i m4 = _mm512_set1_epi8(0x0f), m4hi = _mm512_set1_epi8(static_cast<char>(0xf0));
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* p = group + b * bb;
-#ifndef LATTICE_PF_BLOCKS
-#define LATTICE_PF_BLOCKS 8
-#endif
-    if constexpr (LATTICE_PF_BLOCKS > 0) {
-      _mm_prefetch(reinterpret_cast<const char*>(p) + LATTICE_PF_BLOCKS * bb, _MM_HINT_T0);
-      if constexpr (!kQ4) _mm_prefetch(reinterpret_cast<const char*>(p) + LATTICE_PF_BLOCKS * bb + 256, _MM_HINT_T0);
-    }
+    // Software prefetch of every line of the block ~4 KB ahead, and of its scales: the
+    // hardware streamers alone left cold (DRAM) decode well below streaming-read speed.
+    constexpr size_t kAhead = 4096;
+    for (size_t l = 0; l < bb; l += 64) _mm_prefetch(reinterpret_cast<const char*>(p) + kAhead + l, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(sc + b * 16) + kAhead / (bb / 32), _MM_HINT_T0);
     __m512i acc[NT], acc2[NT];
     for (int t = 0; t < NT; ++t) {
       acc[t] = _mm512_set1_epi32(xs[t][b]);
