@@ -9,9 +9,13 @@
 //     crc32c per message, cumulative acks with a receiver credit window, go-back-N
 //     retransmission from the staging copy, and an endpoint failure (never wrong data) when the
 //     peer stays silent past the deadline.
-//   - The same staged protocol runs over RC QPs on devices that allow them (linux-rc). One-sided
-//     write/read/atomics over RC are not implemented yet: caps say so and the conformance suite
-//     skips them.
+//   - RC mode (devices that allow RC QPs, e.g. linux-rc): two-sided messages still use the staged
+//     protocol (its acks are redundant on RC but harmless), and one-sided write, write-with-imm,
+//     read and atomics go zero-copy from registered regions: regions are registered with the
+//     device, addressed by offset (zero-based) and an rkey carried in the region key; the target
+//     checks rkey, rights and bounds. Write-with-imm is the write followed, on the same QP, by a
+//     sequenced zero-byte staged message carrying the immediate. Enabled on the emulated device
+//     only: real NICs need zero-based registration (ibv_reg_mr_iova2), not wired yet.
 //
 // Progress: one thread per endpoint polls the verbs CQ, runs the protocol and pushes fabric
 // completions; it sleeps (bounded by the heartbeat period) when idle, or spins with busy_poll.
