@@ -373,10 +373,10 @@ FaultRun run_faulty(const std::string& uri, int n, size_t len = 1000) {
 
 // Frames counted per device from 1; each staged message is 8 frames, so N = 8k+1 is the header
 // frame of the sender's (k+1)th message: well past the handshake, inside the data.
-constexpr int kMessages = 80;
+constexpr int kMessages = 200;  // frame 961 is the 121st message: far past any handshake
 
 TEST(VerbsFault, DroppedFrameIsRetransmitted) {
-  auto r = run_faulty("verbs-emu://apple-tb5?drop=321", kMessages);
+  auto r = run_faulty("verbs-emu://apple-tb5?drop=961", kMessages);
   ASSERT_EQ(r.recv_status.size(), size_t{kMessages});
   for (auto& s : r.recv_status) EXPECT_TRUE(s.ok()) << s.to_string();
   EXPECT_TRUE(r.data_ok);
@@ -385,7 +385,7 @@ TEST(VerbsFault, DroppedFrameIsRetransmitted) {
 }
 
 TEST(VerbsFault, DuplicatedFrameIsDiscarded) {
-  auto r = run_faulty("verbs-emu://apple-tb5?dup=321", kMessages);
+  auto r = run_faulty("verbs-emu://apple-tb5?dup=961", kMessages);
   ASSERT_EQ(r.recv_status.size(), size_t{kMessages});
   for (auto& s : r.recv_status) EXPECT_TRUE(s.ok()) << s.to_string();
   EXPECT_TRUE(r.data_ok);
@@ -394,7 +394,7 @@ TEST(VerbsFault, DuplicatedFrameIsDiscarded) {
 }
 
 TEST(VerbsFault, CorruptedFrameIsDetectedAndRetransmitted) {
-  auto r = run_faulty("verbs-emu://apple-tb5?corrupt=321", kMessages);
+  auto r = run_faulty("verbs-emu://apple-tb5?corrupt=961", kMessages);
   ASSERT_EQ(r.recv_status.size(), size_t{kMessages});
   for (auto& s : r.recv_status) EXPECT_TRUE(s.ok()) << s.to_string();
   EXPECT_TRUE(r.data_ok) << "silent wrong data";
@@ -405,7 +405,7 @@ TEST(VerbsFault, CorruptedFrameIsDetectedAndRetransmitted) {
 
 TEST(VerbsFault, CorruptedPayloadFrameOnLinuxRcIsDetected) {
   // 30 KB messages: frame 8k+2 is payload, not header.
-  auto r = run_faulty("verbs-emu://linux-rc?corrupt=322", kMessages, 30000);
+  auto r = run_faulty("verbs-emu://linux-rc?corrupt=962", kMessages, 30000);
   ASSERT_EQ(r.recv_status.size(), size_t{kMessages});
   for (auto& s : r.recv_status) EXPECT_TRUE(s.ok()) << s.to_string();
   EXPECT_TRUE(r.data_ok) << "silent wrong data";
@@ -414,7 +414,7 @@ TEST(VerbsFault, CorruptedPayloadFrameOnLinuxRcIsDetected) {
 }
 
 TEST(VerbsFault, DelayedFrameStillArrivesInOrder) {
-  auto r = run_faulty("verbs-emu://apple-tb5?delay=321:30ms", kMessages);
+  auto r = run_faulty("verbs-emu://apple-tb5?delay=961:30ms", kMessages);
   ASSERT_EQ(r.recv_status.size(), size_t{kMessages});
   for (auto& s : r.recv_status) EXPECT_TRUE(s.ok()) << s.to_string();
   EXPECT_TRUE(r.data_ok);
