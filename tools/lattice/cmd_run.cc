@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "dist_run.h"
 #include "engine_cli.h"
 #include "lattice/engine/runtime/generate.h"
 #include "lattice/engine/tokenizer/from_gguf.h"
@@ -28,6 +29,9 @@ struct RunArgs {
   int repeat_last_n = 64;
   int ctx = 0;
   bool chat = false, json = false, no_pack = false, ignore_eos = false;
+  int nodes = 0;  // > 0, or under `lattice launch`: tensor parallel (dist_run.h)
+  std::string provider = "shm";
+  bool demo = false;
 };
 
 int fail(const std::string& msg) {
@@ -35,7 +39,19 @@ int fail(const std::string& msg) {
   return 2;
 }
 
+int run_dist(const RunArgs& a) {
+  DistRunArgs d;
+  d.model = a.model, d.prompt = a.prompt, d.nodes = a.nodes, d.provider = a.provider, d.n_predict = a.n_predict;
+  d.threads = a.threads > 0 ? a.threads : 1, d.temp = a.temp, d.seed = a.seed, d.seed_set = a.seed_set;
+  d.top_k = a.top_k, d.top_p = a.top_p, d.min_p = a.min_p, d.repeat_penalty = a.repeat_penalty;
+  d.repeat_last_n = a.repeat_last_n, d.ctx = a.ctx, d.chat = a.chat, d.json = a.json, d.no_pack = a.no_pack;
+  d.ignore_eos = a.ignore_eos, d.demo = a.demo;
+  return run_distributed(d);
+}
+
 int run(const RunArgs& a) {
+  if (a.nodes > 0 || a.demo || under_cluster_launcher()) return run_dist(a);
+  if (a.model.empty()) return fail("-m is required");
   if (a.n_predict < 0) return fail("-n must be >= 0");
   if (a.threads < 0 || a.threads > 1024) return fail("-t must be in 1..1024 (0: all cores)");
   if (a.ctx < 0) return fail("--ctx must be >= 0");
@@ -103,8 +119,8 @@ int run(const RunArgs& a) {
 
 Registrar run_cmd{{"run", "generate text from a GGUF model (llama, qwen2, qwen3) on this node", [](CLI::App& app) {
                      auto a = std::make_shared<RunArgs>();
-                     app.add_option("-m,--model", a->model, "GGUF file (the first file of a split set)")->required();
-                     app.add_option("-p,--prompt", a->prompt, "prompt text")->required();
+                     app.add_option("-m,--model", a->model, "GGUF file (the first file of a split set)");
+                     app.add_option("-p,--prompt", a->prompt, "prompt text");
                      app.add_option("-n,--n-predict", a->n_predict, "tokens to generate")->capture_default_str();
                      app.add_option("-t,--threads", a->threads, "threads (0: all cores)")->capture_default_str();
                      app.add_option("--temp", a->temp, "temperature (0: greedy)")->capture_default_str();
@@ -121,6 +137,9 @@ Registrar run_cmd{{"run", "generate text from a GGUF model (llama, qwen2, qwen3)
                      app.add_flag("--chat", a->chat, "wrap the prompt in the model's chat template (one user turn)");
                      app.add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-generation tokens");
                      app.add_flag("--no-pack", a->no_pack, "use every weight in place from the mapping (no repacking)");
+                     app.add_option("--nodes", a->nodes, "tensor parallel over N local ranks (processes); -t is per rank");
+                     app.add_option("--provider", a->provider, "with --nodes: shm or tcp")->capture_default_str();
+                     app.add_flag("--demo", a->demo, "with no -m: a small make-model model on 2 local ranks");
                      app.add_flag("--json", a->json, "print one JSON object (tokens, text, speeds) instead of text");
                      return [a] { return run(*a); };
                    }}};

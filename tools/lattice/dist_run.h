@@ -1,0 +1,37 @@
+// `lattice run --nodes N`: tensor-parallel generation over a cluster of ranks.
+//
+// Without a launcher around it, the command starts N local rank processes of itself (the
+// launcher from cluster/, a fresh cluster secret, provider shm or tcp) and waits for them;
+// under `lattice launch` (LATTICE_RANK in the environment) it is one rank: it joins the
+// cluster, maps its shard of the model, and generates in lockstep with the others. Rank 0
+// prints the text and the report (or --json: the single-node object plus per-rank traffic).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace lattice::cli {
+
+struct DistRunArgs {
+  std::string model, prompt;
+  int nodes = 0;               // local ranks to start (0: we are a rank under a launcher)
+  std::string provider = "shm";
+  int n_predict = 128;
+  int threads = 1;             // per rank
+  float temp = 0.8f;
+  uint64_t seed = 0;
+  bool seed_set = false;
+  int top_k = 40;
+  float top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1.0f;
+  int repeat_last_n = 64;
+  int ctx = 0;
+  bool chat = false, json = false, no_pack = false, ignore_eos = false, demo = false;
+};
+
+// True when this process was started as a rank of a cluster of more than one.
+bool under_cluster_launcher();
+// The demo model (make-model, small llama), written once into the cache directory.
+std::string demo_model_path(std::string* error);
+int run_distributed(DistRunArgs args);
+
+}  // namespace lattice::cli
