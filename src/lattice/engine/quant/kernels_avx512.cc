@@ -264,6 +264,13 @@ void tile(const uint8_t* group, size_t nb, const Act& a, size_t t0, size_t nt, f
 // Packed Q4_K (layout in kernels.h): per sub-block the integer dots come from vpdpbusd as for
 // Q4_0, are scaled by d*sc (one vector per sub-block, shared by the tokens) in float, and the
 // mins term sum_j m_j * sum(x of sub-block j) is 4 vpdpwssd per super-block.
+// K-quant super-blocks are walked in 8 sub-block steps; step j prefetches the j-th eighth of
+// the super-block bytes 4 KB ahead, so every line (scales and high bits included) is asked for.
+inline void prefetch_slice(const uint8_t* sb, size_t sb_bytes, int j) {
+  const char* pf = reinterpret_cast<const char*>(sb) + 4096;
+  for (size_t l = (sb_bytes * j / 8) & ~size_t{63}; l < sb_bytes * (j + 1) / 8; l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
+}
+
 // Q5_K: the fifth bit of element 4i+m (bit 2i of its byte) or 16+4i+m (bit 2i+1) moved to
 // bit 4 of the byte (epi16 shifts: masking with 0x10 keeps each byte's own bit).
 template <int kBit>
@@ -297,9 +304,7 @@ void tile_k4_t(const uint8_t* group, size_t nsb, const Act& a, size_t t0, float*
     for (int t = 0; t < NT; ++t) fs[t] = _mm512_setzero_ps();
     for (int j = 0; j < 8; ++j) {
       const uint8_t* p = sb + j * 256;
-      for (int l = 0; l < 4; ++l)
-        _mm_prefetch(reinterpret_cast<const char*>(p) + 4 * L::kBytes + 64 * l, _MM_HINT_T0);
-      if constexpr (kBits == 5) _mm_prefetch(reinterpret_cast<const char*>(sb + L::kHighBits + j * 64) + 4 * L::kBytes, _MM_HINT_T0);
+      prefetch_slice(sb, L::kBytes, j);
       const __m512 dsc = _mm512_mul_ps(
           _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + L::kScales + j * 16)))), dvec);
       __m512i dot[NT], dot2[NT];
@@ -401,8 +406,7 @@ void tile_q6_k_t(const uint8_t* group, size_t nsb, const Act& a, size_t t0, floa
     for (int j = 0; j < 8; ++j) {
       const uint8_t* p = sb + j * 256;
       const uint8_t* ph = sb + 2048 + j * 128;
-      for (int l = 0; l < 6; ++l)
-        _mm_prefetch(reinterpret_cast<const char*>(p) + 3 * kQ6KPackedBytes + 64 * l, _MM_HINT_T0);
+      prefetch_slice(sb, kQ6KPackedBytes, j);
       const __m512 sc_lo = _mm512_mul_ps(
           _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 3072 + (2 * j) * 16)))), dvec);
       const __m512 sc_hi = _mm512_mul_ps(
