@@ -112,7 +112,7 @@ std::vector<Trace> tensor_parallel(const std::string& path, int world, const std
     TpSessionOptions so;
     so.n_ctx = 128;
     so.n_threads = threads;
-    LATTICE_ASSIGN_OR_RETURN(auto s, TpSession::create(*model, *comm, so));
+    LATTICE_ASSIGN_OR_RETURN(auto s, TpSession::create(*model, comm.get(), so));
     LATTICE_RETURN_IF_ERROR(s->prefill(prompt()));
     for (int i = 0; i < steps; ++i) {
       std::vector<float> full;
@@ -247,7 +247,7 @@ TEST(ParallelTp, SampledTokensAgreeOnEveryRank) {
     LATTICE_ASSIGN_OR_RETURN(auto model, TpModel::load(path, r, world));
     TpSessionOptions so;
     so.n_ctx = 64;
-    LATTICE_ASSIGN_OR_RETURN(auto s, TpSession::create(*model, *comm, so));
+    LATTICE_ASSIGN_OR_RETURN(auto s, TpSession::create(*model, comm.get(), so));
     SamplerParams sp;
     sp.temperature = 1.5f;
     sp.top_k = 20;
@@ -285,7 +285,7 @@ TEST(ParallelTpFault, RankLostMidGenerationSurvivorsReportPeerLost) {
     TpSessionOptions so;
     so.n_ctx = 64;
     so.coll_timeout = std::chrono::seconds(30);
-    LATTICE_ASSIGN_OR_RETURN(auto s, TpSession::create(*model, *comms[r], so));
+    LATTICE_ASSIGN_OR_RETURN(auto s, TpSession::create(*model, comms[r].get(), so));
     LATTICE_RETURN_IF_ERROR(s->prefill(prompt()));
     for (int i = 0; i < 40; ++i) {
       if (r == victim && i == 5) {

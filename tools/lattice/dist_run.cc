@@ -124,7 +124,7 @@ int run_rank(const DistRunArgs& a) {
   so.n_ctx = a.ctx > 0 ? static_cast<uint32_t>(a.ctx) : static_cast<uint32_t>(prompt.size() + go.n_predict);
   so.n_threads = static_cast<uint32_t>(std::max(1, a.threads));
   if (prompt.size() + go.n_predict > so.n_ctx) return rfail("prompt + -n exceed --ctx");
-  auto s = engine::parallel::TpSession::create(**model, **comm, so);
+  auto s = engine::parallel::TpSession::create(**model, comm->get(), so);
   if (!s.ok()) return rfail(s.status().to_string());
   engine::parallel::TpSession& sess = **s;
 

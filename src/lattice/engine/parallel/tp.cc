@@ -171,6 +171,11 @@ Status TpModel::bind_all(const TpLoadOptions& options) {
   (void)down0;
   (void)wo0;
   LATTICE_ASSIGN_OR_RETURN(layout_, make_tp_layout(hp_, ff_blk, wo_blk, world_, options.weights));
+  layer_begin_ = options.layer_begin;
+  layer_end_ = options.layer_end ? options.layer_end : hp_.n_layer;
+  if (layer_begin_ >= layer_end_ || layer_end_ > hp_.n_layer)
+    return InvalidArgument("layers [" + std::to_string(layer_begin_) + ", " + std::to_string(layer_end_) +
+                           ") are not a range of the model's " + std::to_string(hp_.n_layer));
 
   const bool pack = options.pack;
   const Range kv = kv_heads(), f = ff(), voc = vocab();
@@ -178,17 +183,20 @@ Status TpModel::bind_all(const TpLoadOptions& options) {
   const Range q_rows{kv.begin * G * HD, kv.end * G * HD};
   const Range kv_rows{kv.begin * HD, kv.end * HD};
 
-  LATTICE_ASSIGN_OR_RETURN(output_norm_, vec("output_norm.weight", E, true));
-  const bool tied = file_->find_tensor("output.weight") == nullptr;
-  LATTICE_ASSIGN_OR_RETURN(const TensorInfo* out_t, matrix_info(tied ? "token_embd.weight" : "output.weight", E, hp_.n_vocab));
-  // A tied output is read in place (the embedding lookups use the same bytes).
-  LATTICE_ASSIGN_OR_RETURN(output_, rows(*out_t, voc, pack && !tied));
+  if (has_head()) {
+    LATTICE_ASSIGN_OR_RETURN(output_norm_, vec("output_norm.weight", E, true));
+    const bool tied = file_->find_tensor("output.weight") == nullptr;
+    LATTICE_ASSIGN_OR_RETURN(const TensorInfo* out_t,
+                             matrix_info(tied ? "token_embd.weight" : "output.weight", E, hp_.n_vocab));
+    // A tied output is read in place (the embedding lookups use the same bytes).
+    LATTICE_ASSIGN_OR_RETURN(output_, rows(*out_t, voc, pack && !tied));
+  }
   LATTICE_ASSIGN_OR_RETURN(rope_freqs_, vec("rope_freqs.weight", hp_.rope.n_rot / 2, false));
 
-  layers_.resize(hp_.n_layer);
-  for (uint32_t i = 0; i < hp_.n_layer; ++i) {
+  layers_.resize(layer_end_ - layer_begin_);
+  for (uint32_t i = layer_begin_; i < layer_end_; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
-    Layer& L = layers_[i];
+    Layer& L = layers_[i - layer_begin_];
     LATTICE_ASSIGN_OR_RETURN(L.attn_norm, vec(p + "attn_norm.weight", E, true));
     LATTICE_ASSIGN_OR_RETURN(const TensorInfo* tq, matrix_info(p + "attn_q.weight", E, hp_.q_dim()));
     LATTICE_ASSIGN_OR_RETURN(const TensorInfo* tk, matrix_info(p + "attn_k.weight", E, hp_.kv_dim()));
@@ -248,12 +256,13 @@ struct TpSession::Impl {
 
 TpSession::~TpSession() = default;
 
-Result<std::unique_ptr<TpSession>> TpSession::create(const TpModel& model, coll::Communicator& comm,
+Result<std::unique_ptr<TpSession>> TpSession::create(const TpModel& model, coll::Communicator* comm,
                                                      const TpSessionOptions& options) {
   const Hparams& hp = model.hparams();
-  if (comm.world_size() != model.world() || comm.rank() != model.rank())
-    return InvalidArgument("tensor parallel: the communicator is rank " + std::to_string(comm.rank()) + " of " +
-                           std::to_string(comm.world_size()) + ", the shard rank " + std::to_string(model.rank()) +
+  if (comm == nullptr && model.world() != 1) return InvalidArgument("tensor parallel: no communicator");
+  if (comm && (comm->world_size() != model.world() || comm->rank() != model.rank()))
+    return InvalidArgument("tensor parallel: the communicator is rank " + std::to_string(comm->rank()) + " of " +
+                           std::to_string(comm->world_size()) + ", the shard rank " + std::to_string(model.rank()) +
                            " of " + std::to_string(model.world()));
   TpSessionOptions o = options;
   if (o.n_threads == 0 || o.n_batch == 0) return InvalidArgument("tensor parallel: threads and batch must be >= 1");
@@ -261,12 +270,13 @@ Result<std::unique_ptr<TpSession>> TpSession::create(const TpModel& model, coll:
   o.n_batch = std::min(o.n_batch, o.n_ctx);
   std::unique_ptr<TpSession> s(new TpSession());
   s->model_ = &model;
-  s->comm_ = &comm;
+  s->comm_ = comm;
   s->opt_ = o;
   s->pool_ = std::make_unique<ThreadPool>(o.n_threads);
   const uint32_t nkv = model.kv_heads().size();
-  LATTICE_ASSIGN_OR_RETURN(s->cache_, KvCache::create(hp.n_layer, std::max<uint32_t>(nkv, 1), hp.head_dim, o.n_ctx));
-  s->logits_.assign(model.vocab().size(), 0.0f);
+  LATTICE_ASSIGN_OR_RETURN(s->cache_, KvCache::create(model.layer_end() - model.layer_begin(),
+                                                      std::max<uint32_t>(nkv, 1), hp.head_dim, o.n_ctx));
+  if (model.has_head()) s->logits_.assign(model.vocab().size(), 0.0f);
   auto I = std::make_unique<Impl>();
   const size_t B = o.n_batch, E = hp.n_embd, HD = hp.head_dim;
   const size_t QL = static_cast<size_t>(nkv) * hp.group() * HD, KL = static_cast<size_t>(nkv) * HD;
@@ -289,6 +299,7 @@ Result<std::unique_ptr<TpSession>> TpSession::create(const TpModel& model, coll:
 }
 
 Status TpSession::all_reduce_sum(float* buf, size_t count) {
+  if (comm_ == nullptr) return Status::Ok();  // one rank: nothing to sum
   const auto t0 = std::chrono::steady_clock::now();
   coll::CollOptions co;
   co.timeout = opt_.coll_timeout;
@@ -300,6 +311,10 @@ Status TpSession::all_reduce_sum(float* buf, size_t count) {
 }
 
 Status TpSession::all_gather_f32(const float* in, float* out, size_t count) {
+  if (comm_ == nullptr) {
+    std::memcpy(out, in, count * sizeof(float));
+    return Status::Ok();
+  }
   const auto t0 = std::chrono::steady_clock::now();
   coll::CollOptions co;
   co.timeout = opt_.coll_timeout;
@@ -330,7 +345,9 @@ Status TpSession::prefill(std::span<const int32_t> tokens) {
 
 Status TpSession::decode(int32_t token) { return prefill(std::span<const int32_t>(&token, 1)); }
 
-Status TpSession::forward(const int32_t* tokens, uint32_t n) {
+Status TpSession::forward_stage(const int32_t* tokens, const float* x_in, uint32_t n, float* x_out) {
+  if (n == 0 || n > opt_.n_batch) return InvalidArgument("forward: 1.." + std::to_string(opt_.n_batch) + " tokens a step");
+  if (n > cache_.n_ctx() - n_past_) return InvalidArgument("forward: the context is full");
   const TpModel& m = *model_;
   const Hparams& hp = m.hparams();
   Impl& I = *impl_;
@@ -342,15 +359,22 @@ Status TpSession::forward(const int32_t* tokens, uint32_t n) {
   const uint32_t n_rot = hp.rope.n_rot;
   const uint32_t pos0 = n_past_;
 
-  const TensorInfo& emb = m.tok_embd();
-  const size_t emb_row = emb.row_bytes();
-  for (uint32_t t = 0; t < n; ++t)
-    LATTICE_RETURN_IF_ERROR(
-        dequantize_row(emb.type, emb.data + static_cast<size_t>(tokens[t]) * emb_row, I.x.get() + t * E, E));
+  if (tokens) {
+    const TensorInfo& emb = m.tok_embd();
+    const size_t emb_row = emb.row_bytes();
+    for (uint32_t t = 0; t < n; ++t) {
+      if (tokens[t] < 0 || static_cast<uint32_t>(tokens[t]) >= hp.n_vocab)
+        return InvalidArgument("token id " + std::to_string(tokens[t]) + " is outside the vocabulary");
+      LATTICE_RETURN_IF_ERROR(
+          dequantize_row(emb.type, emb.data + static_cast<size_t>(tokens[t]) * emb_row, I.x.get() + t * E, E));
+    }
+  } else {
+    std::memcpy(I.x.get(), x_in, static_cast<size_t>(n) * E * sizeof(float));
+  }
   for (uint32_t t = 0; t < n; ++t) ops::rope_angles(I.cos_sin.get() + t * n_rot, I.inv_freq.get(), hp.rope, pos0 + t);
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
-  for (uint32_t l = 0; l < hp.n_layer; ++l) {
+  for (uint32_t l = 0; l < m.layers().size(); ++l) {  // l: index in this stage's cache and layers
     const TpModel::Layer& L = m.layers()[l];
     for (uint32_t t = 0; t < n; ++t) ops::rmsnorm(I.xb.get() + t * E, I.x.get() + t * E, L.attn_norm, E, hp.rms_eps);
     if (nkv > 0) {
@@ -403,8 +427,12 @@ Status TpSession::forward(const int32_t* tokens, uint32_t n) {
     LATTICE_RETURN_IF_ERROR(all_reduce_sum(I.xb.get(), static_cast<size_t>(n) * E));
     for (uint32_t t = 0; t < n; ++t) ops::add(I.x.get() + t * E, I.xb.get() + t * E, E);
   }
-  ops::rmsnorm(I.xb.get(), I.x.get() + static_cast<size_t>(n - 1) * E, m.output_norm(), E, hp.rms_eps);
-  if (!logits_.empty()) matmul(m.output(), I.xb.get(), 1, logits_.data(), pool);
+  if (m.has_head()) {
+    ops::rmsnorm(I.xb.get(), I.x.get() + static_cast<size_t>(n - 1) * E, m.output_norm(), E, hp.rms_eps);
+    if (!logits_.empty()) matmul(m.output(), I.xb.get(), 1, logits_.data(), pool);
+  } else if (x_out) {
+    std::memcpy(x_out, I.x.get(), static_cast<size_t>(n) * E * sizeof(float));
+  }
   n_past_ += n;
   return Status::Ok();
 }

@@ -65,6 +65,9 @@ struct TpLoadOptions {
   OpenOptions open;
   bool pack = true;              // repack this rank's shard for the fast kernels
   std::vector<double> weights;   // relative share per rank (empty: equal)
+  // Pipeline stages: bind only layers [layer_begin, layer_end) (layer_end 0: to the last);
+  // the output norm and matrix are bound only by the stage holding the last layer.
+  uint32_t layer_begin = 0, layer_end = 0;
 };
 
 // The shard of one rank: hyper-parameters of the whole model, weights of this rank only.
@@ -99,7 +102,10 @@ class TpModel {
   const TensorInfo& tok_embd() const { return *tok_embd_; }
   const float* output_norm() const { return output_norm_; }
   const Weight& output() const { return output_; }  // local vocabulary rows
-  const std::vector<Layer>& layers() const { return layers_; }
+  const std::vector<Layer>& layers() const { return layers_; }  // layers [layer_begin, layer_end)
+  uint32_t layer_begin() const { return layer_begin_; }
+  uint32_t layer_end() const { return layer_end_; }
+  bool has_head() const { return layer_end_ == hp_.n_layer; }  // output norm + matrix bound
   const float* rope_freq_factors() const { return rope_freqs_; }
   // Bytes of weights this rank streams per token (its shard), and of the whole model.
   uint64_t shard_bytes() const;
@@ -117,6 +123,7 @@ class TpModel {
   const ArchInfo* arch_ = nullptr;
   Hparams hp_;
   int rank_ = 0, world_ = 1;
+  uint32_t layer_begin_ = 0, layer_end_ = 0;
   TpLayout layout_;
   const TensorInfo* tok_embd_ = nullptr;
   const float* output_norm_ = nullptr;
@@ -142,13 +149,18 @@ struct TpSessionOptions {
 
 class TpSession {
  public:
-  static Result<std::unique_ptr<TpSession>> create(const TpModel& model, coll::Communicator& comm,
+  // `comm` may be null when the model's TP world is 1 (a pipeline stage of one rank).
+  static Result<std::unique_ptr<TpSession>> create(const TpModel& model, coll::Communicator* comm,
                                                     const TpSessionOptions& options = {});
   ~TpSession();
 
   // Same contract as Session: every rank calls these with the same tokens, in the same order.
   Status prefill(std::span<const int32_t> tokens);
   Status decode(int32_t token);
+  // One step of a pipeline stage over the model's layer range, n <= n_batch tokens: the input
+  // is the tokens (first stage) or x_in (n x n_embd hidden states); a stage with the head
+  // leaves the last token's logits, any other writes its hidden states to x_out.
+  Status forward_stage(const int32_t* tokens, const float* x_in, uint32_t n, float* x_out);
 
   // This rank's slice of the last token's logits (vocab().size() floats).
   std::span<const float> local_logits() const { return {logits_.data(), logits_.size()}; }
@@ -168,7 +180,7 @@ class TpSession {
  private:
   struct Impl;
   TpSession() = default;
-  Status forward(const int32_t* tokens, uint32_t n);
+  Status forward(const int32_t* tokens, uint32_t n) { return forward_stage(tokens, nullptr, n, nullptr); }
   Status all_reduce_sum(float* buf, size_t count);
   Status all_gather_f32(const float* in, float* out, size_t count);
 

@@ -1,0 +1,116 @@
+#include "lattice/engine/parallel/pp.h"
+
+#include <chrono>
+#include <cstring>
+#include <string>
+
+#include "lattice/coll/coll.h"
+
+namespace lattice::engine::parallel {
+
+Result<std::vector<Range>> pp_layers(uint32_t n_layer, int world, std::span<const double> weights) {
+  if (world < 1 || static_cast<uint32_t>(world) > n_layer)
+    return InvalidArgument("pipeline: " + std::to_string(world) + " stages for " + std::to_string(n_layer) + " layers");
+  // Give every stage one layer, then split the rest by weight.
+  auto rest = split_units(n_layer - world, world, weights);
+  std::vector<Range> out(world);
+  uint32_t at = 0;
+  for (int r = 0; r < world; ++r) {
+    out[r] = {at, at + 1 + rest[r].size()};
+    at = out[r].end;
+  }
+  return out;
+}
+
+Result<std::unique_ptr<PpSession>> PpSession::create(const TpModel& stage, coll::Communicator& comm,
+                                                     const PpSessionOptions& options) {
+  if (stage.world() != 1) return InvalidArgument("pipeline: a stage must have a tensor-parallel world of 1");
+  const bool is_last = comm.rank() == comm.world_size() - 1;
+  if (stage.has_head() != is_last)
+    return InvalidArgument("pipeline: only the last stage (rank " + std::to_string(comm.world_size() - 1) +
+                           ") may hold the last layer");
+  if (comm.rank() == 0 && stage.layer_begin() != 0) return InvalidArgument("pipeline: stage 0 must start at layer 0");
+  std::unique_ptr<PpSession> s(new PpSession());
+  s->stage_ = &stage;
+  s->comm_ = &comm;
+  LATTICE_ASSIGN_OR_RETURN(s->session_, TpSession::create(stage, nullptr, options.session));
+  s->micro_ = std::max<uint32_t>(1, std::min(options.session.n_batch, options.session.n_ctx ? options.session.n_ctx : 4096));
+  const size_t E = stage.hparams().n_embd;
+  s->in_.assign(s->micro_ * E, 0.0f);
+  s->out_.assign(s->micro_ * E, 0.0f);
+  return s;
+}
+
+Status PpSession::step(const int32_t* tokens, uint32_t n) {
+  const size_t E = stage_->hparams().n_embd;
+  const int r = comm_->rank();
+  coll::CollOptions co;
+  co.timeout = std::chrono::milliseconds(30000);
+  auto timed = [&](auto&& fn, size_t sent) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Status st = fn();
+    stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    stats_.calls++;
+    stats_.bytes += sent;
+    return st;
+  };
+  if (r == 0) {
+    LATTICE_RETURN_IF_ERROR(session_->forward_stage(tokens, nullptr, n, out_.data()));
+  } else {
+    LATTICE_RETURN_IF_ERROR(timed([&] { return coll::recv(*comm_, in_.data(), n * E, coll::DType::kF32, r - 1, co); }, 0));
+    LATTICE_RETURN_IF_ERROR(session_->forward_stage(nullptr, in_.data(), n, out_.data()));
+  }
+  if (!last())
+    LATTICE_RETURN_IF_ERROR(timed([&] { return coll::send(*comm_, out_.data(), n * E, coll::DType::kF32, r + 1, co); },
+                                  n * E * sizeof(float)));
+  return Status::Ok();
+}
+
+Status PpSession::prefill(std::span<const int32_t> tokens) {
+  if (tokens.empty()) return InvalidArgument("prefill: no tokens");
+  // Micro-batches flow down the pipeline one after another: while stage 1 runs batch m,
+  // stage 0 already runs m+1.
+  for (size_t done = 0; done < tokens.size();) {
+    const uint32_t n = static_cast<uint32_t>(std::min<size_t>(micro_, tokens.size() - done));
+    LATTICE_RETURN_IF_ERROR(step(tokens.data() + done, n));
+    done += n;
+  }
+  return Status::Ok();
+}
+
+Status PpSession::decode(int32_t token) { return step(&token, 1); }
+
+Result<int32_t> PpSession::argmax() {
+  int32_t t = -1;
+  if (last()) {
+    LATTICE_ASSIGN_OR_RETURN(t, session_->argmax());
+  }
+  coll::CollOptions co;
+  const auto t0 = std::chrono::steady_clock::now();
+  Status st = coll::broadcast(*comm_, &t, &t, 1, coll::DType::kI32, comm_->world_size() - 1, co);
+  stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stats_.calls++;
+  if (last()) stats_.bytes += sizeof(int32_t) * (comm_->world_size() - 1);
+  LATTICE_RETURN_IF_ERROR(st);
+  return t;
+}
+
+Result<int32_t> PpSession::sample(Sampler& sampler) {
+  int32_t t = -1;
+  if (last()) {
+    LATTICE_ASSIGN_OR_RETURN(t, sampler.sample(session_->local_logits()));
+  }
+  coll::CollOptions co;
+  LATTICE_RETURN_IF_ERROR(coll::broadcast(*comm_, &t, &t, 1, coll::DType::kI32, comm_->world_size() - 1, co));
+  return t;
+}
+
+Status PpSession::gather_logits(std::vector<float>* out) {
+  const uint32_t V = stage_->hparams().n_vocab;
+  out->assign(V, 0.0f);
+  if (last()) std::memcpy(out->data(), session_->local_logits().data(), V * sizeof(float));
+  coll::CollOptions co;
+  return coll::broadcast(*comm_, out->data(), out->data(), V, coll::DType::kF32, comm_->world_size() - 1, co);
+}
+
+}  // namespace lattice::engine::parallel
