@@ -23,17 +23,30 @@ struct Ranks {
   std::vector<std::unique_ptr<Communicator>> comms;
 };
 
+// Communicator::create is collective (landing keys are swapped): one thread per rank.
+std::vector<std::unique_ptr<Communicator>> create_all(std::vector<std::unique_ptr<cluster::Group>>& groups,
+                                                      const CommOptions& co) {
+  std::vector<std::unique_ptr<Communicator>> comms(groups.size());
+  std::vector<std::thread> th;
+  for (size_t r = 0; r < groups.size(); ++r)
+    th.emplace_back([&, r] {
+      auto c = Communicator::create(*groups[r], co);
+      EXPECT_TRUE(c.ok()) << c.status().to_string();
+      if (c.ok()) comms[r] = std::move(*c);
+    });
+  for (auto& t : th) t.join();
+  for (auto& c : comms)
+    if (!c) comms.clear();
+  return comms;
+}
+
 Ranks make_ranks(int world, const std::string& uri, CommOptions co = {}) {
   Ranks r;
   auto g = cluster::make_local_groups(world, uri, Deadline::after(std::chrono::seconds(60)));
   EXPECT_TRUE(g.ok()) << g.status().to_string();
   if (!g.ok()) return r;
   r.groups = std::move(*g);
-  for (auto& grp : r.groups) {
-    auto c = Communicator::create(*grp, co);
-    EXPECT_TRUE(c.ok()) << c.status().to_string();
-    r.comms.push_back(std::move(*c));
-  }
+  r.comms = create_all(r.groups, co);
   return r;
 }
 
@@ -66,11 +79,14 @@ bool is_reducing(CollOp op) {
 
 // Every op x algorithm x dtype x reduce op for `worlds` and `counts` over `uri`.
 void matrix(const std::string& uri, std::initializer_list<int> worlds, std::initializer_list<size_t> counts,
-            bool all_dtypes) {
+            bool all_dtypes, size_t rma_zone_bytes = 64 * 1024) {
   const CollOp ops[] = {CollOp::kAllReduce, CollOp::kAllGather, CollOp::kReduceScatter, CollOp::kBroadcast,
                         CollOp::kReduce, CollOp::kAllToAll, CollOp::kBarrier};
   for (int world : worlds) {
-    Ranks rk = make_ranks(world, uri, CommOptions{4096, 4});
+    CommOptions co;
+    co.chunk_bytes = 4096;
+    co.rma_zone_bytes = rma_zone_bytes;
+    Ranks rk = make_ranks(world, uri, co);
     ASSERT_EQ(rk.comms.size(), size_t(world));
     for (CollOp op : ops)
       for (Algorithm a : plan::algorithms_for(op)) {
@@ -108,6 +124,9 @@ void matrix(const std::string& uri, std::initializer_list<int> worlds, std::init
 TEST(Coll, EveryOpDtypeAlgorithmOverShm) { matrix("shm", {1, 2, 3, 4}, {0, 1, 7, 4097}, true); }
 
 TEST(Coll, EveryOpOverTcp) { matrix("tcp://127.0.0.1:0", {3}, {0, 7, 4097}, false); }
+
+// Two-sided only (no landing zones): the path providers without one-sided writes take.
+TEST(Coll, EveryOpDtypeTwoSidedOnly) { matrix("shm", {2, 3}, {0, 1, 7, 4097}, true, 0); }
 
 TEST(CollSlow, EveryOpDtypeAlgorithmUpTo8RanksAndLargeCounts) {
   matrix("shm", {5, 6, 7, 8}, {0, 1, 7, 4097}, true);
@@ -170,7 +189,10 @@ TEST(Coll, RandomFloatsGiveBitIdenticalResultsOnEveryRankAndEveryRun) {
 }
 
 TEST(Coll, SendRecvAndSingleRank) {
-  Ranks rk = make_ranks(2, "shm", CommOptions{4096, 2});
+  CommOptions co;
+  co.chunk_bytes = 4096;
+  co.slots_per_peer = 2;
+  Ranks rk = make_ranks(2, "shm", co);
   ASSERT_EQ(rk.comms.size(), 2u);
   const size_t n = 5000;
   std::vector<int64_t> a(n), b(n, 0);
@@ -193,22 +215,21 @@ TEST(Coll, SendRecvAndSingleRank) {
   ASSERT_TRUE(barrier(**comm).ok());
 }
 
-TEST(CollFault, RankLostMidCollectiveFailsEverySurvivorWithPeerLost) {
+void rank_lost_mid_collective(Algorithm algo, size_t n) {
   const int world = 4;
   fabric::EndpointOptions eo;
   eo.peer_timeout = std::chrono::milliseconds(1000);
   auto g = cluster::make_local_groups(world, "shm", Deadline::after(std::chrono::seconds(60)), eo);
   ASSERT_TRUE(g.ok()) << g.status().to_string();
-  std::vector<std::unique_ptr<Communicator>> comms;
-  for (auto& grp : *g) comms.push_back(std::move(*Communicator::create(*grp)));
-  const size_t n = 1 << 16;
+  auto comms = create_all(*g, {});
+  ASSERT_EQ(comms.size(), size_t(world));
   const int victim = 2;
   auto start = Clock::now();
   auto st = on_all(world, [&](int r) -> Status {
     std::vector<float> buf(n, float(r));
     CollOptions o;
     o.timeout = std::chrono::seconds(30);
-    o.algo = Algorithm::kRing;
+    o.algo = algo;
     // One good collective, then the victim vanishes (its group, providers and endpoints are
     // destroyed) while the others are inside the next one.
     LATTICE_RETURN_IF_ERROR(all_reduce(*comms[size_t(r)], buf.data(), buf.data(), n, DType::kF32, ReduceOp::kSum, o));
@@ -229,6 +250,15 @@ TEST(CollFault, RankLostMidCollectiveFailsEverySurvivorWithPeerLost) {
     EXPECT_EQ(comms[size_t(r)]->status().code(), ErrorCode::kPeerLost);
   }
   EXPECT_LT(took, std::chrono::seconds(30)) << "survivors waited for the whole deadline";
+}
+
+TEST(CollFault, RankLostMidRingAllReduceFailsEverySurvivorWithPeerLost) {
+  rank_lost_mid_collective(Algorithm::kRing, 1 << 16);
+}
+
+// Small buffers take the one-sided landing-zone path: survivors spin on flags, not queues.
+TEST(CollFault, RankLostMidOneSidedAllReduceFailsEverySurvivorWithPeerLost) {
+  rank_lost_mid_collective(Algorithm::kOneShot, 1024);
 }
 
 }  // namespace

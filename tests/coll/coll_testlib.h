@@ -1,41 +1,15 @@
-// Helpers of the coll tests: typed fill/read, the scalar reference of every collective, and
-// a plan simulator (ranks' plans run against each other over in-memory FIFOs, no network).
+// Helpers of the coll tests: the library's scalar reference (reference.h) under the test
+// namespace, and a plan simulator (ranks' plans run against each other over in-memory FIFOs,
+// no network).
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
 #include <string>
-#include <vector>
 
-#include "lattice/coll/dtype.h"
-#include "lattice/coll/plan/plan.h"
+#include "lattice/coll/reference.h"
 
 namespace lattice::coll::test {
 
-// Element i of rank r's input: small integers, so every reduction order is exact in every
-// dtype and the scalar reference is an independent oracle. Distinct per rank.
-double value(ReduceOp op, int rank, size_t i);
-
-std::vector<std::byte> make_buffer(DType t, size_t n);
-void store(DType t, void* buf, size_t i, double v);
-double load(DType t, const void* buf, size_t i);
-void fill_input(DType t, ReduceOp op, int rank, void* buf, size_t n);
-double combine(ReduceOp op, double a, double b);
-// R over ranks 0..world-1 of value(op, q, i).
-double reduced(ReduceOp op, int world, size_t i);
-
-struct Case {
-  CollOp op;
-  int world;
-  size_t count;
-  int root = 0;
-};
-// Input and output element counts of rank buffers for a case.
-size_t in_elems(const Case& c);
-size_t out_elems(const Case& c);
-void fill_case_input(const Case& c, DType t, ReduceOp op, int rank, void* in);
-// Empty string when rank's output matches the reference, else a description of the first mismatch.
-std::string check_output(const Case& c, DType t, ReduceOp op, int rank, const void* out);
+using namespace lattice::coll::reference;
 
 // Runs plans of all ranks in memory; "" or the failure (deadlock, size mismatch, wrong result).
 std::string simulate(const Case& c, DType t, ReduceOp op, Algorithm algo, bool in_place);

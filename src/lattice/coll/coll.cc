@@ -37,6 +37,11 @@ Status all_reduce(Communicator& comm, const void* in, void* out, size_t count, D
                   const CollOptions& o) {
   if (count) LATTICE_RETURN_IF_ERROR(need(out, "out"));
   bool in_place = in == nullptr || in == out;
+  if (comm.rma_ready() && count * dtype_size(dtype) <= comm.rma_zone_bytes() &&
+      resolve_algorithm(comm, CollOp::kAllReduce, count, dtype, o.algo) == Algorithm::kOneShot) {
+    Status s = comm.all_reduce_rma(in_place ? out : in, out, count, dtype, op, deadline_of(o));
+    return s.ok() ? s : s.with_context("all_reduce");
+  }
   return run(comm, CollOp::kAllReduce, in_place ? out : in, out, count, dtype, op, 0, in_place, o);
 }
 

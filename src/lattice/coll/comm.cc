@@ -10,9 +10,11 @@
 #include "lattice/coll/comm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <string>
+#include <thread>
 
 #include "lattice/core/log.h"
 
@@ -83,12 +85,21 @@ Status Communicator::build() {
   // Regions of the previous epoch stay alive: cancelled receives may still name them.
   for (auto& s : staging_) retired_.push_back(std::move(s));
   staging_.clear();
+  if (landing_) retired_.push_back(std::make_unique<Staging>(Staging{nullptr, std::move(landing_)}));
+  peer_keys_.clear();
   epoch_ = group_->epoch();
   world_ = group_->world_size();
   broken_ = Status::Ok();
   peers_.assign(size_t(world_), PeerState{});
   cqs_.clear();
   rma_write_ = world_ > 1;
+  // More ranks than cores (assuming the worst: all ranks on this host) -> yield early.
+  if (options_.spin_before_yield > 0) {
+    spin_before_yield_ = uint32_t(options_.spin_before_yield);
+  } else {
+    unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    spin_before_yield_ = unsigned(world_) > cores ? 4 : ~0u;
+  }
   if (world_ > (1 << kPeerBits)) return InvalidArgument("coll: world size above 4096");
   const int k = options_.slots_per_peer;
   const size_t chunk = options_.chunk_bytes;
@@ -126,6 +137,163 @@ Status Communicator::build() {
       ps.recv_msg.assign(size_t(k), 0);
     }
     staging_.push_back(std::move(st));
+  }
+  // Landing zones are set up by the first one-sided all-reduce (collective there), so create()
+  // itself never waits for peers.
+  rma_capable_ = rma_write_ && by_provider.size() == 1 && options_.rma_zone_bytes > 0;
+  return Status::Ok();
+}
+
+// Swaps landing-zone keys with every peer over the two-sided path (8 bytes each way).
+Status Communicator::setup_rma(Deadline deadline) {
+  fabric::Provider* prov = group_->links(rank() == 0 ? 1 : 0).front().provider;
+  const size_t zone = (options_.rma_zone_bytes + 63) / 64 * 64;
+  zone_stride_ = zone + 64;  // data, then the flag word on its own cache line
+  src_off_ = size_t(world_) * 2 * zone_stride_;
+  flag_off_ = src_off_ + zone;
+  auto region = prov->allocate_memory(flag_off_ + 64, fabric::kLocalRead | fabric::kLocalWrite | fabric::kRemoteWrite);
+  if (!region.ok()) return region.status();
+  std::unique_ptr<MemoryRegion> landing = std::move(region).value();
+  std::memset(landing->data(), 0, landing->size());
+  peer_keys_.assign(size_t(world_), 0);
+  seq_ = (seq_ + 1) & kSeqMask;
+  size_t pending = 0;
+  for (int p = 0; p < world_; ++p) {
+    if (p == rank()) continue;
+    PeerState& ps = peers_[size_t(p)];
+    LATTICE_RETURN_IF_ERROR(ps.ep->post_recv({ps.region, ps.recv_base, 8}, work_id(seq_, p, true, 0)));
+    uint64_t key = landing->key();
+    std::memcpy(ps.region->data() + ps.send_base, &key, 8);
+    LATTICE_RETURN_IF_ERROR(ps.ep->post_send({ps.region, ps.send_base, 8}, work_id(seq_, p, false, 0)));
+    pending += 2;
+  }
+  Completion comps[32];
+  while (pending > 0) {
+    Status err;
+    size_t n = poll_all(comps, 32, &err);
+    if (!err.ok()) return err;
+    for (size_t i = 0; i < n; ++i) {
+      Decoded d = decode(comps[i].id);
+      if (d.seq != seq_ || d.peer >= world_) continue;
+      --pending;
+      if (d.recv) {
+        if (comps[i].bytes != 8) return Corrupt("coll: rank " + std::to_string(d.peer) + " sent a bad landing key", d.peer);
+        const PeerState& ps = peers_[size_t(d.peer)];
+        std::memcpy(&peer_keys_[size_t(d.peer)], ps.region->data() + ps.recv_base, 8);
+      }
+    }
+    if (n == 0 && deadline.expired()) return Timeout("coll: peers did not send their landing keys in time");
+  }
+  landing_ = std::move(landing);
+  return Status::Ok();
+}
+
+// Polls every queue once; a failed completion of the current call becomes *error.
+size_t Communicator::poll_all(Completion* comps, size_t cap, Status* error) {
+  size_t total = 0;
+  for (fabric::CompletionQueue* cq : cqs_) {
+    size_t n = cq->poll({comps + total, cap - total});
+    for (size_t i = total; i < total + n; ++i) {
+      const Completion& c = comps[i];
+      if (c.status.ok() || !error->ok()) continue;
+      Decoded d = decode(c.id);
+      if (d.seq != seq_) continue;
+      if (c.status.code() == ErrorCode::kPeerLost || c.status.code() == ErrorCode::kCancelled)
+        *error = PeerLost("coll: rank " + std::to_string(d.peer) + " lost: " + c.status.message(), d.peer);
+      else
+        *error = c.status.with_context("coll: rank " + std::to_string(d.peer));
+    }
+    total += n;
+    if (total == cap) break;
+  }
+  return total;
+}
+
+Status Communicator::all_reduce_rma(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
+                                    Deadline deadline) {
+  if (group_->epoch() != epoch_ || group_->world_size() != world_) LATTICE_RETURN_IF_ERROR(build());
+  if (!broken_.ok()) return broken_;
+  if (!rma_capable_) return Internal("coll: no one-sided path on this group");
+  if (!landing_) {
+    Status s = setup_rma(deadline);
+    if (!s.ok()) return fail(s.with_context("coll: landing-zone setup"));
+  }
+  const size_t esize = dtype_size(dtype), bytes = count * esize;
+  if (bytes > options_.rma_zone_bytes) return Internal("coll: buffer above the landing zone");
+  if (bytes == 0) return Status::Ok();
+  ++rma_seq_;
+  seq_ = (seq_ + 1) & kSeqMask;
+  const size_t parity = rma_seq_ & 1;
+  std::byte* base = landing_->data();
+  std::memcpy(base + src_off_, in, bytes);
+  std::memcpy(base + flag_off_, &rma_seq_, 8);
+  size_t writes = 0, done = 0;
+  Completion comps[32];
+  auto reap = [&]() -> Status {
+    Status err;
+    size_t n = poll_all(comps, 32, &err);
+    if (!err.ok()) return err;
+    for (size_t i = 0; i < n; ++i)
+      if (decode(comps[i].id).seq == seq_) ++done;
+    return Status::Ok();
+  };
+  // Write to the next ranks first so not everyone hits rank 0 at once.
+  for (int i = 1; i < world_; ++i) {
+    const int p = (rank() + i) % world_;
+    fabric::Endpoint* ep = peers_[size_t(p)].ep;
+    const uint64_t off = (uint64_t(rank()) * 2 + parity) * zone_stride_;
+    const uint64_t key = peer_keys_[size_t(p)];
+    for (int part = 0; part < 2; ++part) {
+      LocalSlice src = part == 0 ? LocalSlice{landing_.get(), src_off_, bytes} : LocalSlice{landing_.get(), flag_off_, 8};
+      fabric::RemoteSlice dst{key, part == 0 ? off : off + (zone_stride_ - 64), src.length};
+      for (;;) {
+        Status s = ep->post_write(src, dst, work_id(seq_, p, false, part));
+        if (s.ok()) break;
+        if (s.code() != ErrorCode::kResourceExhausted)
+          return fail(s.code() == ErrorCode::kPeerLost ? PeerLost("coll: rank " + std::to_string(p) + " lost: " + s.message(), p)
+                                                      : s.with_context("coll: write to rank " + std::to_string(p)));
+        Status r = reap();
+        if (!r.ok()) return fail(r);
+        if (deadline.expired()) return fail(Timeout("coll: write queue to rank " + std::to_string(p) + " stayed full", p));
+      }
+      ++writes;
+    }
+  }
+  // Wait for every peer's flag; poll the queues now and then (progress for providers that
+  // land writes on the target's thread; reaping our own write completions).
+  uint32_t idle = 0;
+  for (int p = 0; p < world_; ++p) {
+    if (p == rank()) continue;
+    std::atomic_ref<uint64_t> flag(*reinterpret_cast<uint64_t*>(base + (size_t(p) * 2 + parity) * zone_stride_ +
+                                                                zone_stride_ - 64));
+    while (flag.load(std::memory_order_acquire) != rma_seq_) {
+      ++idle;
+      if ((idle & 15) == 0) {
+        Status r = reap();
+        if (!r.ok()) return fail(r);
+      }
+      if (idle >= spin_before_yield_) std::this_thread::yield();
+      if ((idle & 1023) == 0) {
+        if (deadline.expired()) return fail(Timeout("coll: deadline passed waiting on rank " + std::to_string(p), p));
+        Status s = check_links();
+        if (!s.ok()) return fail(s);
+      }
+    }
+  }
+  // Rank order, this rank's contribution from its copy (out may alias in).
+  auto src = [&](int q) -> const std::byte* {
+    return q == rank() ? base + src_off_ : base + (size_t(q) * 2 + parity) * zone_stride_;
+  };
+  if (world_ == 1) {
+    std::memmove(out, in, bytes);
+  } else {
+    reduce(dtype, op, out, src(0), src(1), count);
+    for (int q = 2; q < world_; ++q) reduce(dtype, op, out, out, src(q), count);
+  }
+  while (done < writes) {
+    Status r = reap();
+    if (!r.ok()) return fail(r);
+    if (done < writes && deadline.expired()) return fail(Timeout("coll: one-sided writes did not complete"));
   }
   return Status::Ok();
 }
@@ -302,7 +470,14 @@ Status Communicator::exchange(const plan::Step& step, size_t esize, DType dtype,
     }
     if (progressed) {
       idle = 0;
-    } else if ((++idle & 1023) == 0) {
+      continue;
+    }
+    ++idle;
+    // Oversubscribed hosts (more ranks than cores, as on a 2-core box with 4 ranks) need the
+    // peer we wait for to run: give the core away after a short spin. On an idle core
+    // sched_yield returns at once, so this costs little when the peer is running elsewhere.
+    if (idle >= spin_before_yield_) std::this_thread::yield();
+    if ((idle & 1023) == 0) {
       if (deadline.expired()) {
         // Name a peer we still wait on, for the message.
         for (int p : active) {

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstddef>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -31,6 +32,14 @@ namespace lattice::coll {
 struct CommOptions {
   size_t chunk_bytes = 256 * 1024;  // staging slot size: the largest single message
   int slots_per_peer = 4;           // messages in flight per peer and direction
+  // Empty polls before the executor yields the core on every further empty poll. 0: automatic,
+  // 4 when the world has more ranks than this host has cores (oversubscribed: the peer we
+  // wait for needs our core), else never (the provider's own back-off applies).
+  int spin_before_yield = 0;
+  // One-shot all-reduce through one-sided writes (when every link's provider has rma_write):
+  // each rank writes its buffer into every peer's landing zone, then reduces locally in rank
+  // order. Buffers up to this size take that path; 0 disables it.
+  size_t rma_zone_bytes = 64 * 1024;
 };
 
 class Communicator {
@@ -51,6 +60,14 @@ class Communicator {
   // Runs a plan: `in`/`out` are the caller's buffers (either may be null where the plan never
   // references it), `chunk_bytes` (0: the staging slot size) splits transfers into messages.
   // Blocks until done or `deadline`.
+  // True when the one-sided one-shot path can run (every link's provider writes one-sided);
+  // its largest buffer in bytes. The first such call swaps landing-zone keys with the peers.
+  bool rma_ready() const { return rma_capable_; }
+  size_t rma_zone_bytes() const { return rma_capable_ ? options_.rma_zone_bytes : 0; }
+  // One-shot all-reduce through one-sided writes (see CommOptions::rma_zone_bytes). Gives
+  // the same bits as the two-sided one-shot plan: contributions combined in rank order.
+  Status all_reduce_rma(const void* in, void* out, size_t count, DType dtype, ReduceOp op, Deadline deadline);
+
   Status execute(const plan::Plan& plan, DType dtype, ReduceOp op, const void* in, void* out, size_t chunk_bytes,
                  Deadline deadline);
 
@@ -64,6 +81,8 @@ class Communicator {
   std::byte* resolve(plan::Ref ref, size_t esize) const;
   Status fail(Status s);
   Status check_links();
+  Status setup_rma(Deadline deadline);
+  size_t poll_all(fabric::Completion* comps, size_t cap, Status* error);
 
   cluster::Group* group_ = nullptr;
   CommOptions options_;
@@ -72,10 +91,18 @@ class Communicator {
   Status broken_;
   bool rma_write_ = false;
   uint64_t seq_ = 0;
+  uint32_t spin_before_yield_ = ~0u;
   std::vector<std::unique_ptr<Staging>> staging_;
   std::vector<std::unique_ptr<Staging>> retired_;  // staging of past epochs: may still be the target of posted receives
   std::vector<PeerState> peers_;
   std::vector<fabric::CompletionQueue*> cqs_;
+  // One-sided path: my landing region (peer p writes into zones (p * 2 + parity) * stride),
+  // the source area + flag word I write from, and each peer's landing key.
+  std::unique_ptr<fabric::MemoryRegion> landing_;
+  std::vector<uint64_t> peer_keys_;
+  size_t zone_stride_ = 0, src_off_ = 0, flag_off_ = 0;
+  uint64_t rma_seq_ = 0;
+  bool rma_capable_ = false;
   // Current call's buffers.
   const std::byte* in_ = nullptr;
   std::byte* out_ = nullptr;

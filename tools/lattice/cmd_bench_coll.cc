@@ -1,0 +1,301 @@
+// `lattice bench coll`: collective latency and bandwidth in the style of nccl-tests.
+//
+//   lattice bench coll --ranks 4 --provider shm --op all_reduce --min 8 --max 64M [--algo ring]
+//                      [--dtype f32] [--redop sum] [--iters 100] [--check] [--json] [--procs]
+//
+// Ranks are threads of this process (each with its own provider, as separate processes would
+// have), or with --procs separate processes started through `lattice launch`; under a launcher
+// (LATTICE_WORLD_SIZE set) every process joins the cluster and runs one rank.
+// Per size: `warmup` untimed calls, then `iters` calls each timed on every rank; an
+// iteration's time is the slowest rank's (an all_reduce of the timings), and the reported
+// time is the median over iterations. Bytes follow nccl-tests: the all_reduce/broadcast/
+// reduce buffer, all_gather's output, reduce_scatter's input, all_to_all's buffer.
+// algbw = bytes / time; busbw = algbw * the op's bus factor (all_reduce 2(n-1)/n, all_gather,
+// reduce_scatter and all_to_all (n-1)/n, broadcast and reduce 1), comparable across ranks.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "lattice/cluster/cluster.h"
+#include "lattice/cluster/group.h"
+#include "lattice/coll/coll.h"
+#include "lattice/coll/reference.h"
+
+namespace lattice::cli {
+namespace {
+
+using namespace lattice::coll;
+
+struct Args {
+  int ranks = 2;
+  std::string provider = "shm";
+  std::string op = "all_reduce";
+  std::string min = "8";
+  std::string max = "64M";
+  int factor = 2;
+  std::string algo = "auto";
+  std::string dtype = "f32";
+  std::string redop = "sum";
+  int iters = 100;
+  int warmup = 10;
+  std::string chunk = "256K";
+  bool check = false;
+  bool json = false;
+  bool procs = false;
+  double timeout_s = 120;
+};
+
+Result<size_t> parse_bytes(const std::string& s) {
+  if (s.empty()) return InvalidArgument("empty size");
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  std::string unit = end;
+  double mul = 1;
+  if (unit == "K" || unit == "k" || unit == "KiB") mul = 1024;
+  else if (unit == "M" || unit == "MiB") mul = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB") mul = 1024.0 * 1024 * 1024;
+  else if (!unit.empty()) return InvalidArgument("bad size '" + s + "'");
+  if (v < 0 || v * mul > 1024.0 * 1024 * 1024) return InvalidArgument("size '" + s + "' out of range (0 .. 1 GiB)");
+  return static_cast<size_t>(v * mul);
+}
+
+double bus_factor(CollOp op, int n) {
+  switch (op) {
+    case CollOp::kAllReduce: return n > 1 ? 2.0 * (n - 1) / n : 0;
+    case CollOp::kAllGather:
+    case CollOp::kReduceScatter:
+    case CollOp::kAllToAll: return n > 1 ? double(n - 1) / n : 0;
+    default: return 1;
+  }
+}
+
+// Elements per rank block (reference::Case.count) for `bytes` in nccl-tests' convention.
+size_t count_for(CollOp op, size_t bytes, size_t esize, int world) {
+  size_t elems = bytes / esize;
+  switch (op) {
+    case CollOp::kAllGather:
+    case CollOp::kReduceScatter:
+    case CollOp::kAllToAll: return elems / size_t(world);
+    default: return elems;
+  }
+}
+
+struct Config {
+  CollOp op;
+  Algorithm algo;
+  DType dtype;
+  ReduceOp redop;
+  size_t min, max, chunk;
+  std::string provider;
+};
+
+Status call(Communicator& comm, const Config& c, const reference::Case& k, const void* in, void* out,
+            const CollOptions& o) {
+  switch (c.op) {
+    case CollOp::kAllReduce: return all_reduce(comm, in, out, k.count, c.dtype, c.redop, o);
+    case CollOp::kAllGather: return all_gather(comm, in, out, k.count, c.dtype, o);
+    case CollOp::kReduceScatter: return reduce_scatter(comm, in, out, k.count, c.dtype, c.redop, o);
+    case CollOp::kBroadcast: return broadcast(comm, in, out, k.count, c.dtype, 0, o);
+    case CollOp::kReduce: return reduce(comm, in, out, k.count, c.dtype, c.redop, 0, o);
+    case CollOp::kAllToAll: return all_to_all(comm, in, out, k.count, c.dtype, o);
+    case CollOp::kBarrier: return barrier(comm, o);
+  }
+  return Internal("op");
+}
+
+// One rank's whole sweep; rank 0 prints.
+Status run_rank(cluster::Group& g, const Args& a, const Config& c) {
+  const int world = g.world_size(), rank = g.rank();
+  LATTICE_ASSIGN_OR_RETURN(auto comm, Communicator::create(g, CommOptions{c.chunk, 4}));
+  const size_t esize = dtype_size(c.dtype);
+  const auto step_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(a.timeout_s));
+  CollOptions o;
+  o.algo = c.algo;
+  o.timeout = step_timeout;
+  CollOptions plain;  // for the bench's own bookkeeping collectives
+  plain.timeout = step_timeout;
+  if (rank == 0 && !a.json) {
+    std::printf("# lattice bench coll: %s, %d ranks, provider %s, dtype %s, redop %s, algo %s\n",
+                std::string(to_string(c.op)).c_str(), world, c.provider.c_str(), std::string(to_string(c.dtype)).c_str(),
+                std::string(to_string(c.redop)).c_str(), std::string(to_string(c.algo)).c_str());
+    std::printf("%12s %12s %10s %12s %12s %12s %12s %8s\n", "size(B)", "count", "algo", "time(us)", "min(us)",
+                "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+  }
+  for (size_t bytes = std::max(c.min, esize); bytes <= c.max; bytes = std::max(bytes + 1, bytes * size_t(a.factor))) {
+    reference::Case k{c.op, world, count_for(c.op, bytes, esize, world), 0};
+    if (k.count == 0 && c.op != CollOp::kBarrier) continue;
+    std::vector<std::byte> in = reference::make_buffer(c.dtype, reference::in_elems(k));
+    std::vector<std::byte> out = reference::make_buffer(c.dtype, reference::out_elems(k));
+    reference::fill_case_input(k, c.dtype, c.redop, rank, in.data());
+    const size_t real_bytes = c.op == CollOp::kBarrier ? 0 : std::max(reference::in_elems(k), reference::out_elems(k)) * esize;
+    int iters = a.iters;
+    if (real_bytes > (1u << 20)) iters = std::max(5, int(double(a.iters) * double(1u << 20) / double(real_bytes)));
+    for (int i = 0; i < a.warmup; ++i) LATTICE_RETURN_IF_ERROR(call(*comm, c, k, in.data(), out.data(), o));
+    LATTICE_RETURN_IF_ERROR(barrier(*comm, plain));
+    std::vector<double> t(static_cast<size_t>(iters));
+    for (int i = 0; i < iters; ++i) {
+      auto t0 = Clock::now();
+      LATTICE_RETURN_IF_ERROR(call(*comm, c, k, in.data(), out.data(), o));
+      t[size_t(i)] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    }
+    // Each iteration costs what its slowest rank saw.
+    LATTICE_RETURN_IF_ERROR(all_reduce(*comm, nullptr, t.data(), t.size(), DType::kF64, ReduceOp::kMax, plain));
+    int64_t wrong = -1;
+    if (a.check) {
+      std::fill(out.begin(), out.end(), std::byte{0});
+      LATTICE_RETURN_IF_ERROR(call(*comm, c, k, in.data(), out.data(), o));
+      std::string e = reference::check_output(k, c.dtype, c.redop, rank, out.data());
+      wrong = e.empty() ? 0 : 1;
+      if (!e.empty()) std::fprintf(stderr, "lattice bench coll: rank %d, %zu B: %s\n", rank, bytes, e.c_str());
+      LATTICE_RETURN_IF_ERROR(all_reduce(*comm, nullptr, &wrong, 1, DType::kI64, ReduceOp::kSum, plain));
+    }
+    if (rank == 0) {
+      std::vector<double> s = t;
+      std::sort(s.begin(), s.end());
+      double med = s[s.size() / 2], lo = s.front();
+      size_t nbytes = real_bytes;
+      double algbw = med > 0 ? double(nbytes) / (med * 1e3) : 0;  // GB/s
+      double busbw = algbw * bus_factor(c.op, world);
+      Algorithm used = resolve_algorithm(*comm, c.op, k.count, c.dtype, c.algo);
+      if (a.json) {
+        nlohmann::json j{{"op", to_string(c.op)}, {"ranks", world}, {"provider", c.provider},
+                         {"algo", to_string(used)}, {"dtype", to_string(c.dtype)}, {"redop", to_string(c.redop)},
+                         {"bytes", nbytes}, {"count", k.count}, {"iters", iters}, {"time_us_median", med},
+                         {"time_us_min", lo}, {"algbw_gbps", algbw}, {"busbw_gbps", busbw}};
+        if (a.check) j["wrong"] = wrong;
+        std::printf("%s\n", j.dump().c_str());
+      } else {
+        std::printf("%12zu %12zu %10s %12.2f %12.2f %12.3f %12.3f %8s\n", nbytes, k.count,
+                    std::string(to_string(used)).c_str(), med, lo, algbw, busbw,
+                    a.check ? std::to_string(wrong).c_str() : "n/a");
+      }
+      std::fflush(stdout);
+    }
+    if (a.check && wrong != 0) return Corrupt(std::to_string(wrong) + " rank(s) got wrong results at " + std::to_string(bytes) + " B");
+    if (c.op == CollOp::kBarrier) break;
+  }
+  // A last barrier before anyone exits: once it completes here, every rank finished its
+  // useful receives, so an error now (a faster rank exiting while its final barrier message
+  // is still in flight to us) is harmless and ignored.
+  (void)barrier(*comm, plain);
+  return Status::Ok();
+}
+
+// --procs: run the same command under `lattice launch`, one process per rank.
+int relaunch(const Args& a) {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> argv;
+  for (std::string s; std::getline(f, s, '\0');) argv.push_back(s);
+  std::vector<std::string> cmd = {"/proc/self/exe", "launch", "-n", std::to_string(a.ranks), "--provider", a.provider,
+                                  "--", "/proc/self/exe"};
+  char self[4096];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    self[n] = 0;
+    cmd[0] = cmd.back() = self;
+  }
+  for (size_t i = 1; i < argv.size(); ++i)
+    if (argv[i] != "--procs") cmd.push_back(argv[i]);
+  std::vector<char*> cargv;
+  for (auto& s : cmd) cargv.push_back(s.data());
+  cargv.push_back(nullptr);
+  ::execv(cargv[0], cargv.data());
+  std::perror("lattice bench coll: exec lattice launch");
+  return 1;
+}
+
+int run(const Args& a) {
+  auto bad = [](const std::string& m) {
+    std::fprintf(stderr, "lattice bench coll: %s\n", m.c_str());
+    return 2;
+  };
+  Config c;
+  auto op = parse_coll_op(a.op);
+  if (!op.ok()) return bad(op.status().message());
+  auto algo = parse_algorithm(a.algo);
+  if (!algo.ok()) return bad(algo.status().message());
+  auto dt = parse_dtype(a.dtype);
+  if (!dt.ok()) return bad(dt.status().message());
+  auto ro = parse_reduce_op(a.redop);
+  if (!ro.ok()) return bad(ro.status().message());
+  auto mn = parse_bytes(a.min), mx = parse_bytes(a.max), ch = parse_bytes(a.chunk);
+  if (!mn.ok()) return bad(mn.status().message());
+  if (!mx.ok()) return bad(mx.status().message());
+  if (!ch.ok() || *ch < 64) return bad("--chunk must be at least 64 bytes");
+  if (a.factor < 2) return bad("--factor must be at least 2");
+  if (a.iters < 1 || a.warmup < 0) return bad("--iters must be >= 1 and --warmup >= 0");
+  if (a.provider != "shm" && a.provider != "tcp") return bad("--provider must be shm or tcp");
+  c = Config{*op, *algo, *dt, *ro, *mn, *mx, *ch, a.provider};
+  if (c.algo != Algorithm::kAuto) {
+    auto algs = plan::algorithms_for(c.op);
+    if (std::find(algs.begin(), algs.end(), c.algo) == algs.end())
+      return bad("algorithm " + a.algo + " does not implement " + a.op);
+  }
+  const Deadline setup = Deadline::after(std::chrono::duration<double>(a.timeout_s));
+  if (std::getenv("LATTICE_WORLD_SIZE") != nullptr) {
+    auto opts = cluster::cluster_options_from_env();
+    if (!opts.ok()) return bad(opts.status().to_string());
+    c.provider = opts->provider;
+    auto cl = cluster::join_cluster(*opts, setup);
+    if (!cl.ok()) return bad("rank " + std::to_string(opts->rank) + " could not join: " + cl.status().to_string());
+    Status s = run_rank(**cl, a, c);
+    if (!s.ok()) {
+      std::fprintf(stderr, "lattice bench coll: rank %d: %s\n", (*cl)->rank(), s.to_string().c_str());
+      return 1;
+    }
+    return 0;
+  }
+  if (a.ranks < 1 || a.ranks > 64) return bad("--ranks must be 1..64");
+  if (a.procs) return relaunch(a);
+  std::string uri = a.provider == "shm" ? "shm" : "tcp://127.0.0.1:0";
+  auto groups = cluster::make_local_groups(a.ranks, uri, setup);
+  if (!groups.ok()) return bad(groups.status().to_string());
+  std::vector<Status> st(static_cast<size_t>(a.ranks));
+  std::vector<std::thread> th;
+  for (int r = 0; r < a.ranks; ++r) th.emplace_back([&, r] { st[size_t(r)] = run_rank(*(*groups)[size_t(r)], a, c); });
+  for (auto& t : th) t.join();
+  int rc = 0;
+  for (int r = 0; r < a.ranks; ++r)
+    if (!st[size_t(r)].ok()) {
+      std::fprintf(stderr, "lattice bench coll: rank %d: %s\n", r, st[size_t(r)].to_string().c_str());
+      rc = 1;
+    }
+  return rc;
+}
+
+const Registrar kBenchColl{
+    {"bench coll", "collective latency and bandwidth sweeps (nccl-tests style)", [](CLI::App& app) -> std::function<int()> {
+       auto a = std::make_shared<Args>();
+       app.add_option("--ranks,-n", a->ranks, "ranks (threads, or processes with --procs)")->capture_default_str();
+       app.add_option("--provider", a->provider, "shm | tcp")->capture_default_str();
+       app.add_option("--op", a->op, "all_reduce | all_gather | reduce_scatter | broadcast | reduce | all_to_all | barrier")
+           ->capture_default_str();
+       app.add_option("--min,-b", a->min, "smallest size (bytes; K/M/G suffixes)")->capture_default_str();
+       app.add_option("--max,-e", a->max, "largest size")->capture_default_str();
+       app.add_option("--factor,-f", a->factor, "size multiplier per step")->capture_default_str();
+       app.add_option("--algo", a->algo, "auto | oneshot | ring | recursive | tree")->capture_default_str();
+       app.add_option("--dtype", a->dtype, "f32 | f16 | bf16 | f64 | i32 | i64")->capture_default_str();
+       app.add_option("--redop", a->redop, "sum | max | min | prod")->capture_default_str();
+       app.add_option("--iters", a->iters, "timed calls per size (fewer above 1 MiB)")->capture_default_str();
+       app.add_option("--warmup", a->warmup, "untimed calls per size")->capture_default_str();
+       app.add_option("--chunk", a->chunk, "staging slot size: the largest message")->capture_default_str();
+       app.add_option("--timeout", a->timeout_s, "seconds for setup and for each call")->capture_default_str();
+       app.add_flag("--check", a->check, "verify every size's result against the scalar reference");
+       app.add_flag("--json", a->json, "one JSON object per size");
+       app.add_flag("--procs", a->procs, "one process per rank (through lattice launch)");
+       return [a] { return run(*a); };
+     }}};
+
+}  // namespace
+}  // namespace lattice::cli
