@@ -278,9 +278,10 @@ TEST(ParallelTpFault, RankLostMidGenerationSurvivorsReportPeerLost) {
   auto g = cluster::make_local_groups(world, "shm", Deadline::after(std::chrono::seconds(60)), eo);
   ASSERT_TRUE(g.ok());
   std::vector<std::unique_ptr<coll::Communicator>> comms(world);
-  for (int r = 0; r < world; ++r) comms[r] = std::move(*coll::Communicator::create(*(*g)[r]));
   const auto start = std::chrono::steady_clock::now();
   auto st = on_all(world, [&](int r) -> Status {
+    // Created on the rank's own thread: creation may exchange with the peers.
+    LATTICE_ASSIGN_OR_RETURN(comms[r], coll::Communicator::create(*(*g)[r]));
     LATTICE_ASSIGN_OR_RETURN(auto model, TpModel::load(path, r, world));
     TpSessionOptions so;
     so.n_ctx = 64;
