@@ -254,6 +254,37 @@ TEST(TcpFault, WellFormedRawPeerIsServed) {
   EXPECT_EQ(body[299], 0x42);
 }
 
+TEST(TcpFault, ReceivePostedWhileHeldBackMessageArrivesStillMatches) {
+  // Regression: a message that began arriving with no receive posted was held back; a receive
+  // posted before its last byte must still get it (and every later message), not deadlock.
+  auto p = must_provider();
+  Side side = make_side(*p, kRawRank);
+  RawPeer raw;
+  ASSERT_TRUE(raw.attach(*side.ep));
+  auto buf = must_alloc(*p, 3 * 1000);
+  std::vector<uint8_t> msg(1000);
+  for (size_t i = 0; i < msg.size(); ++i) msg[i] = uint8_t(i * 13 + 1);
+  FrameHeader h = make_header(FrameType::kSend);
+  h.payload_len = msg.size();
+  ASSERT_TRUE(raw.send_frame(h, msg.data(), 400));  // header and 400 of 1000 bytes
+  for (int i = 0; i < 20; ++i) {
+    Completion c;
+    (void)side.cq->poll(std::span<Completion>(&c, 1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  for (int k = 0; k < 3; ++k) ASSERT_TRUE(side.ep->post_recv({buf.get(), k * 1000u, 1000}, 10 + k).ok());
+  ASSERT_TRUE(raw_write(raw.fd, msg.data() + 400, 600));
+  ASSERT_TRUE(raw.send_frame(h, msg.data(), msg.size()));
+  ASSERT_TRUE(raw.send_frame(h, msg.data(), msg.size()));
+  for (int k = 0; k < 3; ++k) {
+    Completion c = wait_one(*side.cq);
+    ASSERT_TRUE(c.status.ok()) << c.status.to_string();
+    EXPECT_EQ(c.id, uint64_t(10 + k));
+    EXPECT_EQ(c.bytes, msg.size());
+    EXPECT_EQ(0, std::memcmp(buf->data() + k * 1000, msg.data(), msg.size()));
+  }
+}
+
 TEST(TcpFault, ErrorFrameFromPeerFailsEndpointWithItsCode) {
   Fixture f;
   Victim v(*f.p);

@@ -300,25 +300,8 @@ Status Conn::post_recv(LocalSlice dst, WorkId id) {
   if (!error_.ok()) return error_;
   if (recvs_.size() >= kMaxOutstanding)
     return ResourceExhausted("tcp endpoint: " + std::to_string(kMaxOutstanding) + " receives posted");
-  if (!unexpected_.empty()) {
-    Unexpected u = std::move(unexpected_.front());
-    unexpected_.pop_front();
-    unexpected_bytes_ -= u.data.size();
-    if (u.is_imm) {
-      complete_recv_side(id, Opcode::kRecvImm, Status::Ok(), 0, u.imm);
-    } else {
-      size_t n = std::min(u.data.size(), dst.length);
-      if (n > 0) std::memcpy(dst.data(), u.data.data(), n);
-      Status s = n < u.data.size() ? Truncated("message of " + std::to_string(u.data.size()) +
-                                                   " bytes truncated to the " + std::to_string(dst.length) +
-                                                   "-byte receive buffer",
-                                               options_.peer_rank)
-                                   : Status::Ok();
-      complete_recv_side(id, Opcode::kRecv, std::move(s), n, 0);
-    }
-  } else {
-    recvs_.push_back({id, dst.length ? dst.data() : nullptr, dst.length});
-  }
+  recvs_.push_back({id, dst.length ? dst.data() : nullptr, dst.length});
+  match_unexpected();
   if (rx_ == Rx::kStalled) {
     // A message waited for this receive (or for buffer space): resume reading.
     Status s = begin_frame();
@@ -783,16 +766,27 @@ Status Conn::begin_frame() {
   return Status::Ok();
 }
 
-void Conn::deliver_to_recv(bool is_imm, uint32_t imm, const std::byte* data, size_t len, size_t full_len) {
-  (void)data;
-  (void)len;
-  (void)full_len;
-  if (unexpected_.empty() && !recvs_.empty()) {
+void Conn::match_unexpected() {
+  // Arrivals held back (no receive was posted when they began) meet receives in order. A
+  // receive may be posted while a held-back message is still arriving, so this runs after each
+  // arrival as well as after each post.
+  while (!unexpected_.empty() && !recvs_.empty()) {
+    Unexpected u = std::move(unexpected_.front());
+    unexpected_.pop_front();
     RecvOp r = recvs_.front();
     recvs_.pop_front();
-    complete_recv_side(r.id, Opcode::kRecvImm, Status::Ok(), 0, imm);
-  } else {
-    unexpected_.push_back({is_imm, imm, {}});
+    unexpected_bytes_ -= u.data.size();
+    if (u.is_imm) {
+      complete_recv_side(r.id, Opcode::kRecvImm, Status::Ok(), 0, u.imm);
+      continue;
+    }
+    size_t n = std::min(u.data.size(), r.cap);
+    if (n > 0) std::memcpy(r.buf, u.data.data(), n);
+    Status s = n < u.data.size() ? Truncated("message of " + std::to_string(u.data.size()) + " bytes truncated to the " +
+                                                 std::to_string(r.cap) + "-byte receive buffer",
+                                             options_.peer_rank)
+                                 : Status::Ok();
+    complete_recv_side(r.id, Opcode::kRecv, std::move(s), n, 0);
   }
 }
 
@@ -820,13 +814,17 @@ void Conn::finish_frame() {
       unexpected_bytes_ += unexpected_buf_.size();
       unexpected_.push_back({false, 0, std::move(unexpected_buf_)});
       unexpected_buf_ = {};
+      match_unexpected();
       break;
     case Finish::kWrite:
     case Finish::kWriteImm: {
       FrameHeader ack = make_header(FrameType::kAck);
       ack.req_id = cur_.req_id;
       enqueue_response(ack, nullptr, 0);
-      if (what == Finish::kWriteImm) deliver_to_recv(true, cur_.imm, nullptr, 0, 0);
+      if (what == Finish::kWriteImm) {
+        unexpected_.push_back({true, cur_.imm, {}});
+        match_unexpected();
+      }
       break;
     }
     case Finish::kReadResp: {

@@ -156,7 +156,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void finish_frame();
   Status check_access(uint64_t key, uint64_t offset, uint64_t len, uint32_t right, const char* what,
                       RegionInfo* out);
-  void deliver_to_recv(bool is_imm, uint32_t imm, const std::byte* data, size_t len, size_t full_len);
+  void match_unexpected();
   void enqueue(TxOp&& op);
   void enqueue_response(FrameHeader h, const std::byte* payload, size_t len);
   void fail(Status s, bool tell_peer, bool clean_eof = false);
