@@ -54,6 +54,7 @@ struct Args {
   bool json = false;
   bool procs = false;
   double timeout_s = 120;
+  int spin = 0;
 };
 
 Result<size_t> parse_bytes(const std::string& s) {
@@ -117,7 +118,10 @@ Status call(Communicator& comm, const Config& c, const reference::Case& k, const
 // One rank's whole sweep; rank 0 prints.
 Status run_rank(cluster::Group& g, const Args& a, const Config& c) {
   const int world = g.world_size(), rank = g.rank();
-  LATTICE_ASSIGN_OR_RETURN(auto comm, Communicator::create(g, CommOptions{c.chunk, 4}));
+  CommOptions co;
+  co.chunk_bytes = c.chunk;
+  co.spin_before_yield = a.spin;
+  LATTICE_ASSIGN_OR_RETURN(auto comm, Communicator::create(g, co));
   const size_t esize = dtype_size(c.dtype);
   const auto step_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(a.timeout_s));
   CollOptions o;
@@ -291,6 +295,7 @@ const Registrar kBenchColl{
        app.add_option("--warmup", a->warmup, "untimed calls per size")->capture_default_str();
        app.add_option("--chunk", a->chunk, "staging slot size: the largest message")->capture_default_str();
        app.add_option("--timeout", a->timeout_s, "seconds for setup and for each call")->capture_default_str();
+       app.add_option("--spin", a->spin, "empty polls before yielding the core (0: automatic)")->capture_default_str();
        app.add_flag("--check", a->check, "verify every size's result against the scalar reference");
        app.add_flag("--json", a->json, "one JSON object per size");
        app.add_flag("--procs", a->procs, "one process per rank (through lattice launch)");

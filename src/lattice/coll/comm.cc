@@ -65,6 +65,16 @@ Decoded decode(fabric::WorkId id) {
 }
 constexpr uint64_t kSeqMask = (uint64_t{1} << 40) - 1;
 
+// The landing-zone path spins on local memory, so it needs providers whose one-sided writes
+// land without the target's help (shm: a memcpy into the mapped region at post time; RDMA
+// NICs). tcp lands writes on the target's thread during its polls: measured at 4 ranks on 2
+// cores, flag spinning there costs milliseconds, so tcp keeps the two-sided path.
+// ProviderCaps has no field for this yet (fabric.h is shared); until it does, a name list.
+bool writes_land_passively(const fabric::Provider& p) {
+  std::string_view n = p.name();
+  return n == "shm" || n.starts_with("verbs");
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Communicator>> Communicator::create(cluster::Group& group, const CommOptions& options) {
@@ -98,7 +108,7 @@ Status Communicator::build() {
     spin_before_yield_ = uint32_t(options_.spin_before_yield);
   } else {
     unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    spin_before_yield_ = unsigned(world_) > cores ? 4 : ~0u;
+    spin_before_yield_ = unsigned(world_) > cores ? 32 : ~0u;
   }
   if (world_ > (1 << kPeerBits)) return InvalidArgument("coll: world size above 4096");
   const int k = options_.slots_per_peer;
@@ -114,7 +124,7 @@ Status Communicator::build() {
     const cluster::Link& l = links.front();
     by_provider[l.provider].push_back(p);
     peers_[size_t(p)].ep = l.endpoint;
-    if (!l.provider->caps().rma_write) rma_write_ = false;
+    if (!l.provider->caps().rma_write || !writes_land_passively(*l.provider)) rma_write_ = false;
     for (auto* cq : {l.send_cq, l.recv_cq})
       if (std::find(cqs_.begin(), cqs_.end(), cq) == cqs_.end()) cqs_.push_back(cq);
   }
@@ -259,7 +269,7 @@ Status Communicator::all_reduce_rma(const void* in, void* out, size_t count, DTy
       ++writes;
     }
   }
-  // Wait for every peer's flag; poll the queues now and then (progress for providers that
+  // Wait for every peer's flag, polling the queues meanwhile (progress for providers that
   // land writes on the target's thread; reaping our own write completions).
   uint32_t idle = 0;
   for (int p = 0; p < world_; ++p) {
@@ -268,10 +278,9 @@ Status Communicator::all_reduce_rma(const void* in, void* out, size_t count, DTy
                                                                 zone_stride_ - 64));
     while (flag.load(std::memory_order_acquire) != rma_seq_) {
       ++idle;
-      if ((idle & 15) == 0) {
-        Status r = reap();
-        if (!r.ok()) return fail(r);
-      }
+      // Every spin: providers that land writes on the target's thread (tcp) need it.
+      Status r = reap();
+      if (!r.ok()) return fail(r);
       if (idle >= spin_before_yield_) std::this_thread::yield();
       if ((idle & 1023) == 0) {
         if (deadline.expired()) return fail(Timeout("coll: deadline passed waiting on rank " + std::to_string(p), p));
