@@ -13,6 +13,7 @@
 #include "lattice/coll/comm.h"
 #include "lattice/engine/gguf/make_model.h"
 #include "lattice/engine/model/model.h"
+#include "lattice/engine/parallel/plan.h"
 #include "lattice/engine/parallel/pp.h"
 #include "lattice/engine/runtime/session.h"
 
@@ -131,6 +132,37 @@ TEST(ParallelPp, Q4_0BitIdentical3StagesTcp) { expect_bit_identical("q4_0", 3, "
 // are bit-identical for any micro-batch (each block's integer dot product is exact).
 TEST(ParallelPp, F16BitIdentical4StagesShm) { expect_bit_identical("f16", 4, "shm", 16); }
 TEST(ParallelPp, F32BitIdentical2StagesTcp) { expect_bit_identical("f32", 2, "tcp://127.0.0.1:0", 16); }
+
+}  // namespace
+}  // namespace lattice::engine::parallel
+
+namespace lattice::engine::parallel {
+namespace {
+
+TEST(ParallelPlan, BytesAddUpAndTooLittleMemoryIsRefused) {
+  const std::string path = model_file("q8_0");
+  auto f = GgufFile::open(path);
+  ASSERT_TRUE(f.ok());
+  const uint64_t big = 1ull << 30;
+  for (ParallelMode mode : {ParallelMode::kTensor, ParallelMode::kPipeline}) {
+    auto p = plan_placement(**f, {{"a", big}, {"b", big}, {"c", big}}, mode, 256);
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    EXPECT_TRUE(p->fits);
+    uint64_t w = 0;
+    for (const auto& n : p->nodes) w += n.weight_bytes;
+    // Every weight but the embedding table (read a row at a time) is placed once.
+    const uint64_t emb = (*f)->find_tensor("token_embd.weight")->n_bytes;
+    EXPECT_NEAR(double(w), double(p->model_bytes - emb), p->model_bytes * 0.02) << (mode == ParallelMode::kTensor);
+    EXPECT_GT(p->nodes[0].sent_per_token, 0u);
+  }
+  auto tight = plan_placement(**f, {{"a", 100000}, {"b", 100000}}, ParallelMode::kAuto, 256);
+  ASSERT_TRUE(tight.ok());
+  EXPECT_FALSE(tight->fits);
+  EXPECT_GT(tight->missing_bytes, 0u);
+  auto autop = plan_placement(**f, {{"a", big}, {"b", big}, {"c", big}}, ParallelMode::kAuto, 256);
+  ASSERT_TRUE(autop.ok());
+  EXPECT_EQ(autop->mode, ParallelMode::kPipeline);  // 3 nodes > 2 KV heads
+}
 
 }  // namespace
 }  // namespace lattice::engine::parallel

@@ -1,0 +1,115 @@
+#include "lattice/engine/parallel/plan.h"
+
+#include <algorithm>
+
+#include "lattice/engine/model/arch.h"
+#include "lattice/engine/parallel/pp.h"
+#include "lattice/engine/parallel/tp.h"
+
+namespace lattice::engine::parallel {
+namespace {
+
+std::string range_str(Range r) { return "[" + std::to_string(r.begin) + "," + std::to_string(r.end) + ")"; }
+
+uint64_t tensor_bytes(const GgufFile& f, const std::string& name) {
+  const TensorInfo* t = f.find_tensor(name);
+  return t ? t->n_bytes : 0;
+}
+
+}  // namespace
+
+Result<Placement> plan_placement(const GgufFile& file, const std::vector<NodeSpec>& nodes, ParallelMode mode,
+                                 uint32_t n_ctx) {
+  if (nodes.empty()) return InvalidArgument("plan: no nodes");
+  auto arch_name = file.metadata().get_string("general.architecture");
+  if (!arch_name.ok()) return arch_name.status();
+  const ArchInfo* arch = find_arch(*arch_name);
+  if (!arch) return Unavailable("architecture '" + *arch_name + "' is not supported");
+  LATTICE_ASSIGN_OR_RETURN(Hparams hp, read_hparams(file.metadata(), *arch));
+  const TensorInfo* emb = file.find_tensor("token_embd.weight");
+  if (!emb || emb->n_dims != 2) return NotFound("tensor 'token_embd.weight' is missing");
+  hp.n_vocab = static_cast<uint32_t>(emb->ne[1]);
+  const int W = static_cast<int>(nodes.size());
+  Placement p;
+  p.n_ctx = n_ctx ? n_ctx : std::min<uint32_t>(hp.n_ctx_train, 4096);
+  p.model_bytes = file.total_tensor_bytes();
+  std::vector<double> mem(W);
+  for (int i = 0; i < W; ++i) mem[i] = static_cast<double>(nodes[i].memory_bytes);
+
+  if (mode == ParallelMode::kAuto) {
+    // Tensor parallel streams 1/W of the weights per token on every node at once (the fastest
+    // decode) as long as every node owns at least one KV head; beyond that, pipeline stages.
+    mode = W <= static_cast<int>(hp.n_head_kv) ? ParallelMode::kTensor : ParallelMode::kPipeline;
+    p.why = mode == ParallelMode::kTensor
+                ? "auto: tensor parallel (every node owns >= 1 of " + std::to_string(hp.n_head_kv) + " KV heads)"
+                : "auto: pipeline (" + std::to_string(W) + " nodes > " + std::to_string(hp.n_head_kv) + " KV heads)";
+  } else {
+    p.why = mode == ParallelMode::kTensor ? "--parallel tp" : "--parallel pp";
+  }
+  p.mode = mode;
+  const uint64_t kv_per_head_layer = 2ull * p.n_ctx * hp.head_dim * sizeof(float);
+  const uint64_t scratch = 64ull * (hp.n_embd * 4 + hp.n_ff * 2) * sizeof(float);
+  const uint64_t layer_norms = 2ull * hp.n_embd * sizeof(float);
+
+  if (mode == ParallelMode::kTensor) {
+    p.tp = W;
+    auto layout = make_tp_layout(hp, 1, 1, W, mem);
+    if (!layout.ok()) return layout.status();
+    const double E4 = hp.n_embd * 4.0;
+    for (int i = 0; i < W; ++i) {
+      NodePlacement n;
+      n.name = nodes[i].name;
+      n.memory_bytes = nodes[i].memory_bytes;
+      const double fkv = double(layout->kv_heads[i].size()) / hp.n_head_kv;
+      const double fff = double(layout->ff[i].size()) / hp.n_ff;
+      const double fv = double(layout->vocab[i].size()) / hp.n_vocab;
+      double w = 0;
+      for (uint32_t l = 0; l < hp.n_layer; ++l) {
+        const std::string b = "blk." + std::to_string(l) + ".";
+        w += fkv * (tensor_bytes(file, b + "attn_q.weight") + tensor_bytes(file, b + "attn_k.weight") +
+                    tensor_bytes(file, b + "attn_v.weight") + tensor_bytes(file, b + "attn_output.weight"));
+        w += fff * (tensor_bytes(file, b + "ffn_gate.weight") + tensor_bytes(file, b + "ffn_up.weight") +
+                    tensor_bytes(file, b + "ffn_down.weight"));
+        w += layer_norms;
+      }
+      const uint64_t out = tensor_bytes(file, "output.weight");
+      w += fv * (out ? out : emb->n_bytes);
+      n.weight_bytes = static_cast<uint64_t>(w);
+      n.kv_bytes = kv_per_head_layer * hp.n_layer * layout->kv_heads[i].size();
+      n.total_bytes = n.weight_bytes + n.kv_bytes + scratch;
+      // Ring all-reduce: 2 (W-1)/W of the vector per rank, two per layer; plus the argmax gather.
+      n.sent_per_token = W > 1 ? static_cast<uint64_t>(2.0 * hp.n_layer * 2.0 * (W - 1) / W * E4 + 8.0 * (W - 1)) : 0;
+      n.part = "kv heads " + range_str(layout->kv_heads[i]) + " ffn " + range_str(layout->ff[i]) + " vocab " +
+               range_str(layout->vocab[i]);
+      p.nodes.push_back(std::move(n));
+    }
+  } else {
+    p.pp = W;
+    auto layers = pp_layers(hp.n_layer, W, mem);
+    if (!layers.ok()) return layers.status();
+    for (int i = 0; i < W; ++i) {
+      NodePlacement n;
+      n.name = nodes[i].name;
+      n.memory_bytes = nodes[i].memory_bytes;
+      uint64_t w = 0;
+      for (uint32_t l = (*layers)[i].begin; l < (*layers)[i].end; ++l)
+        for (const auto& t : file.tensors())
+          if (t.name.rfind("blk." + std::to_string(l) + ".", 0) == 0) w += t.n_bytes;
+      if (i == W - 1) w += tensor_bytes(file, "output.weight") + tensor_bytes(file, "output_norm.weight");
+      n.weight_bytes = w;
+      n.kv_bytes = kv_per_head_layer * hp.n_head_kv * (*layers)[i].size();
+      n.total_bytes = n.weight_bytes + n.kv_bytes + scratch;
+      n.sent_per_token = i + 1 < W ? hp.n_embd * sizeof(float) : (W > 1 ? 4ull * (W - 1) : 0);
+      n.part = "layers " + range_str((*layers)[i]);
+      p.nodes.push_back(std::move(n));
+    }
+  }
+  uint64_t short_total = 0;
+  for (const NodePlacement& n : p.nodes)
+    if (n.memory_bytes && n.total_bytes > n.memory_bytes) short_total += n.total_bytes - n.memory_bytes;
+  p.fits = short_total == 0;
+  p.missing_bytes = short_total;
+  return p;
+}
+
+}  // namespace lattice::engine::parallel

@@ -1,0 +1,48 @@
+// Placement: how a model is laid out over a set of nodes (tensor parallel, pipeline stages),
+// what each node holds and sends per token, and whether it fits at all. Computed from the
+// GGUF tensor table (nothing is loaded) and the nodes' memory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lattice/core/status.h"
+#include "lattice/engine/gguf/gguf.h"
+#include "lattice/engine/model/hparams.h"
+
+namespace lattice::engine::parallel {
+
+enum class ParallelMode : uint8_t { kAuto, kTensor, kPipeline };
+
+struct NodeSpec {
+  std::string name;
+  uint64_t memory_bytes = 0;  // usable for the model (weights + KV cache + scratch)
+};
+
+struct NodePlacement {
+  std::string name;
+  uint64_t weight_bytes = 0;   // weights this node maps and touches
+  uint64_t kv_bytes = 0;       // KV cache at the planned context
+  uint64_t total_bytes = 0;    // weights + KV + scratch
+  uint64_t memory_bytes = 0;
+  uint64_t sent_per_token = 0; // bytes this node sends per decoded token
+  std::string part;            // "kv heads [0,2) ffn [0,2816) vocab [0,16000)" or "layers [0,11)"
+};
+
+struct Placement {
+  ParallelMode mode = ParallelMode::kTensor;
+  int tp = 1, pp = 1;
+  uint32_t n_ctx = 0;
+  std::vector<NodePlacement> nodes;
+  uint64_t model_bytes = 0;
+  bool fits = true;
+  uint64_t missing_bytes = 0;  // when !fits: memory short in total (or on the worst node)
+  std::string why;             // one line: why this mode
+};
+
+// kInvalidArgument for no nodes; the model's hyper-parameters must be readable.
+Result<Placement> plan_placement(const GgufFile& file, const std::vector<NodeSpec>& nodes, ParallelMode mode,
+                                 uint32_t n_ctx);
+
+}  // namespace lattice::engine::parallel
