@@ -269,8 +269,8 @@ Status Communicator::all_reduce_rma(const void* in, void* out, size_t count, DTy
       ++writes;
     }
   }
-  // Wait for every peer's flag, polling the queues meanwhile (progress for providers that
-  // land writes on the target's thread; reaping our own write completions).
+  // Wait for every peer's flag on local memory; poll the queues now and then (reaping our own
+  // write completions, and noticing failed links).
   uint32_t idle = 0;
   for (int p = 0; p < world_; ++p) {
     if (p == rank()) continue;
@@ -278,9 +278,12 @@ Status Communicator::all_reduce_rma(const void* in, void* out, size_t count, DTy
                                                                 zone_stride_ - 64));
     while (flag.load(std::memory_order_acquire) != rma_seq_) {
       ++idle;
-      // Every spin: providers that land writes on the target's thread (tcp) need it.
-      Status r = reap();
-      if (!r.ok()) return fail(r);
+      // Now and then only: the writes land without our help (see writes_land_passively),
+      // and a provider's poll may yield the core after a run of empty polls.
+      if ((idle & 63) == 0) {
+        Status r = reap();
+        if (!r.ok()) return fail(r);
+      }
       if (idle >= spin_before_yield_) std::this_thread::yield();
       if ((idle & 1023) == 0) {
         if (deadline.expired()) return fail(Timeout("coll: deadline passed waiting on rank " + std::to_string(p), p));
