@@ -89,6 +89,20 @@ TEST_F(ParallelProcess, RunNodesMatchesSingleNodeOverShmAndTcp) {
     }
 }
 
+TEST_F(ParallelProcess, PipelineRunMatchesSingleNode) {
+  const std::string m = model_path();
+  const std::string common = "-m " + m + " -p 'the quick brown fox' -n 24 --temp 0 --ignore-eos --json -t 1";
+  int code = -1;
+  const auto ref = tokens_of(run("run " + common, &code));
+  ASSERT_EQ(code, 0);
+  const std::string out = run("run " + common + " --nodes 2 --parallel pp --provider tcp", &code);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_EQ(tokens_of(out), ref);
+  auto j = nlohmann::json::parse(out, nullptr, false);
+  EXPECT_EQ(j["parallel"], "pp");
+  EXPECT_EQ(j["ranks"][0]["layers"][1], j["ranks"][1]["layers"][0]);
+}
+
 TEST_F(ParallelProcess, DemoRunsTwoRanks) {
   const fs::path home = fs::temp_directory_path() / ("lattice-tp-home-" + std::to_string(::getpid()));
   fs::create_directories(home);

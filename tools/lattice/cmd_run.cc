@@ -31,6 +31,7 @@ struct RunArgs {
   bool chat = false, json = false, no_pack = false, ignore_eos = false;
   int nodes = 0;  // > 0, or under `lattice launch`: tensor parallel (dist_run.h)
   std::string provider = "shm";
+  std::string parallel = "tp";
   bool demo = false;
 };
 
@@ -45,7 +46,7 @@ int run_dist(const RunArgs& a) {
   d.threads = a.threads > 0 ? a.threads : 1, d.temp = a.temp, d.seed = a.seed, d.seed_set = a.seed_set;
   d.top_k = a.top_k, d.top_p = a.top_p, d.min_p = a.min_p, d.repeat_penalty = a.repeat_penalty;
   d.repeat_last_n = a.repeat_last_n, d.ctx = a.ctx, d.chat = a.chat, d.json = a.json, d.no_pack = a.no_pack;
-  d.ignore_eos = a.ignore_eos, d.demo = a.demo;
+  d.ignore_eos = a.ignore_eos, d.demo = a.demo, d.parallel = a.parallel;
   return run_distributed(d);
 }
 
@@ -139,6 +140,8 @@ Registrar run_cmd{{"run", "generate text from a GGUF model (llama, qwen2, qwen3)
                      app.add_flag("--no-pack", a->no_pack, "use every weight in place from the mapping (no repacking)");
                      app.add_option("--nodes", a->nodes, "tensor parallel over N local ranks (processes); -t is per rank");
                      app.add_option("--provider", a->provider, "with --nodes: shm or tcp")->capture_default_str();
+                     app.add_option("--parallel", a->parallel, "with --nodes: tp (tensor) or pp (pipeline)")
+                         ->capture_default_str();
                      app.add_flag("--demo", a->demo, "with no -m: a small make-model model on 2 local ranks");
                      app.add_flag("--json", a->json, "print one JSON object (tokens, text, speeds) instead of text");
                      return [a] { return run(*a); };

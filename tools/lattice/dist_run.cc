@@ -17,6 +17,9 @@
 #include "lattice/coll/coll.h"
 #include "lattice/crypto/secret.h"
 #include "lattice/engine/gguf/make_model.h"
+#include "lattice/engine/model/arch.h"
+#include "lattice/engine/model/hparams.h"
+#include "lattice/engine/parallel/pp.h"
 #include "lattice/engine/parallel/tp.h"
 #include "lattice/engine/runtime/generate.h"
 #include "lattice/engine/sampler/sampler.h"
@@ -46,6 +49,7 @@ std::string self_exe() {
 int launch_local(const DistRunArgs& a) {
   if (a.nodes < 1 || a.nodes > 64) return fail("--nodes must be in 1..64");
   if (a.provider != "shm" && a.provider != "tcp") return fail("--provider must be shm or tcp");
+  if (a.parallel != "tp" && a.parallel != "pp") return fail("--parallel must be tp or pp");
   auto port = cluster::pick_free_port();
   if (!port.ok()) return fail(port.status().to_string());
   const std::string exe = self_exe();
@@ -57,6 +61,8 @@ int launch_local(const DistRunArgs& a) {
                                    "--top-p", std::to_string(a.top_p), "--min-p", std::to_string(a.min_p),
                                    "--repeat-penalty", std::to_string(a.repeat_penalty), "--repeat-last-n",
                                    std::to_string(a.repeat_last_n), "--ctx", std::to_string(a.ctx)};
+  argv.push_back("--parallel");
+  argv.push_back(a.parallel);
   if (a.chat) argv.push_back("--chat");
   if (a.json) argv.push_back("--json");
   if (a.no_pack) argv.push_back("--no-pack");
@@ -108,7 +114,23 @@ int run_rank(const DistRunArgs& a) {
   const auto t_load = Clock::now();
   engine::parallel::TpLoadOptions lo;
   lo.pack = !a.no_pack;
-  auto model = engine::parallel::TpModel::load(a.model, c.rank(), c.world_size(), lo);
+  const bool pp = a.parallel == "pp";
+  auto file = engine::GgufFile::open(a.model);
+  if (!file.ok()) return rfail(file.status().to_string());
+  if (pp) {
+    // Stage ranges need the layer count: read from the header before binding.
+    auto arch_name = (*file)->metadata().get_string("general.architecture");
+    const engine::ArchInfo* arch = arch_name.ok() ? engine::find_arch(*arch_name) : nullptr;
+    if (!arch) return rfail("unsupported or missing architecture");
+    auto hp = engine::read_hparams((*file)->metadata(), *arch);
+    if (!hp.ok()) return rfail(hp.status().to_string());
+    auto ranges = engine::parallel::pp_layers(hp->n_layer, c.world_size());
+    if (!ranges.ok()) return rfail(ranges.status().to_string());
+    lo.layer_begin = (*ranges)[c.rank()].begin;
+    lo.layer_end = (*ranges)[c.rank()].end;
+  }
+  auto model = pp ? engine::parallel::TpModel::bind(std::move(*file), 0, 1, lo)
+                  : engine::parallel::TpModel::bind(std::move(*file), c.rank(), c.world_size(), lo);
   if (!model.ok()) return rfail(model.status().to_string());
   const double load_s = since(t_load);
   auto tok = engine::tokenizer_from_gguf((*model)->file());
@@ -124,9 +146,29 @@ int run_rank(const DistRunArgs& a) {
   so.n_ctx = a.ctx > 0 ? static_cast<uint32_t>(a.ctx) : static_cast<uint32_t>(prompt.size() + go.n_predict);
   so.n_threads = static_cast<uint32_t>(std::max(1, a.threads));
   if (prompt.size() + go.n_predict > so.n_ctx) return rfail("prompt + -n exceed --ctx");
-  auto s = engine::parallel::TpSession::create(**model, comm->get(), so);
-  if (!s.ok()) return rfail(s.status().to_string());
-  engine::parallel::TpSession& sess = **s;
+  // Both kinds of session behind one small interface.
+  std::unique_ptr<engine::parallel::TpSession> tps;
+  std::unique_ptr<engine::parallel::PpSession> pps;
+  if (pp) {
+    engine::parallel::PpSessionOptions po;
+    po.session = so;
+    po.session.n_batch = 32;  // micro-batches of the prefill
+    auto s = engine::parallel::PpSession::create(**model, **comm, po);
+    if (!s.ok()) return rfail(s.status().to_string());
+    pps = std::move(*s);
+  } else {
+    auto s = engine::parallel::TpSession::create(**model, comm->get(), so);
+    if (!s.ok()) return rfail(s.status().to_string());
+    tps = std::move(*s);
+  }
+  struct Any {
+    engine::parallel::TpSession* tp;
+    engine::parallel::PpSession* pp;
+    Status prefill(std::span<const int32_t> t) { return tp ? tp->prefill(t) : pp->prefill(t); }
+    Status decode(int32_t t) { return tp ? tp->decode(t) : pp->decode(t); }
+    Result<int32_t> sample(engine::Sampler& s) { return tp ? tp->sample(s) : pp->sample(s); }
+    const engine::parallel::CollStats& coll_stats() const { return tp ? tp->coll_stats() : pp->coll_stats(); }
+  } sess{tps.get(), pps.get()};
 
   engine::Sampler sampler(sp);
   for (int32_t t : prompt) sampler.accept(t);
@@ -137,11 +179,17 @@ int run_rank(const DistRunArgs& a) {
   std::vector<int32_t> out;
   std::string stop = "length";
   double decode_s = 0;
+  Clock::time_point t_first = Clock::now();
   uint32_t steps = 0;
   std::string printed;
   for (int i = 0; i < a.n_predict; ++i) {
     auto t = sess.sample(sampler);
     if (!t.ok()) return rfail(t.status().to_string());
+    // Decode time runs from the first chosen token to the last: decode and the choice of the
+    // next token together (a pipeline's first stage only knows a step ended when the token
+    // comes back).
+    if (i == 0) t_first = Clock::now();
+    else decode_s = since(t_first);
     sampler.accept(*t);
     if (!a.ignore_eos && tok->is_eog(*t)) {
       stop = "eog";
@@ -166,15 +214,14 @@ int run_rank(const DistRunArgs& a) {
       }
     }
     if (i + 1 == a.n_predict) break;
-    t0 = Clock::now();
     if (auto st = sess.decode(*t); !st.ok()) return rfail(st.to_string());
-    decode_s += since(t0);
     ++steps;
   }
   const engine::parallel::CollStats& cs = sess.coll_stats();
   // Per decode token: this rank's collective payload and time.
   const double denom = std::max<uint32_t>(steps, 1);
   nlohmann::json mine = {{"rank", c.rank()},
+                         {"layers", {(*model)->layer_begin(), (*model)->layer_end()}},
                          {"kv_heads", {(*model)->kv_heads().begin, (*model)->kv_heads().end}},
                          {"ff", {(*model)->ff().begin, (*model)->ff().end}},
                          {"vocab", {(*model)->vocab().begin, (*model)->vocab().end}},
@@ -205,7 +252,7 @@ int run_rank(const DistRunArgs& a) {
     j["stop_reason"] = stop;
     j["threads"] = so.n_threads;
     j["nodes"] = c.world_size();
-    j["parallel"] = "tp";
+    j["parallel"] = a.parallel;
     j["provider"] = opts->provider;
     j["ranks"] = ranks;
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
@@ -214,15 +261,15 @@ int run_rank(const DistRunArgs& a) {
   std::printf("\n");
   std::fprintf(stderr,
                "\nprompt: %zu tokens in %.1f ms, %.2f tok/s | generation: %zu tokens, %.2f tok/s "
-               "(%d ranks x %u threads, tensor parallel over %s, %s)\n",
+               "(%d ranks x %u threads, %s parallel over %s, %s)\n",
                prompt.size(), prefill_s * 1e3, prefill_tok_s, out.size(), decode_tok_s, c.world_size(), so.n_threads,
-               opts->provider.c_str(), stop.c_str());
+               pp ? "pipeline" : "tensor", opts->provider.c_str(), stop.c_str());
   for (const auto& r : ranks) {
     if (!r.is_object()) continue;
     std::fprintf(stderr,
-                 "  rank %d: kv heads [%d,%d) ffn [%d,%d) vocab [%d,%d), shard %.1f MiB | per token: %.0f B sent "
+                 "  rank %d: layers [%d,%d) kv heads [%d,%d) ffn [%d,%d) vocab [%d,%d), shard %.1f MiB | per token: %.0f B sent "
                  "(collective payload), %.3f ms in collectives (%.0f calls) of %.3f ms\n",
-                 r["rank"].get<int>(), r["kv_heads"][0].get<int>(), r["kv_heads"][1].get<int>(), r["ff"][0].get<int>(),
+                 r["rank"].get<int>(), r["layers"][0].get<int>(), r["layers"][1].get<int>(), r["kv_heads"][0].get<int>(), r["kv_heads"][1].get<int>(), r["ff"][0].get<int>(),
                  r["ff"][1].get<int>(), r["vocab"][0].get<int>(), r["vocab"][1].get<int>(),
                  r["shard_bytes"].get<double>() / (1 << 20), r["bytes_sent_per_token"].get<double>(),
                  r["coll_ms_per_token"].get<double>(), r["coll_calls_per_token"].get<double>(),

@@ -16,6 +16,7 @@ struct DistRunArgs {
   std::string model, prompt;
   int nodes = 0;               // local ranks to start (0: we are a rank under a launcher)
   std::string provider = "shm";
+  std::string parallel = "tp";  // tp | pp
   int n_predict = 128;
   int threads = 1;             // per rank
   float temp = 0.8f;
