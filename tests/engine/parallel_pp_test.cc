@@ -22,6 +22,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Removes this process's model files when the test program ends.
+struct TempDirCleanup {
+  ~TempDirCleanup() {
+    std::error_code ec;
+    fs::remove_all(fs::temp_directory_path() / ("lattice-pp-test-" + std::to_string(::getpid())), ec);
+  }
+} temp_dir_cleanup;
+
 std::string model_file(const std::string& type) {
   const fs::path dir = fs::temp_directory_path() / ("lattice-pp-test-" + std::to_string(::getpid()));
   fs::create_directories(dir);

@@ -19,6 +19,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Removes this process's model files when the test program ends.
+struct TempDirCleanup {
+  ~TempDirCleanup() {
+    std::error_code ec;
+    fs::remove_all(fs::temp_directory_path() / ("lattice-tp-proc-" + std::to_string(::getpid())), ec);
+  }
+} temp_dir_cleanup;
+
 std::string lattice_bin() { return std::string(LATTICE_BINARY_DIR) + "/lattice"; }
 
 // Runs the command; returns stdout (stderr appended after a marker when keep_err).

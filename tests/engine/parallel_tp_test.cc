@@ -3,6 +3,7 @@
 // logits with cosine >= 0.9999 on Q8_0/Q4_0, for 2, 3 and 4 ranks over shm and tcp; a rank
 // lost mid-generation makes every survivor fail with kPeerLost well before the deadline.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -21,6 +22,14 @@ namespace lattice::engine::parallel {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Removes this process's model files when the test program ends.
+struct TempDirCleanup {
+  ~TempDirCleanup() {
+    std::error_code ec;
+    fs::remove_all(fs::temp_directory_path() / ("lattice-tp-test-" + std::to_string(::getpid())), ec);
+  }
+} temp_dir_cleanup;
 
 std::string model_file(const std::string& type, uint32_t heads, uint32_t kv_heads, bool tied = false,
                        const std::string& arch = "llama") {

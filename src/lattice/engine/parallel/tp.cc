@@ -477,7 +477,8 @@ Result<int32_t> TpSession::argmax() {
 
 Result<int32_t> TpSession::sample(Sampler& sampler) {
   const SamplerParams& p = sampler.params();
-  if (p.temperature <= 0 && p.repeat_penalty == 1.0f) return argmax();
+  if (p.temperature <= 0 && p.repeat_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f)
+    return argmax();
   const Range voc = model_->vocab();
   const size_t K = static_cast<size_t>(p.top_k > 0 ? std::min(p.top_k, 256) : 64);
   // Local top-K as (value, id) pairs, padded with (-inf, -1).
