@@ -1,0 +1,127 @@
+// `lattice run` and `lattice bench engine` end to end on a tiny generated model: JSON
+// fields, greedy tokens equal to the Session's, exit code 2 on bad input. Skipped when the
+// lattice binary has not been built next to the tests.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "lattice/engine/gguf/make_model.h"
+#include "lattice/engine/runtime/generate.h"
+#include "lattice/engine/tokenizer/from_gguf.h"
+
+namespace lattice::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Ran {
+  int exit_code = -1;
+  std::string out;
+};
+Ran run(const std::string& args) {
+  Ran r;
+  const std::string cmd = std::string(LATTICE_BINARY_DIR) + "/lattice " + args + " 2>/dev/null";
+  if (FILE* p = ::popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+    const int st = ::pclose(p);
+    r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  }
+  return r;
+}
+
+class EngineCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(fs::path(LATTICE_BINARY_DIR) / "lattice")) GTEST_SKIP() << "lattice binary not built";
+    dir_ = fs::temp_directory_path() / ("lattice-cli-" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    model_ = (dir_ / "tiny.gguf").string();
+    MakeModelOptions o;
+    o.dim = 64;
+    o.layers = 2;
+    o.heads = 4;
+    o.kv_heads = 2;
+    o.vocab = 300;
+    o.type = "q8_0";
+    o.threads = 1;
+    ASSERT_TRUE(make_model(o, model_).ok());
+  }
+  void TearDown() override {
+    std::error_code ec;
+    if (!dir_.empty()) fs::remove_all(dir_, ec);
+  }
+  fs::path dir_;
+  std::string model_;
+};
+
+TEST_F(EngineCli, RunJsonGivesTheSessionsGreedyTokens) {
+  const Ran r = run("run -m " + model_ + " -p 'hello world' -n 12 --temp 0 --ignore-eos -t 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  for (const char* k : {"tokens", "text", "prefill_tok_s", "decode_tok_s", "n_prompt", "n_gen"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  const auto tokens = j["tokens"].get<std::vector<int32_t>>();
+  EXPECT_EQ(tokens.size(), 12u);
+  EXPECT_EQ(j["n_gen"].get<int>(), 12);
+  EXPECT_GT(j["decode_tok_s"].get<double>(), 0.0);
+
+  auto model = Model::load(model_);
+  ASSERT_TRUE(model.ok());
+  auto tok = tokenizer_from_gguf((*model)->file());
+  ASSERT_TRUE(tok.ok());
+  auto s = Session::create(**model, {.n_ctx = 64, .n_threads = 1});
+  ASSERT_TRUE(s.ok());
+  GenerateOptions go;
+  go.prompt = "hello world";
+  go.n_predict = 12;
+  go.stop_at_eog = false;
+  go.sampler.temperature = 0;
+  auto g = generate(**s, *tok, go);
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  EXPECT_EQ(g->tokens, tokens);
+  EXPECT_EQ(j["n_prompt"].get<size_t>(), g->prompt_tokens.size());
+  EXPECT_EQ(g->n_decode_steps, 11u);  // the last token needs no forward pass
+}
+
+TEST_F(EngineCli, BadInputExitsWith2) {
+  EXPECT_EQ(run("run -m " + (dir_ / "missing.gguf").string() + " -p hi").exit_code, 2);
+  EXPECT_EQ(run("run -m " + model_ + " -p hi -n -1").exit_code, 2);
+  EXPECT_EQ(run("run -m " + model_ + " -p hi --top-p -1").exit_code, 2);
+  EXPECT_EQ(run("bench engine -m " + model_ + " -p 8,x").exit_code, 2);
+  EXPECT_EQ(run("bench engine -m " + model_ + " -t 0").exit_code, 2);
+  // A file that is not a GGUF.
+  const std::string junk = (dir_ / "junk.gguf").string();
+  FILE* f = std::fopen(junk.c_str(), "wb");
+  std::fputs("not a model at all", f);
+  std::fclose(f);
+  EXPECT_EQ(run("run -m " + junk + " -p hi").exit_code, 2);
+}
+
+TEST_F(EngineCli, BenchEngineJsonHasOneRowPerThreadAndTest) {
+  const Ran r = run("bench engine -m " + model_ + " -p 8,16 -n 4 -t 1,2 -r 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto rows = nlohmann::json::parse(r.out);
+  ASSERT_EQ(rows.size(), 6u);  // {pp8, pp16, tg4} x {1, 2} threads
+  for (const auto& row : rows) {
+    for (const char* k : {"threads", "prefill_tok_s", "decode_tok_s", "prefill_tok_s_sd", "decode_tok_s_sd",
+                          "n_prompt", "n_gen", "commit", "build_flags", "isa"})
+      EXPECT_TRUE(row.contains(k)) << k;
+    if (row["n_gen"].get<int>() > 0) {
+      EXPECT_GT(row["decode_tok_s"].get<double>(), 0.0);
+    } else {
+      EXPECT_GT(row["prefill_tok_s"].get<double>(), 0.0);
+    }
+  }
+  EXPECT_EQ(rows[0]["threads"].get<int>(), 1);
+  EXPECT_EQ(rows[5]["threads"].get<int>(), 2);
+}
+
+}  // namespace
+}  // namespace lattice::engine
