@@ -210,6 +210,9 @@ TEST(ParallelTp, F16GreedyMatchesSingleNodeFor64Steps4RanksGqa) {
   expect_same_greedy(model_file("f16", 8, 4), 4, "shm", 64);
 }
 TEST(ParallelTp, F32GreedyMatchesOverTcp3Ranks) { expect_same_greedy(model_file("f32", 4, 4), 3, "tcp://127.0.0.1:0", 64); }
+TEST(ParallelTp, F16GreedyMatchesOverTcp4RanksGqa) {
+  expect_same_greedy(model_file("f16", 8, 4), 4, "tcp://127.0.0.1:0", 64);
+}
 TEST(ParallelTp, F16GreedyMatchesOverTcp2RanksTied) {
   expect_same_greedy(model_file("f16", 4, 2, true), 2, "tcp://127.0.0.1:0", 64);
 }
