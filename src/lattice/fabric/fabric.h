@@ -27,7 +27,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <array>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -158,6 +160,9 @@ class Endpoint {
 
 struct ProviderOptions {
   bool busy_poll = false;  // spin instead of sleeping while waiting (lowest latency, burns a core)
+  // The cluster secret (32 bytes). tcp: when set, every connection runs the crypto handshake
+  // and every frame is AEAD-sealed (see tcp/wire.h); unset means plaintext (trusted links).
+  std::optional<std::array<uint8_t, 32>> secret{};
 };
 
 class Provider {

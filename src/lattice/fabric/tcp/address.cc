@@ -94,8 +94,12 @@ Result<ListenSpec> parse_listen_spec(std::string_view params) {
         spec.busy_poll = true;
       } else if (kv == "busy_poll=0" || kv == "busy_poll=false") {
         spec.busy_poll = false;
+      } else if (kv == "secure=1" || kv == "secure=true") {
+        spec.secure = true;
+      } else if (kv == "secure=0" || kv == "secure=false") {
+        spec.secure = false;
       } else if (!kv.empty()) {
-        return InvalidArgument("tcp URI: unknown option '" + std::string(kv) + "' (known: busy_poll=0|1)");
+        return InvalidArgument("tcp URI: unknown option '" + std::string(kv) + "' (known: busy_poll=0|1, secure=0|1)");
       }
     }
   }

@@ -55,9 +55,10 @@ struct ListenSpec {
   SockAddr bind_addr;        // where to listen
   std::string host;          // as written in the URI
   bool busy_poll = false;    // "?busy_poll=1"
+  bool secure = false;       // "?secure=1": seal traffic with the secret from LATTICE_SECRET[_FILE]
 };
 
-// Parses "HOST:PORT[?busy_poll=0|1]" (HOST: IPv4 literal, [IPv6] literal, or "localhost").
+// Parses "HOST:PORT[?busy_poll=0|1][&secure=0|1]" (HOST: IPv4 literal, [IPv6] literal, or "localhost").
 Result<ListenSpec> parse_listen_spec(std::string_view params);
 
 // Converts a bound socket address into the ip/port/family advertised in blobs; a wildcard

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "lattice/core/log.h"
+#include "lattice/crypto/handshake.h"
 #include "lattice/fabric/tcp/cq.h"
 #include "lattice/fabric/tcp/provider.h"
 
@@ -74,6 +75,16 @@ Status read_all(int fd, void* data, size_t n, Deadline deadline, const std::stri
   return Status::Ok();
 }
 
+std::string nonce_hex(const Nonce& n) {
+  static const char* kDigits = "0123456789abcdef";
+  std::string out;
+  for (uint8_t b : n) {
+    out += kDigits[b >> 4];
+    out += kDigits[b & 15];
+  }
+  return out;
+}
+
 void tune_socket(int fd) {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -113,8 +124,48 @@ Status Conn::connect(std::span<const std::byte> peer_address, Deadline deadline)
     peer_addr_text_ = peer.to_string();
   }
   int fd = -1;
-  Status s = local_ < peer ? dial(peer, deadline, &fd) : accept_from(peer, deadline, &fd);
-  if (!s.ok()) return s;
+  std::optional<crypto::SessionCipher> cipher;
+  const bool sealed = provider_->secret().has_value();
+  if (local_ < peer) {
+    LATTICE_RETURN_IF_ERROR(dial(peer, deadline, &fd));
+    if (sealed) {
+      auto c = secure_handshake(fd, /*initiator=*/true, peer, deadline);
+      if (!c.ok()) {
+        ::close(fd);
+        return c.status();
+      }
+      cipher.emplace(std::move(*c));
+    }
+  } else {
+    Status last_refusal;
+    for (;;) {
+      Status s = accept_from(peer, deadline, &fd);
+      if (!s.ok()) {
+        // A peer that kept failing the handshake is the likelier story than a slow one.
+        if (s.code() == ErrorCode::kTimeout && !last_refusal.ok()) return last_refusal;
+        return s;
+      }
+      if (!sealed) break;
+      auto c = secure_handshake(fd, /*initiator=*/false, peer, deadline);
+      if (c.ok()) {
+        cipher.emplace(std::move(*c));
+        break;
+      }
+      // Whoever dialed with the right nonce failed to prove the secret: refuse it and keep
+      // waiting for the real peer until the deadline.
+      ::close(fd);
+      last_refusal = c.status();
+      LATTICE_LOG_WARN("tcp: refused a connection claiming to be {}: {}", peer.to_string(), c.status().to_string());
+      bool closed;
+      {
+        std::lock_guard lock(mu_);
+        closed = closed_;
+      }
+      if (closed) return Cancelled("tcp endpoint closed while connecting");
+      std::lock_guard lock(connect_mu_);
+      connecting_done_ = false;
+    }
+  }
   tune_socket(fd);
   {
     std::lock_guard lock(mu_);
@@ -123,6 +174,7 @@ Status Conn::connect(std::span<const std::byte> peer_address, Deadline deadline)
       return Cancelled("tcp endpoint closed while connecting");
     }
     fd_ = fd;
+    if (cipher) cipher_.emplace(std::move(*cipher));
     peer_ = peer;
     connected_ = true;
     staging_.resize(kStagingBytes);
@@ -169,7 +221,9 @@ Status Conn::dial(const EndpointAddress& peer, Deadline deadline, int* out_fd) {
     }
     return ErrnoError("connecting to " + who, err, rank);
   }
+  const bool sealed = provider_->secret().has_value();
   Hello hello = make_hello(local_.nonce.data(), peer.nonce.data());
+  hello.flags = sealed ? kHelloFlagSealed : 0;
   Status s = write_all(fd, &hello, sizeof hello, deadline, who, rank);
   Hello reply{};
   if (s.ok()) s = read_all(fd, &reply, sizeof reply, deadline, who, rank);
@@ -180,7 +234,10 @@ Status Conn::dial(const EndpointAddress& peer, Deadline deadline, int* out_fd) {
       s = Corrupt(who + " speaks tcp protocol version " + std::to_string(reply.version) + ", we speak " +
                       std::to_string(kWireVersion),
                   rank);
-    } else if (reply.size != sizeof(Hello) || reply.flags != 0) {
+    } else if (reply.size == sizeof(Hello) && reply.flags == (sealed ? 0u : kHelloFlagSealed)) {
+      s = InvalidArgument(who + (sealed ? " runs plaintext (no cluster secret) but we require encryption"
+                                        : " requires encryption (cluster secret) but we run plaintext"));
+    } else if (reply.size != sizeof(Hello) || reply.flags != (sealed ? kHelloFlagSealed : 0u)) {
       s = Corrupt(who + " sent a malformed hello (size " + std::to_string(reply.size) + ", flags " +
                       std::to_string(reply.flags) + ")",
                   rank);
@@ -195,6 +252,51 @@ Status Conn::dial(const EndpointAddress& peer, Deadline deadline, int* out_fd) {
   }
   *out_fd = fd;
   return Status::Ok();
+}
+
+Result<crypto::SessionCipher> Conn::secure_handshake(int fd, bool initiator, const EndpointAddress& peer,
+                                                    Deadline deadline) {
+  const int rank = options_.peer_rank;
+  const std::string who = "peer" + (rank == Status::kNoPeer ? std::string() : " " + std::to_string(rank)) +
+                          " at " + peer.to_string();
+  crypto::HandshakeOptions ho;
+  // Binds the session to this very link: the dialer's and the acceptor's endpoint nonces.
+  ho.context = "lattice tcp v1 " + (initiator ? nonce_hex(local_.nonce) + ">" + nonce_hex(peer.nonce)
+                                              : nonce_hex(peer.nonce) + ">" + nonce_hex(local_.nonce));
+  auto role = initiator ? crypto::Handshake::Role::kInitiator : crypto::Handshake::Role::kResponder;
+  LATTICE_ASSIGN_OR_RETURN(crypto::Handshake hs, crypto::Handshake::create(role, *provider_->secret(), ho));
+  auto ctx = [&](const Status& st) {
+    if (st.code() == ErrorCode::kAuthFailed)
+      return AuthFailed("handshake with " + who + " failed (does it hold the same cluster secret?): " + st.message(),
+                        rank);
+    return st.with_context("handshake with " + who);
+  };
+  if (initiator) {
+    LATTICE_ASSIGN_OR_RETURN(std::vector<uint8_t> m1, hs.start());
+    LATTICE_RETURN_IF_ERROR(write_all(fd, m1.data(), m1.size(), deadline, who, rank));
+  }
+  while (!hs.done()) {
+    size_t n = hs.next_message_bytes();
+    if (n == 0) return AuthFailed("handshake with " + who + " stalled", rank);
+    std::vector<uint8_t> in(n);
+    Status s = read_all(fd, in.data(), n, deadline, who, rank);
+    if (!s.ok()) {
+      if (s.code() == ErrorCode::kPeerLost && initiator)
+        return AuthFailed("handshake with " + who + ": it hung up (does it hold the same cluster secret?)", rank);
+      return s;
+    }
+    auto out = hs.on_message(in);
+    if (!out.ok()) {
+      std::vector<uint8_t> reject = hs.take_reject();
+      if (!reject.empty()) (void)::send(fd, reject.data(), reject.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      return ctx(out.status());
+    }
+    if (!out->empty()) LATTICE_RETURN_IF_ERROR(write_all(fd, out->data(), out->size(), deadline, who, rank));
+  }
+  LATTICE_ASSIGN_OR_RETURN(crypto::Session session, hs.session());
+  LATTICE_LOG_DEBUG("tcp: sealed session {} with {} ({})", session.session_id_hex(), who,
+                    crypto::to_string(session.cipher));
+  return crypto::SessionCipher::create(session.cipher, session.keys);
 }
 
 Status Conn::accept_from(const EndpointAddress& peer, Deadline deadline, int* out_fd) {
@@ -392,6 +494,14 @@ void Conn::enqueue(TxOp&& op) {
     return;
   }
   if (op.is_response) ++queued_responses_;
+  if (cipher_) {
+    Status s = seal_op(op);
+    if (!s.ok()) {
+      tx_.push_back(std::move(op));
+      fail(s, false);
+      return;
+    }
+  }
   if (tx_.empty()) {
     // Fast path: straight to the kernel, no queueing.
     iovec iov[2];
@@ -423,6 +533,30 @@ void Conn::enqueue(TxOp&& op) {
   }
   tx_.push_back(std::move(op));
   if (!want_write_.exchange(true)) rearm();
+}
+
+Status Conn::seal_op(TxOp& op) {
+  const size_t len = op.inline_len ? op.inline_len : op.payload_len;
+  const std::byte* src = op.inline_len ? op.inline_data : op.payload;
+  const size_t wire = kSealTagBytes + len + (len ? kSealTagBytes : 0);
+  op.sealed = std::make_unique_for_overwrite<std::byte[]>(wire);
+  op.hdr.flags = kFlagSealed;
+  op.hdr.trailer_len = kSealTagBytes;
+  op.hdr.seal_seq = cipher_->next_tx_seq();
+  auto ad = std::as_bytes(std::span<const FrameHeader>(&op.hdr, 1));
+  crypto::Tag tag;
+  LATTICE_RETURN_IF_ERROR(cipher_->seal({}, ad, tag).status());
+  std::memcpy(op.sealed.get(), tag.data(), kSealTagBytes);
+  if (len) {
+    std::byte* body = op.sealed.get() + kSealTagBytes;
+    std::memcpy(body, src, len);
+    LATTICE_RETURN_IF_ERROR(cipher_->seal({body, len}, ad, tag).status());
+    std::memcpy(body + len, tag.data(), kSealTagBytes);
+  }
+  op.inline_len = 0;
+  op.payload = op.sealed.get();
+  op.payload_len = wire;
+  return Status::Ok();
 }
 
 void Conn::enqueue_response(FrameHeader h, const std::byte* payload, size_t len) {
@@ -513,14 +647,14 @@ void Conn::read_rx() {
         sink_ += r;
         sink_left_ -= static_cast<uint64_t>(r);
         last_rx_ = Clock::now();
-        if (sink_left_ == 0 && discard_left_ == 0) finish_frame();
+        if (sink_left_ == 0 && discard_left_ == 0) payload_done();
         if (static_cast<size_t>(r) < asked) return;  // drained: the next progress call reads on
         continue;
       }
     } else {
       if (stage_r_ == stage_w_) {
         stage_r_ = stage_w_ = 0;
-      } else if (staging_.size() - stage_w_ < sizeof(FrameHeader)) {
+      } else if (staging_.size() - stage_w_ < head_bytes()) {
         std::memmove(staging_.data(), staging_.data() + stage_r_, stage_w_ - stage_r_);
         stage_w_ -= stage_r_;
         stage_r_ = 0;
@@ -563,9 +697,21 @@ bool Conn::parse_staged() {
     if (queued_responses_ >= kMaxQueuedResponses) return false;  // the peer is not reading: stop serving
     size_t avail = stage_w_ - stage_r_;
     if (rx_ == Rx::kHeader) {
-      if (avail < sizeof(FrameHeader)) return true;
+      if (avail < head_bytes()) return true;
       std::memcpy(&cur_, staging_.data() + stage_r_, sizeof(FrameHeader));
-      stage_r_ += sizeof(FrameHeader);
+      if (cipher_) {
+        crypto::Tag tag;
+        std::memcpy(tag.data(), staging_.data() + stage_r_ + sizeof(FrameHeader), kSealTagBytes);
+        Status s = cipher_->open_next({}, std::as_bytes(std::span<const FrameHeader>(&cur_, 1)), tag);
+        if (!s.ok()) {
+          fail(AuthFailed(peer_text() + " sent a frame header that failed authentication (tampered, replayed or "
+                                        "reordered): " + s.message(),
+                          options_.peer_rank),
+               true);
+          return false;
+        }
+      }
+      stage_r_ += head_bytes();
       Status s = begin_frame();
       if (!s.ok()) {
         fail(s, true);
@@ -574,6 +720,22 @@ bool Conn::parse_staged() {
       continue;
     }
     if (avail == 0) return true;
+    if (rx_ == Rx::kTrailer) {
+      if (avail < kSealTagBytes) return true;
+      crypto::Tag tag;
+      std::memcpy(tag.data(), staging_.data() + stage_r_, kSealTagBytes);
+      stage_r_ += kSealTagBytes;
+      std::byte* start = sink_ - sink_len_;
+      Status s = cipher_->open_next({start, sink_len_}, std::as_bytes(std::span<const FrameHeader>(&cur_, 1)), tag);
+      if (!s.ok()) {
+        fail(AuthFailed(peer_text() + " sent a payload that failed authentication (tampered): " + s.message(),
+                        options_.peer_rank),
+             true);
+        return false;
+      }
+      finish_frame();
+      continue;
+    }
     if (sink_left_ > 0) {
       size_t n = static_cast<size_t>(std::min<uint64_t>(avail, sink_left_));
       std::memcpy(sink_, staging_.data() + stage_r_, n);
@@ -587,8 +749,16 @@ bool Conn::parse_staged() {
       discard_left_ -= n;
       stage_r_ += n;
     }
-    if (sink_left_ == 0 && discard_left_ == 0) finish_frame();
+    if (sink_left_ == 0 && discard_left_ == 0) payload_done();
   }
+}
+
+void Conn::payload_done() {
+  if (cipher_ && cur_.payload_len > 0) {
+    rx_ = Rx::kTrailer;
+    return;
+  }
+  finish_frame();
 }
 
 Status Conn::check_access(uint64_t key, uint64_t offset, uint64_t len, uint32_t right, const char* what,
@@ -618,7 +788,10 @@ Status Conn::begin_frame() {
     return Corrupt(peer_text() + " sent a frame of protocol version " + std::to_string(h.version) +
                        ", we speak " + std::to_string(kWireVersion),
                    rank);
-  if (h.flags != 0 || h.trailer_len != 0 || h.seal_seq != 0)
+  if (cipher_) {
+    if (h.flags != kFlagSealed || h.trailer_len != kSealTagBytes)
+      return Corrupt(peer_text() + " sent an unsealed frame in a sealed session", rank);
+  } else if (h.flags != 0 || h.trailer_len != 0 || h.seal_seq != 0)
     return Corrupt(peer_text() + " sent a frame with flags/trailer/seal fields set, which protocol version " +
                        std::to_string(kWireVersion) + " does not allow",
                    rank);
@@ -641,6 +814,7 @@ Status Conn::begin_frame() {
   sink_ = nullptr;
   sink_left_ = discard_left_ = 0;
   sink_len_ = 0;
+  sink_scratch_ = false;
   finish_ = Finish::kNone;
   switch (static_cast<FrameType>(h.type)) {
     case FrameType::kSend: {
@@ -654,6 +828,14 @@ Status Conn::begin_frame() {
         sink_len_ = static_cast<size_t>(std::min<uint64_t>(h.payload_len, r.cap));
         sink_left_ = sink_len_;
         discard_left_ = h.payload_len - sink_len_;
+        if (cipher_ && discard_left_ > 0) {
+          // The tag covers every byte: open the whole message aside, then copy what fits.
+          rx_scratch_.resize(h.payload_len);
+          sink_ = rx_scratch_.data();
+          sink_len_ = sink_left_ = h.payload_len;
+          discard_left_ = 0;
+          sink_scratch_ = true;
+        }
         finish_ = Finish::kRecvMsg;
       } else if (h.payload_len <= kMaxUnexpectedMsg && unexpected_bytes_ + h.payload_len <= kMaxUnexpectedBytes &&
                  unexpected_.size() < kMaxUnexpectedCount) {
@@ -762,7 +944,7 @@ Status Conn::begin_frame() {
     default:
       return Corrupt(peer_text() + " sent a frame of unknown type " + std::to_string(h.type), rank);
   }
-  if (sink_left_ == 0 && discard_left_ == 0) finish_frame();
+  if (sink_left_ == 0 && discard_left_ == 0) payload_done();
   return Status::Ok();
 }
 
@@ -807,7 +989,14 @@ void Conn::finish_frame() {
                                               std::to_string(r.cap) + "-byte receive buffer",
                                           rank)
                               : Status::Ok();
-      complete_recv_side(r.id, Opcode::kRecv, std::move(s), sink_len_, 0);
+      size_t got = sink_len_;
+      if (sink_scratch_) {
+        got = std::min(sink_len_, r.cap);
+        if (got) std::memcpy(r.buf, rx_scratch_.data(), got);
+        rx_scratch_ = {};
+        sink_scratch_ = false;
+      }
+      complete_recv_side(r.id, Opcode::kRecv, std::move(s), got, 0);
       break;
     }
     case Finish::kUnexpectedMsg:
@@ -870,7 +1059,25 @@ void Conn::fail(Status s, bool tell_peer, bool clean_eof) {
     LATTICE_LOG_WARN("tcp endpoint: {}", s.to_string());
   }
   if (fd_ >= 0) {
-    if (tell_peer && (tx_.empty() || tx_.front().done == 0)) {
+    if (tell_peer && cipher_) {
+      // Sealed: only in sequence (nothing queued) and only while the cipher is healthy.
+      if (tx_.empty() && cipher_->failure().ok()) {
+        TxOp op;
+        op.hdr = make_header(FrameType::kError);
+        op.hdr.imm = static_cast<uint32_t>(s.code());
+        std::string text = s.message().substr(0, kMaxErrorText);
+        op.hdr.payload_len = text.size();
+        op.payload = reinterpret_cast<const std::byte*>(text.data());
+        op.payload_len = text.size();
+        if (seal_op(op).ok()) {
+          iovec iov[2] = {{&op.hdr, sizeof op.hdr}, {const_cast<std::byte*>(op.payload), op.payload_len}};
+          msghdr m{};
+          m.msg_iov = iov;
+          m.msg_iovlen = 2;
+          (void)::sendmsg(fd_, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        }
+      }
+    } else if (tell_peer && (tx_.empty() || tx_.front().done == 0)) {
       // Best effort, one non-blocking attempt: tell the peer why before hanging up.
       FrameHeader h = make_header(FrameType::kError);
       h.imm = static_cast<uint32_t>(s.code());

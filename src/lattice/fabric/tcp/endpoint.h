@@ -39,9 +39,11 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "lattice/crypto/aead.h"
 #include "lattice/fabric/fabric.h"
 #include "lattice/fabric/tcp/address.h"
 #include "lattice/fabric/tcp/memory.h"
@@ -119,6 +121,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     bool is_response = false;  // counts against kMaxQueuedResponses
     WorkId id = 0;
     size_t bytes = 0;
+    std::unique_ptr<std::byte[]> sealed;  // sealed sessions: header tag | ciphertext | tag
     size_t total() const { return sizeof(FrameHeader) + inline_len + payload_len; }
   };
   struct PendingOp {  // a one-sided request awaiting its response
@@ -138,7 +141,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     uint32_t imm;
     std::vector<std::byte> data;
   };
-  enum class Rx { kHeader, kPayload, kStalled, kDead };
+  enum class Rx { kHeader, kPayload, kTrailer, kStalled, kDead };
   enum class Finish { kNone, kRecvMsg, kUnexpectedMsg, kWrite, kWriteImm, kReadResp, kErrorText };
 
   std::string peer_text() const;
@@ -146,6 +149,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
   Status check_postable() const;
   Status dial(const EndpointAddress& peer, Deadline deadline, int* out_fd);
   Status accept_from(const EndpointAddress& peer, Deadline deadline, int* out_fd);
+  // Sealed sessions: the crypto handshake on a fresh socket (dialer = initiator).
+  Result<crypto::SessionCipher> secure_handshake(int fd, bool initiator, const EndpointAddress& peer,
+                                                 Deadline deadline);
 
   // All below: mu_ held.
   void progress_locked(Clock::time_point now);
@@ -154,6 +160,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
   bool parse_staged();  // false: stop reading
   Status begin_frame();
   void finish_frame();
+  void payload_done();      // the payload is in: sealed sessions read its tag first
+  Status seal_op(TxOp& op);  // sealed sessions: copy + encrypt the op's bytes
+  size_t head_bytes() const { return sizeof(FrameHeader) + (cipher_ ? kSealTagBytes : 0); }
   Status check_access(uint64_t key, uint64_t offset, uint64_t len, uint32_t right, const char* what,
                       RegionInfo* out);
   void match_unexpected();
@@ -216,6 +225,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
   size_t sink_len_ = 0;                  // bytes the sink receives in total
   std::vector<std::byte> unexpected_buf_;  // kUnexpectedMsg / kErrorText sink
   bool last_frame_large_ = false;
+  std::optional<crypto::SessionCipher> cipher_;  // set at connect for sealed sessions
+  std::vector<std::byte> rx_scratch_;            // sealed: a truncated message is opened here
+  bool sink_scratch_ = false;
 
   Clock::time_point last_rx_{};
   Clock::time_point last_tx_{};

@@ -36,6 +36,13 @@ Result<std::unique_ptr<TcpProvider>> TcpProvider::create(std::string_view params
   LATTICE_ASSIGN_OR_RETURN(ListenSpec spec, parse_listen_spec(params));
   std::unique_ptr<TcpProvider> p(new TcpProvider());
   p->busy_poll_ = options.busy_poll || spec.busy_poll;
+  if (options.secret) {
+    p->secret_ = crypto::ClusterSecret::from_bytes(*options.secret);
+  } else if (spec.secure) {
+    auto secret = crypto::load_secret("");
+    if (!secret.ok()) return secret.status().with_context("tcp URI asks for secure=1");
+    p->secret_ = *secret;
+  }
   p->caps_.max_msg = kMaxMessage;
   p->caps_.max_inline = kMaxInline;
   p->caps_.rma_write = p->caps_.rma_read = p->caps_.atomics = true;
@@ -212,8 +219,18 @@ void TcpProvider::serve_stranger(uint64_t id) {
                           std::to_string(kWireVersion));
     return;
   }
-  if (h.size != sizeof(Hello) || h.flags != 0) {
+  if (h.size != sizeof(Hello) || (h.flags & ~kHelloFlagSealed) != 0) {
     drop_stranger(id, "malformed hello (size " + std::to_string(h.size) + ", flags " + std::to_string(h.flags) + ")");
+    return;
+  }
+  const bool sealed = secret_.has_value();
+  if (((h.flags & kHelloFlagSealed) != 0) != sealed) {
+    // Answer with our own hello so the dialer can report the mismatch clearly, then hang up.
+    Hello reply = make_hello(h.to, h.from);
+    reply.flags = sealed ? kHelloFlagSealed : 0;
+    (void)::send(s.fd, &reply, sizeof reply, MSG_NOSIGNAL | MSG_DONTWAIT);
+    drop_stranger(id, sealed ? "it asks for plaintext, this provider requires encryption (cluster secret)"
+                             : "it asks for encryption, this provider runs plaintext (no cluster secret)");
     return;
   }
   std::shared_ptr<Conn> target;
@@ -229,6 +246,7 @@ void TcpProvider::serve_stranger(uint64_t id) {
     return;
   }
   Hello reply = make_hello(target->nonce().data(), h.from);
+  reply.flags = sealed ? kHelloFlagSealed : 0;
   ssize_t w = ::send(s.fd, &reply, sizeof reply, MSG_NOSIGNAL | MSG_DONTWAIT);
   if (w != static_cast<ssize_t>(sizeof reply)) {
     drop_stranger(id, "could not answer its hello");

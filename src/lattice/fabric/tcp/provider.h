@@ -15,11 +15,13 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "lattice/crypto/secret.h"
 #include "lattice/fabric/fabric.h"
 #include "lattice/fabric/tcp/address.h"
 #include "lattice/fabric/tcp/memory.h"
@@ -51,6 +53,8 @@ class TcpProvider final : public Provider {
   void add_connected(const std::shared_ptr<Conn>& conn, int fd);
   void forget(const Conn* conn);
   const EndpointAddress& listen_address() const { return listen_addr_; }
+  // The cluster secret when connections are sealed (handshake + AEAD), else nullopt.
+  const std::optional<crypto::ClusterSecret>& secret() const { return secret_; }
 
  private:
   struct Stranger {
@@ -69,6 +73,7 @@ class TcpProvider final : public Provider {
 
   ProviderCaps caps_;
   bool busy_poll_ = false;
+  std::optional<crypto::ClusterSecret> secret_;
   std::shared_ptr<RegionTable> regions_ = std::make_shared<RegionTable>();
   int listen_fd_ = -1;
   int epoll_fd_ = -1;

@@ -10,10 +10,21 @@
 // order, so responses arrive in request order; the id is checked against the oldest pending
 // request and any mismatch is a protocol violation (kCorrupt).
 //
-// Room for authenticated encryption (a later issue), without a new version number:
-//   flags bit kFlagSealed set -> the payload is AEAD ciphertext and a tag of trailer_len bytes
-//   follows it; `seal_seq` carries the per-direction frame counter used as nonce. Version 1
-//   peers send flags = 0, trailer_len = 0, seal_seq = 0 and reject anything else.
+// Sealed sessions (a provider given the cluster secret), still version 1: both Hellos carry
+// flags bit 0 (kHelloFlagSealed; a mismatch is refused), then the 104/104/40-byte handshake of
+// crypto/handshake.h runs on the socket (dialer = initiator, context names both endpoint
+// nonces), then every frame is
+//
+//   FrameHeader (flags = kFlagSealed, trailer_len = 16, seal_seq = n)
+//   | header tag (16)                     AEAD seq n,   data empty, AD = the 64-byte header
+//   | payload ciphertext (payload_len)    AEAD seq n+1, AD = the header (only if payload_len > 0)
+//   | payload tag (16)                    (only if payload_len > 0)
+//
+// so the header is authenticated before it is acted on, and a payload lands as ciphertext and
+// is decrypted in place only once its tag verified (a failure wipes it and fails the
+// endpoint with kAuthFailed). Sequence numbers are counted on both ends (SessionCipher):
+// a replayed, reordered or dropped frame fails to open. Plain peers send flags = 0,
+// trailer_len = 0, seal_seq = 0 and reject anything else.
 #pragma once
 
 #include <cstddef>
@@ -28,7 +39,7 @@ inline constexpr uint8_t kWireVersion = 1;
 //   0  magic[8]      "LTCPHELO"
 //   8  u16 version   kWireVersion of the sender
 //  10  u16 size      sizeof(Hello) = 48 (a later version may append fields)
-//  12  u32 flags     0 in version 1 (later: bit 0 = "I want a sealed session")
+//  12  u32 flags     bit 0 (kHelloFlagSealed) = "sealed session"; other bits 0
 //  16  from[16]      the sender's endpoint nonce
 //  32  to[16]        the nonce of the endpoint the sender wants (from its address blob)
 inline constexpr char kHelloMagic[8] = {'L', 'T', 'C', 'P', 'H', 'E', 'L', 'O'};
@@ -41,6 +52,7 @@ struct Hello {
   uint8_t to[16];
 };
 static_assert(sizeof(Hello) == 48);
+inline constexpr uint32_t kHelloFlagSealed = 1u << 0;
 
 // ---- Frames ---------------------------------------------------------------------------------
 enum class FrameType : uint8_t {
@@ -86,7 +98,8 @@ struct FrameHeader {
 static_assert(sizeof(FrameHeader) == 64);
 static_assert(offsetof(FrameHeader, payload_len) == 8 && offsetof(FrameHeader, seal_seq) == 56);
 
-inline constexpr uint8_t kFlagSealed = 1u << 0;  // reserved: AEAD (not accepted by version 1)
+inline constexpr uint8_t kFlagSealed = 1u << 0;  // sealed session frames (see the top)
+inline constexpr size_t kSealTagBytes = 16;
 inline constexpr size_t kMaxErrorText = 1024;
 
 // The structs above are laid out in host order; this provider is built for little-endian
