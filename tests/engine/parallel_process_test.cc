@@ -106,6 +106,15 @@ TEST_F(ParallelProcess, PipelineRunMatchesSingleNode) {
   const std::string out = run("run " + common + " --nodes 2 --parallel pp --provider tcp", &code);
   ASSERT_EQ(code, 0) << out;
   EXPECT_EQ(tokens_of(out), ref);
+  // Uneven shares: tensor parallel 3:1 and a pipeline with the second stage taking more.
+  const std::string tp31 = run("run " + common + " --nodes 2 --split 3,1", &code);
+  ASSERT_EQ(code, 0) << tp31;
+  EXPECT_EQ(tokens_of(tp31), ref);
+  auto jt = nlohmann::json::parse(tp31, nullptr, false);
+  EXPECT_EQ(jt["ranks"][0]["kv_heads"][1], 3);  // 4 KV heads split 3:1
+  const std::string pp13 = run("run " + common + " --nodes 2 --parallel pp --split 1,3", &code);
+  ASSERT_EQ(code, 0) << pp13;
+  EXPECT_EQ(tokens_of(pp13), ref);
   auto j = nlohmann::json::parse(out, nullptr, false);
   EXPECT_EQ(j["parallel"], "pp");
   EXPECT_EQ(j["ranks"][0]["layers"][1], j["ranks"][1]["layers"][0]);

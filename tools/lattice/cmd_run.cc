@@ -32,6 +32,7 @@ struct RunArgs {
   int nodes = 0;  // > 0, or under `lattice launch`: tensor parallel (dist_run.h)
   std::string provider = "shm";
   std::string parallel = "tp";
+  std::string split;
   bool demo = false;
 };
 
@@ -46,7 +47,7 @@ int run_dist(const RunArgs& a) {
   d.threads = a.threads > 0 ? a.threads : 1, d.temp = a.temp, d.seed = a.seed, d.seed_set = a.seed_set;
   d.top_k = a.top_k, d.top_p = a.top_p, d.min_p = a.min_p, d.repeat_penalty = a.repeat_penalty;
   d.repeat_last_n = a.repeat_last_n, d.ctx = a.ctx, d.chat = a.chat, d.json = a.json, d.no_pack = a.no_pack;
-  d.ignore_eos = a.ignore_eos, d.demo = a.demo, d.parallel = a.parallel;
+  d.ignore_eos = a.ignore_eos, d.demo = a.demo, d.parallel = a.parallel, d.split = a.split;
   return run_distributed(d);
 }
 
@@ -142,6 +143,7 @@ Registrar run_cmd{{"run", "generate text from a GGUF model (llama, qwen2, qwen3)
                      app.add_option("--provider", a->provider, "with --nodes: shm or tcp")->capture_default_str();
                      app.add_option("--parallel", a->parallel, "with --nodes: tp (tensor) or pp (pipeline)")
                          ->capture_default_str();
+                     app.add_option("--split", a->split, "with --nodes: share per rank, e.g. 3,1 (default equal)");
                      app.add_flag("--demo", a->demo, "with no -m: a small make-model model on 2 local ranks");
                      app.add_flag("--json", a->json, "print one JSON object (tokens, text, speeds) instead of text");
                      return [a] { return run(*a); };

@@ -30,6 +30,28 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// "3,1" -> {3, 1}; empty on a bad list (the caller reports it).
+std::vector<double> parse_split(const std::string& text, bool* ok) {
+  std::vector<double> out;
+  *ok = true;
+  if (text.empty()) return out;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t comma = text.find(',', at);
+    const std::string item = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    char* end = nullptr;
+    const double v = std::strtod(item.c_str(), &end);
+    if (item.empty() || end != item.c_str() + item.size() || !(v > 0) || v > 1e6) {
+      *ok = false;
+      return {};
+    }
+    out.push_back(v);
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
+}
+
 int fail(const std::string& msg) {
   std::fprintf(stderr, "lattice run: %s\n", msg.c_str());
   return 2;
@@ -50,6 +72,10 @@ int launch_local(const DistRunArgs& a) {
   if (a.nodes < 1 || a.nodes > 64) return fail("--nodes must be in 1..64");
   if (a.provider != "shm" && a.provider != "tcp") return fail("--provider must be shm or tcp");
   if (a.parallel != "tp" && a.parallel != "pp") return fail("--parallel must be tp or pp");
+  bool split_ok = true;
+  const auto split = parse_split(a.split, &split_ok);
+  if (!split_ok || (!split.empty() && split.size() != static_cast<size_t>(a.nodes)))
+    return fail("--split needs one positive share per rank (e.g. --nodes 2 --split 3,1)");
   auto port = cluster::pick_free_port();
   if (!port.ok()) return fail(port.status().to_string());
   const std::string exe = self_exe();
@@ -63,6 +89,10 @@ int launch_local(const DistRunArgs& a) {
                                    std::to_string(a.repeat_last_n), "--ctx", std::to_string(a.ctx)};
   argv.push_back("--parallel");
   argv.push_back(a.parallel);
+  if (!a.split.empty()) {
+    argv.push_back("--split");
+    argv.push_back(a.split);
+  }
   if (a.chat) argv.push_back("--chat");
   if (a.json) argv.push_back("--json");
   if (a.no_pack) argv.push_back("--no-pack");
@@ -115,6 +145,10 @@ int run_rank(const DistRunArgs& a) {
   engine::parallel::TpLoadOptions lo;
   lo.pack = !a.no_pack;
   const bool pp = a.parallel == "pp";
+  bool split_ok = true;
+  lo.weights = parse_split(a.split, &split_ok);
+  if (!split_ok || (!lo.weights.empty() && lo.weights.size() != static_cast<size_t>(c.world_size())))
+    return rfail("--split needs one positive share per rank");
   auto file = engine::GgufFile::open(a.model);
   if (!file.ok()) return rfail(file.status().to_string());
   if (pp) {
@@ -124,11 +158,12 @@ int run_rank(const DistRunArgs& a) {
     if (!arch) return rfail("unsupported or missing architecture");
     auto hp = engine::read_hparams((*file)->metadata(), *arch);
     if (!hp.ok()) return rfail(hp.status().to_string());
-    auto ranges = engine::parallel::pp_layers(hp->n_layer, c.world_size());
+    auto ranges = engine::parallel::pp_layers(hp->n_layer, c.world_size(), lo.weights);
     if (!ranges.ok()) return rfail(ranges.status().to_string());
     lo.layer_begin = (*ranges)[c.rank()].begin;
     lo.layer_end = (*ranges)[c.rank()].end;
   }
+  if (pp) lo.weights.clear();  // the stage's own TP world is 1
   auto model = pp ? engine::parallel::TpModel::bind(std::move(*file), 0, 1, lo)
                   : engine::parallel::TpModel::bind(std::move(*file), c.rank(), c.world_size(), lo);
   if (!model.ok()) return rfail(model.status().to_string());

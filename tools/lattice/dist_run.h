@@ -17,6 +17,7 @@ struct DistRunArgs {
   int nodes = 0;               // local ranks to start (0: we are a rank under a launcher)
   std::string provider = "shm";
   std::string parallel = "tp";  // tp | pp
+  std::string split;            // "3,1": relative share of each rank (slower/smaller nodes less); empty: equal
   int n_predict = 128;
   int threads = 1;             // per rank
   float temp = 0.8f;
