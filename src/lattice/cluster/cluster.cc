@@ -273,7 +273,11 @@ Status Cluster::build_epoch(const json& plan, Deadline deadline) {
       std::string host = opt_.fabric_host.empty() ? (link_ ? link_->local_ip() : "127.0.0.1") : opt_.fabric_host;
       uri = "tcp://" + host + ":0";
     }
-    LATTICE_ASSIGN_OR_RETURN(provider_, fabric::make_provider(uri));
+    // Data traffic is sealed with the cluster secret (tcp; same-host shm ignores it) unless
+    // --insecure, which the join already announced loudly.
+    fabric::ProviderOptions po;
+    if (opt_.secret && !opt_.insecure) po.secret = opt_.secret->bytes();
+    LATTICE_ASSIGN_OR_RETURN(provider_, fabric::make_provider(uri, po));
     provider_list_ = {provider_.get()};
   }
   auto st = std::make_shared<EpochState>();
@@ -373,7 +377,7 @@ Result<std::unique_ptr<Cluster>> join_cluster(ClusterOptions options, Deadline d
   }
   if (!options.secret) return InvalidArgument("joining a cluster needs its secret (LATTICE_SECRET_FILE or LATTICE_SECRET)");
   if (options.insecure)
-    LATTICE_LOG_WARN("INSECURE mode (--insecure): peers are authenticated but traffic is NOT encrypted");
+    LATTICE_LOG_WARN("INSECURE mode (--insecure): peers are authenticated but control and TCP data traffic are NOT encrypted");
   if (options.rank == 0 && options.host_coordinator && !options.rejoin) {
     CoordinatorOptions co;
     LATTICE_ASSIGN_OR_RETURN(auto hp, split_host_port(options.coordinator));
