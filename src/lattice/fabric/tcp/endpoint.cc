@@ -520,6 +520,7 @@ void Conn::enqueue(TxOp&& op) {
       if (static_cast<size_t>(w) == op.total()) {
         if (op.completes) complete_send_side(op.id, Opcode::kSend, Status::Ok(), op.bytes);
         if (op.is_response) --queued_responses_;
+        recycle(op);
         return;
       }
       op.done = static_cast<size_t>(w);
@@ -539,7 +540,19 @@ Status Conn::seal_op(TxOp& op) {
   const size_t len = op.inline_len ? op.inline_len : op.payload_len;
   const std::byte* src = op.inline_len ? op.inline_data : op.payload;
   const size_t wire = kSealTagBytes + len + (len ? kSealTagBytes : 0);
-  op.sealed = std::make_unique_for_overwrite<std::byte[]>(wire);
+  // Reuse a spare buffer: a fresh 1 MiB allocation per frame costs an mmap and page faults.
+  for (auto it = seal_pool_.begin(); it != seal_pool_.end(); ++it) {
+    if (it->second >= wire) {
+      op.sealed = std::move(it->first);
+      op.sealed_cap = it->second;
+      seal_pool_.erase(it);
+      break;
+    }
+  }
+  if (!op.sealed) {
+    op.sealed = std::make_unique_for_overwrite<std::byte[]>(wire);
+    op.sealed_cap = wire;
+  }
   op.hdr.flags = kFlagSealed;
   op.hdr.trailer_len = kSealTagBytes;
   op.hdr.seal_seq = cipher_->next_tx_seq();
@@ -557,6 +570,18 @@ Status Conn::seal_op(TxOp& op) {
   op.payload = op.sealed.get();
   op.payload_len = wire;
   return Status::Ok();
+}
+
+void Conn::recycle(TxOp& op) {
+  constexpr size_t kPoolMin = 4096, kPoolCount = 8;
+  if (!op.sealed || op.sealed_cap < kPoolMin) return;
+  if (seal_pool_.size() >= kPoolCount) {
+    auto smallest = std::min_element(seal_pool_.begin(), seal_pool_.end(),
+                                     [](const auto& a, const auto& b) { return a.second < b.second; });
+    if (smallest->second >= op.sealed_cap) return;
+    seal_pool_.erase(smallest);
+  }
+  seal_pool_.emplace_back(std::move(op.sealed), op.sealed_cap);
 }
 
 void Conn::enqueue_response(FrameHeader h, const std::byte* payload, size_t len) {
@@ -626,6 +651,7 @@ void Conn::flush_tx() {
       left -= rest;
       if (op.completes) complete_send_side(op.id, Opcode::kSend, Status::Ok(), op.bytes);
       if (op.is_response) --queued_responses_;
+      recycle(op);
       tx_.pop_front();
     }
     if (static_cast<size_t>(w) < want) break;  // the socket is full

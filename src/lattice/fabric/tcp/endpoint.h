@@ -122,6 +122,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     WorkId id = 0;
     size_t bytes = 0;
     std::unique_ptr<std::byte[]> sealed;  // sealed sessions: header tag | ciphertext | tag
+    size_t sealed_cap = 0;
     size_t total() const { return sizeof(FrameHeader) + inline_len + payload_len; }
   };
   struct PendingOp {  // a one-sided request awaiting its response
@@ -162,6 +163,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void finish_frame();
   void payload_done();      // the payload is in: sealed sessions read its tag first
   Status seal_op(TxOp& op);  // sealed sessions: copy + encrypt the op's bytes
+  void recycle(TxOp& op);   // keeps a sent op's sealed buffer for the next one
   size_t head_bytes() const { return sizeof(FrameHeader) + (cipher_ ? kSealTagBytes : 0); }
   Status check_access(uint64_t key, uint64_t offset, uint64_t len, uint32_t right, const char* what,
                       RegionInfo* out);
@@ -226,6 +228,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   std::vector<std::byte> unexpected_buf_;  // kUnexpectedMsg / kErrorText sink
   bool last_frame_large_ = false;
   std::optional<crypto::SessionCipher> cipher_;  // set at connect for sealed sessions
+  std::vector<std::pair<std::unique_ptr<std::byte[]>, size_t>> seal_pool_;  // spare tx buffers
   std::vector<std::byte> rx_scratch_;            // sealed: a truncated message is opened here
   bool sink_scratch_ = false;
 
