@@ -79,6 +79,28 @@ TEST_P(AeadTest, RoundTripInPlaceAtManySizes) {
   EXPECT_EQ(bob_->next_rx_seq(), expect_seq);
 }
 
+TEST_P(AeadTest, SealToOutOfPlaceMatchesInPlaceAndLeavesInputIntact) {
+  // A second sender with the same keys seals in place: both must produce identical bytes.
+  auto twin = SessionCipher::create(cipher(), keys_, backend());
+  ASSERT_TRUE(twin.ok());
+  const std::string header = "hdr";
+  for (size_t n : {size_t{0}, size_t{17}, size_t{70000}}) {
+    const auto plain = pattern(n, 9);
+    std::vector<std::byte> out(n, std::byte{0});
+    auto inplace = plain;
+    Tag t1{}, t2{};
+    auto s1 = alice_->seal_to(plain, out.data(), as_bytes(header), t1);
+    auto s2 = twin->seal(inplace, as_bytes(header), t2);
+    ASSERT_TRUE(s1.ok() && s2.ok());
+    EXPECT_EQ(*s1, *s2);
+    EXPECT_EQ(out, inplace) << n;
+    EXPECT_EQ(t1, t2) << n;
+    EXPECT_EQ(plain, pattern(n, 9));
+    ASSERT_TRUE(bob_->open(*s1, out, as_bytes(header), t1).ok()) << n;
+    EXPECT_EQ(out, plain) << n;
+  }
+}
+
 TEST_P(AeadTest, MatchesLibsodiumReferenceWithCounterNonce) {
   // Independent oracle: libsodium's one-shot API with the raw key and the documented nonce
   // (sequence number little-endian, then four zero bytes).

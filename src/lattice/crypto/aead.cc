@@ -96,7 +96,9 @@ inline void make_nonce(uint64_t seq, uint8_t out[kNonceBytes]) {
 class DirectionState {
  public:
   virtual ~DirectionState() = default;
-  virtual bool seal(uint8_t* p, size_t n, const uint8_t* ad, size_t ad_n, const uint8_t* nonce, uint8_t* tag) = 0;
+  // `in` may equal `p` (in place) or not overlap it at all.
+  virtual bool seal(const uint8_t* in, uint8_t* p, size_t n, const uint8_t* ad, size_t ad_n, const uint8_t* nonce,
+                    uint8_t* tag) = 0;
   virtual bool open(uint8_t* p, size_t n, const uint8_t* ad, size_t ad_n, const uint8_t* nonce, const uint8_t* tag) = 0;
 };
 
@@ -110,13 +112,14 @@ class SodiumState final : public DirectionState {
     sodium_memzero(&aes_, sizeof aes_);
     sodium_memzero(key_.data(), key_.size());
   }
-  bool seal(uint8_t* p, size_t n, const uint8_t* ad, size_t ad_n, const uint8_t* nonce, uint8_t* tag) override {
+  bool seal(const uint8_t* in, uint8_t* p, size_t n, const uint8_t* ad, size_t ad_n, const uint8_t* nonce,
+            uint8_t* tag) override {
     uint8_t dummy = 0;  // libsodium declares the message pointer nonnull even when empty
-    if (n == 0) p = &dummy;
+    if (n == 0) p = &dummy, in = &dummy;
     unsigned long long tag_len = 0;
     if (cipher_ == Cipher::kAes256Gcm)
-      return crypto_aead_aes256gcm_encrypt_detached_afternm(p, tag, &tag_len, p, n, ad, ad_n, nullptr, nonce, &aes_) == 0;
-    return crypto_aead_chacha20poly1305_ietf_encrypt_detached(p, tag, &tag_len, p, n, ad, ad_n, nullptr, nonce,
+      return crypto_aead_aes256gcm_encrypt_detached_afternm(p, tag, &tag_len, in, n, ad, ad_n, nullptr, nonce, &aes_) == 0;
+    return crypto_aead_chacha20poly1305_ietf_encrypt_detached(p, tag, &tag_len, in, n, ad, ad_n, nullptr, nonce,
                                                               key_.data()) == 0;
   }
   bool open(uint8_t* p, size_t n, const uint8_t* ad, size_t ad_n, const uint8_t* nonce, const uint8_t* tag) override {
@@ -150,10 +153,11 @@ class OpenSslState final : public DirectionState {
   }
   ~OpenSslState() override { EVP_CIPHER_CTX_free(ctx_); }  // clears the key schedule
 
-  bool seal(uint8_t* p, size_t n, const uint8_t* ad, size_t ad_n, const uint8_t* nonce, uint8_t* tag) override {
+  bool seal(const uint8_t* in, uint8_t* p, size_t n, const uint8_t* ad, size_t ad_n, const uint8_t* nonce,
+            uint8_t* tag) override {
     int len = 0;
     if (EVP_EncryptInit_ex(ctx_, nullptr, nullptr, nullptr, nonce) != 1) return false;
-    if (!feed(ad, ad_n, nullptr) || !feed(p, n, p)) return false;
+    if (!feed(ad, ad_n, nullptr) || !feed(in, n, p)) return false;
     uint8_t tail[16];
     return EVP_EncryptFinal_ex(ctx_, tail, &len) == 1 &&
            EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_GET_TAG, static_cast<int>(kTagBytes), tag) == 1;
@@ -250,6 +254,12 @@ uint64_t SessionCipher::next_rx_seq() const { return impl_->rx_seq; }
 Status SessionCipher::failure() const { return impl_->sticky(); }
 
 Result<uint64_t> SessionCipher::seal(std::span<std::byte> data, std::span<const std::byte> ad, Tag& tag) {
+  return seal_to(data, data.data(), ad, tag);
+}
+
+Result<uint64_t> SessionCipher::seal_to(std::span<const std::byte> in, std::byte* out, std::span<const std::byte> ad,
+                                        Tag& tag) {
+  std::span<std::byte> data(out, in.size());
   Impl& s = *impl_;
   if (s.failed.load(std::memory_order_acquire)) [[unlikely]]
     return s.sticky();
@@ -258,7 +268,8 @@ Result<uint64_t> SessionCipher::seal(std::span<std::byte> data, std::span<const 
   if (s.tx_seq >= kMaxFrames) return ResourceExhausted("session sealed 2^48 frames; start a new session");
   uint8_t nonce[kNonceBytes];
   make_nonce(s.tx_seq, nonce);
-  if (!s.tx->seal(reinterpret_cast<uint8_t*>(data.data()), data.size(), reinterpret_cast<const uint8_t*>(ad.data()),
+  if (!s.tx->seal(reinterpret_cast<const uint8_t*>(in.data()), reinterpret_cast<uint8_t*>(data.data()), data.size(),
+                  reinterpret_cast<const uint8_t*>(ad.data()),
                   ad.size(), nonce, tag.data()))
     return s.fail(Internal("AEAD seal failed"));
   return s.tx_seq++;

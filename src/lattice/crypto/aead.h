@@ -91,6 +91,10 @@ class SessionCipher {
 
   // Encrypts `data` in place, writes its tag, returns the sequence number it used.
   Result<uint64_t> seal(std::span<std::byte> data, std::span<const std::byte> ad, Tag& tag);
+  // As seal(), but reads the plaintext from `in` and writes the ciphertext (in.size() bytes)
+  // to `out`, which is either in.data() or does not overlap it: saves a copy when the
+  // plaintext must stay intact (a send from the caller's buffer).
+  Result<uint64_t> seal_to(std::span<const std::byte> in, std::byte* out, std::span<const std::byte> ad, Tag& tag);
   // Decrypts `data` in place if `seq` is the next expected number and the tag verifies.
   Status open(uint64_t seq, std::span<std::byte> data, std::span<const std::byte> ad, const Tag& tag);
   // For ordered streams: open the next frame without a number on the wire.

@@ -562,8 +562,7 @@ Status Conn::seal_op(TxOp& op) {
   std::memcpy(op.sealed.get(), tag.data(), kSealTagBytes);
   if (len) {
     std::byte* body = op.sealed.get() + kSealTagBytes;
-    std::memcpy(body, src, len);
-    LATTICE_RETURN_IF_ERROR(cipher_->seal({body, len}, ad, tag).status());
+    LATTICE_RETURN_IF_ERROR(cipher_->seal_to({src, len}, body, ad, tag).status());
     std::memcpy(body + len, tag.data(), kSealTagBytes);
   }
   op.inline_len = 0;
