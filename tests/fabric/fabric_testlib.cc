@@ -1,12 +1,16 @@
 #include "fabric_testlib.h"
 
+#include <cstdlib>
 #include <thread>
 
 namespace lattice::fabric::testing {
 
 const std::vector<std::string>& provider_uris() {
-  static const std::vector<std::string> uris = {"shm", "tcp://127.0.0.1:0", "verbs-emu://apple-tb5",
-                                                "verbs-emu://linux-rc"};
+  // "?secure=1" loads the cluster secret from LATTICE_SECRET: a fixed test secret unless the
+  // caller set one (set before any peer process is spawned, so they inherit it).
+  ::setenv("LATTICE_SECRET", "5ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2", 0);
+  static const std::vector<std::string> uris = {"shm", "tcp://127.0.0.1:0", "tcp://127.0.0.1:0?secure=1",
+                                                "verbs-emu://apple-tb5", "verbs-emu://linux-rc"};
   return uris;
 }
 
