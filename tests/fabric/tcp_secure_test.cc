@@ -4,6 +4,7 @@
 // must be kAuthFailed with the plaintext never reaching the receive buffer.
 #include <atomic>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 #include "lattice/fabric/tcp/address.h"
@@ -260,6 +261,26 @@ TEST(TcpSecure, ReplayedFrameIsRejected) {
   });
   connect_via(a, b, mitm);
   expect_auth_failure(*pa, a, *pb, b, /*sends_ok=*/1);
+}
+
+TEST(TcpSecure, PayloadIsNotPlaintextOnTheWire) {
+  auto [pa, pb] = ordered_providers();
+  Side a = make_side(*pa, 1), b = make_side(*pb, 0);
+  auto lb = EndpointAddress::decode(b.ep->local_address());
+  auto la = EndpointAddress::decode(a.ep->local_address());
+  std::mutex mu;
+  std::string wire;
+  Mitm mitm(lb->port, la->port, [&](uint64_t, std::vector<char>& chunk) {
+    std::lock_guard lock(mu);
+    wire.append(chunk.begin(), chunk.end());
+  });
+  connect_via(a, b, mitm);
+  ping(*pa, a, *pb, b, 4096);  // ping's pattern: byte i = i * 7 + 3
+  std::string needle;
+  for (size_t i = 0; i < 32; ++i) needle += static_cast<char>(i * 7 + 3);
+  std::lock_guard lock(mu);
+  EXPECT_GE(wire.size(), kFirstFrame + kFrameHead + 4096 + kSealTagBytes);
+  EXPECT_EQ(wire.find(needle), std::string::npos) << "plaintext on the wire";
 }
 
 }  // namespace
