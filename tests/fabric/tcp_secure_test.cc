@@ -174,8 +174,7 @@ class Mitm {
 constexpr uint64_t kFirstFrame = sizeof(Hello) + 104 + 40;
 constexpr uint64_t kFrameHead = sizeof(FrameHeader) + kSealTagBytes;
 
-// Connects a (dialer, through the proxy) to b. Returns false if the ports came out so that
-// a would not dial.
+// Connects a (the dialer, through the proxy) to b; a must compare smaller than b and the proxy.
 void connect_via(Side& a, Side& b, const Mitm& mitm) {
   auto blob_b = EndpointAddress::decode(b.ep->local_address());
   ASSERT_TRUE(blob_b.ok());

@@ -29,6 +29,12 @@
 //   Liveness: a heartbeat goes out when nothing was sent for peer_timeout/4; no byte from the
 //       peer for peer_timeout -> kPeerLost; EOF/reset -> kPeerLost at once; while reading is
 //       paused by us, a peer that reads nothing of ours for peer_timeout -> kPeerLost.
+//   Sealed sessions (the provider holds the cluster secret; wire.h): connect() runs the crypto
+//       handshake after the Hello (responder side: a peer failing it is refused and the
+//       endpoint keeps waiting for the real one until the deadline). Every frame is sealed at
+//       enqueue time (so sequence numbers follow wire order) out of place into a pooled tx
+//       buffer; received payloads land as ciphertext and are opened in place once their tag
+//       is in. Any authentication failure fails the endpoint with kAuthFailed.
 //   Any protocol violation (bad version, flags, type, length, unknown key, out-of-bounds or
 //       forbidden access, unexpected response) fails this endpoint only: its operations
 //       complete with the error, a kError frame tells the peer why, the socket is shut down.
