@@ -11,6 +11,7 @@
 #include "lattice/coll/coll.h"
 #include "lattice/engine/quant/quantize.h"
 #include "lattice/engine/runtime/ops.h"
+#include "lattice/engine/runtime/float_buffer.h"
 
 namespace lattice::engine::parallel {
 
@@ -238,19 +239,9 @@ uint64_t TpModel::shard_bytes() const {
 
 // ---- TpSession ----
 
-namespace {
-struct AlignedFree {
-  void operator()(float* p) const { std::free(p); }
-};
-using Buf = std::unique_ptr<float, AlignedFree>;
-Buf alloc_floats(size_t n) {
-  const size_t bytes = (std::max<size_t>(n, 1) * sizeof(float) + 63) / 64 * 64;
-  return Buf(static_cast<float*>(std::aligned_alloc(64, bytes)));
-}
-}  // namespace
 
 struct TpSession::Impl {
-  Buf x, xb, q, k, v, att, gate, up, scores, cos_sin, inv_freq;
+  FloatBuffer x, xb, q, k, v, att, gate, up, scores, cos_sin, inv_freq;
   std::vector<float> gather_in, gather_out, full;
 };
 
@@ -282,7 +273,7 @@ Result<std::unique_ptr<TpSession>> TpSession::create(const TpModel& model, coll:
   const size_t QL = static_cast<size_t>(nkv) * hp.group() * HD, KL = static_cast<size_t>(nkv) * HD;
   const size_t FL = model.ff().size();
   struct Want {
-    Buf* buf;
+    FloatBuffer* buf;
     size_t n;
   } wants[] = {
       {&I->x, B * E}, {&I->xb, B * E}, {&I->q, B * QL}, {&I->k, B * KL}, {&I->v, B * KL}, {&I->att, B * QL},

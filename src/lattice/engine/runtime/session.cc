@@ -8,23 +8,13 @@
 #include "lattice/engine/quant/matmul.h"
 #include "lattice/engine/quant/quantize.h"
 #include "lattice/engine/runtime/ops.h"
+#include "lattice/engine/runtime/float_buffer.h"
 
 namespace lattice::engine {
 
-namespace {
-// Buffers of floats, 64-byte aligned, allocated once.
-struct AlignedFree {
-  void operator()(float* p) const { std::free(p); }
-};
-using Buf = std::unique_ptr<float, AlignedFree>;
-Buf alloc_floats(size_t n) {
-  const size_t bytes = (std::max<size_t>(n, 1) * sizeof(float) + 63) / 64 * 64;
-  return Buf(static_cast<float*>(std::aligned_alloc(64, bytes)));
-}
-}  // namespace
 
 struct Session::Impl {
-  Buf x, xb, q, k, v, att, gate, up, scores, cos_sin, inv_freq;
+  FloatBuffer x, xb, q, k, v, att, gate, up, scores, cos_sin, inv_freq;
   size_t n_floats = 0;
 };
 
@@ -56,7 +46,7 @@ Result<std::unique_ptr<Session>> Session::create(const Model& model, const Sessi
   auto impl = std::make_unique<Impl>();
   const size_t B = o.n_batch, E = hp.n_embd;
   struct Want {
-    Buf* buf;
+    FloatBuffer* buf;
     size_t n;
   };
   const Want wants[] = {
