@@ -103,6 +103,21 @@ TEST(LaunchProcess, AKilledRankIsNamedWithItsSignal) {
   EXPECT_NE(r.err.find("rank 2 was killed by signal 9"), std::string::npos) << r.err;
 }
 
+TEST(LaunchProcess, KeepGoingReportsALostRankAndLetsTheOthersFinish) {
+  auto r = run_cmd({lattice_bin(), "launch", "-n", "3", "--keep-going", "--grace-ms", "500", "--", "sh", "-c",
+                    "if [ \"$LATTICE_RANK\" = 2 ]; then kill -9 $$; fi; sleep 0.5; echo done $LATTICE_RANK"},
+                   {}, Deadline::after(kRun));
+  EXPECT_TRUE(exited_with(r.status, 0)) << r.status << r.err;
+  EXPECT_NE(r.err.find("rank 2 was killed by signal 9 (Killed); the others carry on"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("[rank 0] done 0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[rank 1] done 1"), std::string::npos) << r.out;
+  // Rank 0's status is the job's.
+  auto r0 = run_cmd({lattice_bin(), "launch", "-n", "2", "--keep-going", "--", "sh", "-c",
+                     "if [ \"$LATTICE_RANK\" = 0 ]; then exit 4; fi; exit 0"},
+                    {}, Deadline::after(kRun));
+  EXPECT_TRUE(exited_with(r0.status, 4)) << r0.status << r0.err;
+}
+
 TEST(LaunchProcess, ARankIgnoringSigtermIsKilledAfterTheGrace) {
   auto r = run_cmd({lattice_bin(), "launch", "-n", "2", "--grace-ms", "300", "--", "sh", "-c",
                     "if [ \"$LATTICE_RANK\" = 0 ]; then sleep 0.3; exit 1; fi; trap '' TERM; while :; do sleep 0.1; done"},

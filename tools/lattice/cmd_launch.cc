@@ -32,6 +32,7 @@ struct LaunchArgs {
   std::string coordinator;
   int grace_ms = 3000;
   bool no_prefix = false;
+  bool keep_going = false;
   int heartbeat_ms = 0;
   int failure_timeout_ms = 0;
   std::vector<std::string> command;
@@ -68,6 +69,7 @@ int run_launch(const LaunchArgs& a) {
   LaunchOptions lo;
   lo.grace = std::chrono::milliseconds(a.grace_ms);
   lo.prefix = !a.no_prefix;
+  lo.keep_going = a.keep_going;
   if (a.n > 0) {
     if (a.n > 256) return fail("-n " + std::to_string(a.n) + ": at most 256 local ranks");
     if (a.secret_file.empty()) {
@@ -137,6 +139,8 @@ const Registrar kLaunch{{"launch", "start the ranks of a cluster (locally or ove
                            app.add_option("--grace-ms", a->grace_ms, "SIGTERM to SIGKILL delay when stopping ranks")
                                ->capture_default_str();
                            app.add_flag("--no-prefix", a->no_prefix, "do not prefix output lines with [rank N]");
+                           app.add_flag("--keep-going", a->keep_going,
+                                        "a failed rank does not stop the others (for jobs that recover); exit with rank 0's status");
                            app.add_option("--heartbeat-ms", a->heartbeat_ms, "heartbeat interval for the ranks (default 100)");
                            app.add_option("--failure-timeout-ms", a->failure_timeout_ms,
                                           "silence after which a rank is declared dead (default 700)");

@@ -240,6 +240,13 @@ class Supervisor {
       c->exited = true;
       c->status = st;
       bool failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+      if (c->rank == 0) rank0_status_ = st;
+      if (failed && !stopping_ && opt_.keep_going) {
+        write_fully(opt_.err_fd, "lattice launch: rank " + std::to_string(c->rank) + " " + describe(st) +
+                                     "; the others carry on\n");
+        lost_.push_back(c->rank);
+        continue;
+      }
       if (failed && !stopping_ && first_failed_ < 0) {
         first_failed_ = c->rank;
         first_status_ = st;
@@ -305,6 +312,15 @@ class Supervisor {
                                    describe(first_status_) + "\n");
       return exit_code_of(first_status_);
     }
+    if (opt_.keep_going && !interrupted_ && first_failed_ < 0) {
+      if (!lost_.empty()) {
+        std::string list;
+        for (int r : lost_) list += (list.empty() ? "" : ", ") + std::to_string(r);
+        write_fully(opt_.err_fd, "lattice launch: rank(s) " + list + " failed during the run; rank 0 " +
+                                     describe(rank0_status_) + "\n");
+      }
+      return exit_code_of(rank0_status_);
+    }
     if (interrupted_) {
       write_fully(opt_.err_fd, std::string("lattice launch: stopped by ") + strsignal(interrupted_) + "\n");
       return 128 + interrupted_;
@@ -322,6 +338,8 @@ class Supervisor {
   int first_failed_ = -1;
   int first_status_ = 0;
   int interrupted_ = 0;
+  int rank0_status_ = 0;
+  std::vector<int> lost_;  // keep_going: ranks that failed while the others carried on
 };
 
 }  // namespace

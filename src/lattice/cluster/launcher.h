@@ -6,6 +6,9 @@
 //     group, SIGKILL after `grace`), and the launcher exits with that rank's status (128+signal
 //     for a signal), naming the rank and how it ended on stderr;
 //   - SIGINT/SIGTERM/SIGHUP to the launcher (Ctrl-C): the same stop sequence, exit 130/143/129.
+//   - keep_going (jobs that re-place work on the survivors, `lattice run --nodes`): a failed rank
+//     is reported on stderr and the others carry on; the launcher exits with rank 0's status
+//     once every rank ended (rank 0 coordinates the cluster and writes the result).
 // Every rank runs in its own process group with stdin from /dev/null and dies with the
 // launcher (PR_SET_PDEATHSIG). Every wait is bounded (poll ticks of 100 ms, the grace period,
 // 1 s to drain output after the last exit); every child is reaped: no zombies.
@@ -32,6 +35,7 @@ struct LaunchOptions {
   std::vector<LaunchRank> ranks;
   std::chrono::milliseconds grace{3000};  // SIGTERM -> SIGKILL
   bool prefix = true;
+  bool keep_going = false;  // see above
   int out_fd = 1;
   int err_fd = 2;
 };

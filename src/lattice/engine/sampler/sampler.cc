@@ -33,6 +33,7 @@ Sampler::Sampler(SamplerParams params) : params_(params), rng_(params.seed) {}
 void Sampler::reset() {
   history_.clear();
   rng_.seed(params_.seed);
+  draws_ = 0;
 }
 
 void Sampler::accept(int32_t token) {
@@ -154,6 +155,7 @@ Result<int32_t> Sampler::sample(std::span<const float> logits) {
     total += w;  // the same float weights are summed again for the draw: no rounding gap
     probs_.push_back({c.first, w});
   }
+  ++draws_;
   const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53 * total;  // uniform in [0, total)
   double cum = 0.0;
   int32_t chosen = cands_.back().first;  // if rounding leaves u at the very top

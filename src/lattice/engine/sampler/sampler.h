@@ -49,6 +49,14 @@ class Sampler {
   void accept(int32_t token);
   // Clears the history and reseeds.
   void reset();
+  // Random draws made so far (at most one per sample(): none when greedy). A sampler made
+  // with the same params, fed the same accept() calls and skip_draws(draws()) continues
+  // exactly where this one is: how a recovered cluster agrees on the sampling state.
+  uint64_t draws() const { return draws_; }
+  void skip_draws(uint64_t n) {
+    rng_.discard(n);
+    draws_ += n;
+  }
 
   const SamplerParams& params() const { return params_; }
 
@@ -61,6 +69,7 @@ class Sampler {
 
   SamplerParams params_;
   std::mt19937_64 rng_;
+  uint64_t draws_ = 0;
   std::deque<int32_t> history_;
   std::vector<float> work_;                        // logits after penalties
   std::vector<std::pair<int32_t, float>> cands_;  // (token, logit)
