@@ -33,6 +33,8 @@ struct RunArgs {
   std::string provider = "shm";
   std::string parallel = "tp";
   std::string split;
+  bool no_recover = false;
+  std::string inject_fault;
   bool demo = false;
 };
 
@@ -48,6 +50,7 @@ int run_dist(const RunArgs& a) {
   d.top_k = a.top_k, d.top_p = a.top_p, d.min_p = a.min_p, d.repeat_penalty = a.repeat_penalty;
   d.repeat_last_n = a.repeat_last_n, d.ctx = a.ctx, d.chat = a.chat, d.json = a.json, d.no_pack = a.no_pack;
   d.ignore_eos = a.ignore_eos, d.demo = a.demo, d.parallel = a.parallel, d.split = a.split;
+  d.recover = !a.no_recover, d.inject_fault = a.inject_fault;
   return run_distributed(d);
 }
 
@@ -144,6 +147,10 @@ Registrar run_cmd{{"run", "generate text from a GGUF model (llama, qwen2, qwen3)
                      app.add_option("--parallel", a->parallel, "with --nodes: tp (tensor) or pp (pipeline)")
                          ->capture_default_str();
                      app.add_option("--split", a->split, "with --nodes: share per rank, e.g. 3,1 (default equal)");
+                     app.add_flag("--no-recover", a->no_recover,
+                                  "with --nodes: fail when a rank is lost (default: the survivors take its work over)");
+                     app.add_option("--inject-fault", a->inject_fault,
+                                    "with --nodes: RANK@TOKEN[:stop], that rank kills (or stops) itself after TOKEN tokens, to see recovery");
                      app.add_flag("--demo", a->demo, "with no -m: a small make-model model on 2 local ranks");
                      app.add_flag("--json", a->json, "print one JSON object (tokens, text, speeds) instead of text");
                      return [a] { return run(*a); };

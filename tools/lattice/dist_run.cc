@@ -1,11 +1,15 @@
 #include "dist_run.h"
 
+#include <signal.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -97,9 +101,15 @@ int launch_local(const DistRunArgs& a) {
   if (a.json) argv.push_back("--json");
   if (a.no_pack) argv.push_back("--no-pack");
   if (a.ignore_eos) argv.push_back("--ignore-eos");
+  if (!a.recover) argv.push_back("--no-recover");
+  if (!a.inject_fault.empty()) {
+    argv.push_back("--inject-fault");
+    argv.push_back(a.inject_fault);
+  }
   const std::string secret = crypto::ClusterSecret::generate().to_hex();
   cluster::LaunchOptions lo;
   lo.prefix = false;  // rank 0 writes the text; the others write only errors (which name their rank)
+  lo.keep_going = a.recover;  // survivors re-place the work; rank 0's status is the job's
   for (int r = 0; r < a.nodes; ++r) {
     cluster::LaunchRank lr;
     lr.rank = r;
@@ -116,13 +126,92 @@ int launch_local(const DistRunArgs& a) {
   return *code;
 }
 
+// This rank's shard of the model and its session (tensor or pipeline parallel), for the
+// cluster's current membership.
+struct Placement {
+  std::unique_ptr<engine::parallel::TpModel> model;
+  std::unique_ptr<engine::parallel::TpSession> tp;
+  std::unique_ptr<engine::parallel::PpSession> pp;
+  double load_s = 0;
+
+  Status prefill(std::span<const int32_t> t) { return tp ? tp->prefill(t) : pp->prefill(t); }
+  Status decode(int32_t t) { return tp ? tp->decode(t) : pp->decode(t); }
+  Result<int32_t> sample(engine::Sampler& s) { return tp ? tp->sample(s) : pp->sample(s); }
+  const engine::parallel::CollStats& coll_stats() const { return tp ? tp->coll_stats() : pp->coll_stats(); }
+};
+
+// Maps this rank's shard for the cluster's current membership: `weights` are the shares of
+// the current members (empty: equal).
+Result<std::unique_ptr<Placement>> place(const DistRunArgs& a, cluster::Cluster& c, coll::Communicator& comm,
+                                         std::vector<double> weights, const engine::parallel::TpSessionOptions& so) {
+  auto pl = std::make_unique<Placement>();
+  const auto t_load = Clock::now();
+  const bool pp = a.parallel == "pp";
+  engine::parallel::TpLoadOptions lo;
+  lo.pack = !a.no_pack;
+  lo.weights = std::move(weights);
+  LATTICE_ASSIGN_OR_RETURN(auto file, engine::GgufFile::open(a.model));
+  if (pp) {
+    // Stage ranges need the layer count: read from the header before binding.
+    auto arch_name = file->metadata().get_string("general.architecture");
+    const engine::ArchInfo* arch = arch_name.ok() ? engine::find_arch(*arch_name) : nullptr;
+    if (!arch) return InvalidArgument("unsupported or missing architecture");
+    LATTICE_ASSIGN_OR_RETURN(auto hp, engine::read_hparams(file->metadata(), *arch));
+    LATTICE_ASSIGN_OR_RETURN(auto ranges, engine::parallel::pp_layers(hp.n_layer, c.world_size(), lo.weights));
+    lo.layer_begin = ranges[c.rank()].begin;
+    lo.layer_end = ranges[c.rank()].end;
+    lo.weights.clear();  // the stage's own TP world is 1
+  }
+  LATTICE_ASSIGN_OR_RETURN(pl->model, pp ? engine::parallel::TpModel::bind(std::move(file), 0, 1, lo)
+                                         : engine::parallel::TpModel::bind(std::move(file), c.rank(), c.world_size(), lo));
+  pl->load_s = since(t_load);
+  if (pp) {
+    engine::parallel::PpSessionOptions po;
+    po.session = so;
+    po.session.n_batch = 32;  // micro-batches of the prefill
+    LATTICE_ASSIGN_OR_RETURN(pl->pp, engine::parallel::PpSession::create(*pl->model, comm, po));
+  } else {
+    LATTICE_ASSIGN_OR_RETURN(pl->tp, engine::parallel::TpSession::create(*pl->model, &comm, so));
+  }
+  return pl;
+}
+
+// A failure the survivors can recover from: a lost peer (or a collective that timed out
+// waiting on one).
+bool recoverable(const Status& s) {
+  return s.code() == ErrorCode::kPeerLost || s.code() == ErrorCode::kTimeout || s.code() == ErrorCode::kCancelled;
+}
+
+// "2@5" -> rank 2 kills itself (SIGKILL) when it has generated 5 tokens; "2@5:stop" -> it
+// stops itself (SIGSTOP: a hung node, found only by the heartbeats).
+bool parse_fault(std::string text, int* rank, int* token, int* sig) {
+  *sig = SIGKILL;
+  if (text.empty()) return true;
+  if (const size_t colon = text.find(':'); colon != std::string::npos) {
+    const std::string how = text.substr(colon + 1);
+    if (how == "stop") *sig = SIGSTOP;
+    else if (how != "kill") return false;
+    text.resize(colon);
+  }
+  const size_t at = text.find('@');
+  if (at == std::string::npos) return false;
+  char* end = nullptr;
+  const long r = std::strtol(text.c_str(), &end, 10);
+  if (end != text.c_str() + at || at == 0 || r < 0 || r > 4096) return false;
+  const long t = std::strtol(text.c_str() + at + 1, &end, 10);
+  if (end != text.c_str() + text.size() || at + 1 == text.size() || t < 0 || t > (1L << 30)) return false;
+  *rank = static_cast<int>(r);
+  *token = static_cast<int>(t);
+  return true;
+}
+
 // One rank.
 int run_rank(const DistRunArgs& a) {
   auto opts = cluster::cluster_options_from_env();
   if (!opts.ok()) return fail(opts.status().to_string());
-  const int rank = opts->rank;
-  auto rfail = [rank](const std::string& m) {
-    std::fprintf(stderr, "lattice run: rank %d: %s\n", rank, m.c_str());
+  const int rank0 = opts->rank;  // this process's rank in the first epoch: its name in logs
+  auto rfail = [rank0](const std::string& m) {
+    std::fprintf(stderr, "lattice run: rank %d: %s\n", rank0, m.c_str());
     return 1;
   };
   engine::SamplerParams sp;
@@ -134,145 +223,219 @@ int run_rank(const DistRunArgs& a) {
   sp.repeat_last_n = a.repeat_last_n;
   sp.seed = a.seed_set ? a.seed : 0;  // the launcher passes --seed; under `lattice launch` give one
   if (auto st = sp.validate(); !st.ok()) return rfail(st.message());
+  int fault_rank = -1, fault_token = -1, fault_sig = SIGKILL;
+  if (!parse_fault(a.inject_fault, &fault_rank, &fault_token, &fault_sig))
+    return rfail("--inject-fault wants RANK@TOKEN[:kill|:stop], e.g. 2@5");
 
   auto cl = cluster::join_cluster(*opts, Deadline::after(std::chrono::seconds(60)));
   if (!cl.ok()) return rfail("could not join: " + cl.status().to_string());
   cluster::Cluster& c = **cl;
+  const int world0 = c.world_size();
   auto comm = coll::Communicator::create(c);
   if (!comm.ok()) return rfail(comm.status().to_string());
 
-  const auto t_load = Clock::now();
-  engine::parallel::TpLoadOptions lo;
-  lo.pack = !a.no_pack;
-  const bool pp = a.parallel == "pp";
   bool split_ok = true;
-  lo.weights = parse_split(a.split, &split_ok);
-  if (!split_ok || (!lo.weights.empty() && lo.weights.size() != static_cast<size_t>(c.world_size())))
+  const std::vector<double> weights0 = parse_split(a.split, &split_ok);
+  if (!split_ok || (!weights0.empty() && weights0.size() != static_cast<size_t>(world0)))
     return rfail("--split needs one positive share per rank");
-  auto file = engine::GgufFile::open(a.model);
-  if (!file.ok()) return rfail(file.status().to_string());
-  if (pp) {
-    // Stage ranges need the layer count: read from the header before binding.
-    auto arch_name = (*file)->metadata().get_string("general.architecture");
-    const engine::ArchInfo* arch = arch_name.ok() ? engine::find_arch(*arch_name) : nullptr;
-    if (!arch) return rfail("unsupported or missing architecture");
-    auto hp = engine::read_hparams((*file)->metadata(), *arch);
-    if (!hp.ok()) return rfail(hp.status().to_string());
-    auto ranges = engine::parallel::pp_layers(hp->n_layer, c.world_size(), lo.weights);
-    if (!ranges.ok()) return rfail(ranges.status().to_string());
-    lo.layer_begin = (*ranges)[c.rank()].begin;
-    lo.layer_end = (*ranges)[c.rank()].end;
-  }
-  if (pp) lo.weights.clear();  // the stage's own TP world is 1
-  auto model = pp ? engine::parallel::TpModel::bind(std::move(*file), 0, 1, lo)
-                  : engine::parallel::TpModel::bind(std::move(*file), c.rank(), c.world_size(), lo);
-  if (!model.ok()) return rfail(model.status().to_string());
-  const double load_s = since(t_load);
-  auto tok = engine::tokenizer_from_gguf((*model)->file());
-  if (!tok.ok()) return rfail("tokenizer: " + tok.status().to_string());
+  // Original ranks of the current members, by current rank (shrink renumbers in this order).
+  std::vector<int> members(static_cast<size_t>(world0));
+  for (int r = 0; r < world0; ++r) members[static_cast<size_t>(r)] = r;
+  auto shares = [&]() {
+    std::vector<double> w;
+    if (!weights0.empty())
+      for (int m : members) w.push_back(weights0[static_cast<size_t>(m)]);
+    return w;
+  };
 
+  // The tokenizer and the prompt need only the file's metadata.
+  std::vector<int32_t> prompt;
+  std::optional<engine::Tokenizer> tok;
+  {
+    auto file = engine::GgufFile::open(a.model);
+    if (!file.ok()) return rfail(file.status().to_string());
+    auto t = engine::tokenizer_from_gguf(**file);
+    if (!t.ok()) return rfail("tokenizer: " + t.status().to_string());
+    tok.emplace(std::move(*t));
+  }
   engine::GenerateOptions go;
   go.prompt = a.prompt;
   go.n_predict = static_cast<uint32_t>(a.n_predict);
   go.chat = a.chat;
-  const std::vector<int32_t> prompt = engine::prompt_tokens(*tok, go);
+  prompt = engine::prompt_tokens(*tok, go);
   if (prompt.empty()) return rfail("the prompt is empty (no tokens)");
   engine::parallel::TpSessionOptions so;
   so.n_ctx = a.ctx > 0 ? static_cast<uint32_t>(a.ctx) : static_cast<uint32_t>(prompt.size() + go.n_predict);
   so.n_threads = static_cast<uint32_t>(std::max(1, a.threads));
   if (prompt.size() + go.n_predict > so.n_ctx) return rfail("prompt + -n exceed --ctx");
-  // Both kinds of session behind one small interface.
-  std::unique_ptr<engine::parallel::TpSession> tps;
-  std::unique_ptr<engine::parallel::PpSession> pps;
-  if (pp) {
-    engine::parallel::PpSessionOptions po;
-    po.session = so;
-    po.session.n_batch = 32;  // micro-batches of the prefill
-    auto s = engine::parallel::PpSession::create(**model, **comm, po);
-    if (!s.ok()) return rfail(s.status().to_string());
-    pps = std::move(*s);
-  } else {
-    auto s = engine::parallel::TpSession::create(**model, comm->get(), so);
-    if (!s.ok()) return rfail(s.status().to_string());
-    tps = std::move(*s);
-  }
-  struct Any {
-    engine::parallel::TpSession* tp;
-    engine::parallel::PpSession* pp;
-    Status prefill(std::span<const int32_t> t) { return tp ? tp->prefill(t) : pp->prefill(t); }
-    Status decode(int32_t t) { return tp ? tp->decode(t) : pp->decode(t); }
-    Result<int32_t> sample(engine::Sampler& s) { return tp ? tp->sample(s) : pp->sample(s); }
-    const engine::parallel::CollStats& coll_stats() const { return tp ? tp->coll_stats() : pp->coll_stats(); }
-  } sess{tps.get(), pps.get()};
 
-  engine::Sampler sampler(sp);
-  for (int32_t t : prompt) sampler.accept(t);
-  auto t0 = Clock::now();
-  if (auto st = sess.prefill(prompt); !st.ok()) return rfail(st.to_string());
-  const double prefill_s = since(t0);
-  const engine::parallel::CollStats after_prefill = sess.coll_stats();
+  auto placed = place(a, c, **comm, shares(), so);
+  if (!placed.ok()) return rfail(placed.status().to_string());
+  std::unique_ptr<Placement> sess = std::move(*placed);
+  const double load_s = sess->load_s;
+
+  auto sampler = std::make_unique<engine::Sampler>(sp);
+  for (int32_t t : prompt) sampler->accept(t);
   std::vector<int32_t> out;
+  std::string printed;
+  // Streams whole characters: prints what the decoded text gained, minus a partial UTF-8 tail.
+  auto emit = [&]() {
+    if (c.rank() != 0 || a.json) return;
+    std::string text = tok->decode(out);
+    size_t end = text.size();
+    size_t k = 0;
+    while (k < 4 && k < end && (static_cast<unsigned char>(text[end - 1 - k]) & 0xC0) == 0x80) ++k;
+    if (k < end && static_cast<unsigned char>(text[end - 1 - k]) >= 0xC0) {
+      const unsigned char lead = static_cast<unsigned char>(text[end - 1 - k]);
+      const size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+      if (k + 1 < need) end -= k + 1;
+    }
+    if (end > printed.size() && text.compare(0, printed.size(), printed) == 0) {
+      std::fwrite(text.data() + printed.size(), 1, end - printed.size(), stdout);
+      std::fflush(stdout);
+      printed = text.substr(0, end);
+    }
+  };
+
+  // After a peer loss: every survivor moves to the next epoch, they agree on the tokens
+  // generated so far and the sampler's state (the rank that got furthest wins: its tokens may
+  // already be printed), the shards are re-placed over the survivors, and the new session
+  // re-reads the prompt and the generated tokens. Returns that prefill's status (it may fail
+  // with another loss: the caller recovers again).
+  nlohmann::json recoveries = nlohmann::json::array();
+  auto recover = [&](const Status& cause) -> Status {
+    const auto t_rec = Clock::now();
+    const int old_world = c.world_size();
+    sess.reset();
+    LATTICE_RETURN_IF_ERROR(c.shrink(Deadline::after(std::chrono::seconds(30))).with_context("shrink"));
+    nlohmann::json mine = {{"orig", rank0}, {"tokens", out}, {"draws", sampler->draws()}};
+    LATTICE_ASSIGN_OR_RETURN(auto all, c.allgather(mine.dump(), Deadline::after(std::chrono::seconds(30))));
+    std::vector<int> now_members;
+    std::vector<int32_t> best;
+    uint64_t best_draws = 0;
+    std::vector<std::vector<int32_t>> seen;
+    for (const std::string& s : all) {
+      auto j = nlohmann::json::parse(s, nullptr, false);
+      if (j.is_discarded() || !j.contains("orig") || !j.contains("tokens") || !j.contains("draws"))
+        return Internal("a survivor sent a malformed progress report");
+      now_members.push_back(j["orig"].get<int>());
+      auto toks = j["tokens"].get<std::vector<int32_t>>();
+      if (toks.size() > best.size() || best.empty()) {
+        best = toks;
+        best_draws = j["draws"].get<uint64_t>();
+      }
+      seen.push_back(std::move(toks));
+    }
+    for (const auto& t : seen)
+      if (!std::equal(t.begin(), t.end(), best.begin()))
+        return Internal("survivors disagree on the tokens generated so far");
+    std::vector<int> lost;
+    for (int m : members)
+      if (std::find(now_members.begin(), now_members.end(), m) == now_members.end()) lost.push_back(m);
+    members = now_members;
+    out = best;
+    sampler = std::make_unique<engine::Sampler>(sp);
+    for (int32_t t : prompt) sampler->accept(t);
+    for (int32_t t : out) sampler->accept(t);
+    sampler->skip_draws(best_draws);
+    LATTICE_ASSIGN_OR_RETURN(sess, place(a, c, **comm, shares(), so));
+    std::vector<int32_t> context = prompt;
+    context.insert(context.end(), out.begin(), out.end());
+    Status st = sess->prefill(context);
+    const double ms = since(t_rec) * 1e3;
+    std::string lost_text;
+    for (int m : lost) lost_text += (lost_text.empty() ? "" : ",") + std::to_string(m);
+    recoveries.push_back({{"lost_ranks", lost},
+                          {"at_token", out.size()},
+                          {"epoch", c.epoch()},
+                          {"world_before", old_world},
+                          {"world_after", c.world_size()},
+                          {"recover_ms", ms},
+                          {"cause", cause.to_string()}});
+    if (c.rank() == 0)
+      std::fprintf(stderr,
+                   "\nlattice run: lost rank %s at token %zu (%s); re-placed the model on %d rank(s), epoch %llu, "
+                   "in %.0f ms; continuing\n",
+                   lost_text.empty() ? "?" : lost_text.c_str(), out.size(), cause.message().c_str(), c.world_size(),
+                   static_cast<unsigned long long>(c.epoch()), ms);
+    emit();
+    return st;
+  };
+
+  auto t0 = Clock::now();
+  Status st = sess->prefill(prompt);
+  const double prefill_s = since(t0);
+  engine::parallel::CollStats decode_cs;  // collectives of decode steps only, summed over placements
   std::string stop = "length";
   double decode_s = 0;
   Clock::time_point t_first = Clock::now();
   uint32_t steps = 0;
-  std::string printed;
-  for (int i = 0; i < a.n_predict; ++i) {
-    auto t = sess.sample(sampler);
-    if (!t.ok()) return rfail(t.status().to_string());
+  for (;;) {
+    if (!st.ok()) {
+      if (!a.recover || !recoverable(st)) return rfail(st.to_string());
+      if (static_cast<int>(recoveries.size()) >= world0 - 1 || c.world_size() <= 1)
+        return rfail(st.to_string() + " (no survivors left to take the work over)");
+      st = recover(st);
+      if (!st.ok() && !recoverable(st)) return rfail("recovery failed: " + st.to_string());
+      continue;
+    }
+    if (static_cast<int>(out.size()) >= a.n_predict) break;
+    if (rank0 == fault_rank && static_cast<int>(out.size()) == fault_token) {
+      std::fprintf(stderr, "lattice run: rank %d: --inject-fault: %s myself at token %zu\n", rank0,
+                   fault_sig == SIGKILL ? "killing (SIGKILL)" : "stopping (SIGSTOP)", out.size());
+      std::fflush(stderr);
+      ::raise(fault_sig);
+    }
+    auto t = sess->sample(*sampler);
+    if (!t.ok()) {
+      st = t.status();
+      continue;
+    }
     // Decode time runs from the first chosen token to the last: decode and the choice of the
     // next token together (a pipeline's first stage only knows a step ended when the token
     // comes back).
-    if (i == 0) t_first = Clock::now();
+    if (out.empty()) t_first = Clock::now();
     else decode_s = since(t_first);
-    sampler.accept(*t);
+    sampler->accept(*t);
     if (!a.ignore_eos && tok->is_eog(*t)) {
       stop = "eog";
       break;
     }
     out.push_back(*t);
-    if (rank == 0 && !a.json) {
-      // Stream whole characters: print what the decoded text gained, minus a partial UTF-8 tail.
-      std::string text = tok->decode(out);
-      size_t end = text.size();
-      size_t k = 0;
-      while (k < 4 && k < end && (static_cast<unsigned char>(text[end - 1 - k]) & 0xC0) == 0x80) ++k;
-      if (k < end && static_cast<unsigned char>(text[end - 1 - k]) >= 0xC0) {
-        const unsigned char lead = static_cast<unsigned char>(text[end - 1 - k]);
-        const size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
-        if (k + 1 < need) end -= k + 1;
-      }
-      if (end > printed.size() && text.compare(0, printed.size(), printed) == 0) {
-        std::fwrite(text.data() + printed.size(), 1, end - printed.size(), stdout);
-        std::fflush(stdout);
-        printed = text.substr(0, end);
-      }
+    emit();
+    if (static_cast<int>(out.size()) == a.n_predict) break;
+    const engine::parallel::CollStats before = sess->coll_stats();
+    st = sess->decode(*t);
+    if (st.ok()) {
+      const engine::parallel::CollStats& after = sess->coll_stats();
+      decode_cs.calls += after.calls - before.calls;
+      decode_cs.bytes += after.bytes - before.bytes;
+      decode_cs.seconds += after.seconds - before.seconds;
+      ++steps;
     }
-    if (i + 1 == a.n_predict) break;
-    if (auto st = sess.decode(*t); !st.ok()) return rfail(st.to_string());
-    ++steps;
   }
-  const engine::parallel::CollStats& cs = sess.coll_stats();
   // Per decode token: this rank's collective payload and time.
   const double denom = std::max<uint32_t>(steps, 1);
   nlohmann::json mine = {{"rank", c.rank()},
-                         {"layers", {(*model)->layer_begin(), (*model)->layer_end()}},
-                         {"kv_heads", {(*model)->kv_heads().begin, (*model)->kv_heads().end}},
-                         {"ff", {(*model)->ff().begin, (*model)->ff().end}},
-                         {"vocab", {(*model)->vocab().begin, (*model)->vocab().end}},
-                         {"shard_bytes", (*model)->shard_bytes()},
+                         {"first_rank", rank0},
+                         {"layers", {sess->model->layer_begin(), sess->model->layer_end()}},
+                         {"kv_heads", {sess->model->kv_heads().begin, sess->model->kv_heads().end}},
+                         {"ff", {sess->model->ff().begin, sess->model->ff().end}},
+                         {"vocab", {sess->model->vocab().begin, sess->model->vocab().end}},
+                         {"shard_bytes", sess->model->shard_bytes()},
                          {"load_s", load_s},
-                         {"bytes_sent_per_token", (cs.bytes - after_prefill.bytes) / denom},
-                         {"coll_ms_per_token", (cs.seconds - after_prefill.seconds) * 1e3 / denom},
-                         {"coll_calls_per_token", (cs.calls - after_prefill.calls) / denom},
+                         {"bytes_sent_per_token", decode_cs.bytes / denom},
+                         {"coll_ms_per_token", decode_cs.seconds * 1e3 / denom},
+                         {"coll_calls_per_token", decode_cs.calls / denom},
                          {"decode_ms_per_token", decode_s * 1e3 / denom}};
   auto all = c.allgather(mine.dump(), Deadline::after(std::chrono::seconds(30)));
   if (!all.ok()) return rfail("report: " + all.status().to_string());
-  if (rank != 0) return 0;
+  if (c.rank() != 0) return 0;
   nlohmann::json ranks = nlohmann::json::array();
   for (const std::string& r : *all) ranks.push_back(nlohmann::json::parse(r, nullptr, false));
   const double prefill_tok_s = prefill_s > 0 ? prompt.size() / prefill_s : 0;
   const double decode_tok_s = decode_s > 0 ? steps / decode_s : 0;
+  const bool pp = a.parallel == "pp";
   if (a.json) {
     nlohmann::json j;
     j["tokens"] = out;
@@ -287,6 +450,9 @@ int run_rank(const DistRunArgs& a) {
     j["stop_reason"] = stop;
     j["threads"] = so.n_threads;
     j["nodes"] = c.world_size();
+    j["nodes_at_start"] = world0;
+    j["epoch"] = c.epoch();
+    j["recoveries"] = recoveries;
     j["parallel"] = a.parallel;
     j["provider"] = opts->provider;
     j["ranks"] = ranks;
@@ -299,6 +465,9 @@ int run_rank(const DistRunArgs& a) {
                "(%d ranks x %u threads, %s parallel over %s, %s)\n",
                prompt.size(), prefill_s * 1e3, prefill_tok_s, out.size(), decode_tok_s, c.world_size(), so.n_threads,
                pp ? "pipeline" : "tensor", opts->provider.c_str(), stop.c_str());
+  if (!recoveries.empty())
+    std::fprintf(stderr, "recovered from %zu loss(es): started on %d ranks, finished on %d (epoch %llu)\n",
+                 recoveries.size(), world0, c.world_size(), static_cast<unsigned long long>(c.epoch()));
   for (const auto& r : ranks) {
     if (!r.is_object()) continue;
     std::fprintf(stderr,

@@ -28,6 +28,10 @@ struct DistRunArgs {
   int repeat_last_n = 64;
   int ctx = 0;
   bool chat = false, json = false, no_pack = false, ignore_eos = false, demo = false;
+  // A lost rank (killed, stopped, cut off) makes the survivors shrink the cluster, re-place
+  // the model over themselves and finish the request; false: the run fails, naming the rank.
+  bool recover = true;
+  std::string inject_fault;  // "RANK@TOKEN": that rank SIGKILLs itself after TOKEN tokens (demos, tests)
 };
 
 // True when this process was started as a rank of a cluster of more than one.

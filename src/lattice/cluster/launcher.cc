@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <memory>
 
 #include "lattice/core/deadline.h"
@@ -215,7 +216,10 @@ class Supervisor {
 
   void stop_all(int sig) {
     for (auto& c : children_)
-      if (!c->exited) ::kill(-c->pid, sig);
+      if (!c->exited) {
+        ::kill(-c->pid, sig);
+        if (sig == SIGTERM) ::kill(-c->pid, SIGCONT);  // a stopped rank acts on SIGTERM only once resumed
+      }
   }
 
   void begin_stop(const std::string& why) {
@@ -240,7 +244,10 @@ class Supervisor {
       c->exited = true;
       c->status = st;
       bool failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-      if (c->rank == 0) rank0_status_ = st;
+      if (c->rank == 0) {
+        rank0_status_ = st;
+        rank0_exited_ = Clock::now();
+      }
       if (failed && !stopping_ && opt_.keep_going) {
         write_fully(opt_.err_fd, "lattice launch: rank " + std::to_string(c->rank) + " " + describe(st) +
                                      "; the others carry on\n");
@@ -282,6 +289,11 @@ class Supervisor {
       for (size_t i = 1; i < fds.size(); ++i)
         if (fds[i].revents) pump(*who[i].first, *who[i].second, false);
       reap();
+      // keep_going: rank 0 ended the job; ranks still running after the grace (evicted, stopped)
+      // are stopped.
+      const auto linger = std::min<Clock::duration>(opt_.grace, 1s);
+      if (opt_.keep_going && !stopping_ && rank0_exited_ && Clock::now() - *rank0_exited_ > linger)
+        begin_stop("rank 0 ended the job");
       if (stopping_ && !killed_ && Clock::now() - stop_started_ > opt_.grace) {
         killed_ = true;
         bool any = false;
@@ -339,6 +351,7 @@ class Supervisor {
   int first_status_ = 0;
   int interrupted_ = 0;
   int rank0_status_ = 0;
+  std::optional<Clock::time_point> rank0_exited_;
   std::vector<int> lost_;  // keep_going: ranks that failed while the others carried on
 };
 

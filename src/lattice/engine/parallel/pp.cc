@@ -96,13 +96,21 @@ Result<int32_t> PpSession::argmax() {
 }
 
 Result<int32_t> PpSession::sample(Sampler& sampler) {
-  int32_t t = -1;
+  // The token and how many random draws choosing it took: every stage's sampler advances by
+  // the same draws, so any rank can take over the last stage after a failure (recovery).
+  int32_t msg[2] = {-1, 0};
   if (last()) {
-    LATTICE_ASSIGN_OR_RETURN(t, sampler.sample(session_->local_logits()));
+    const uint64_t before = sampler.draws();
+    LATTICE_ASSIGN_OR_RETURN(msg[0], sampler.sample(session_->local_logits()));
+    msg[1] = static_cast<int32_t>(sampler.draws() - before);
   }
   coll::CollOptions co;
-  LATTICE_RETURN_IF_ERROR(coll::broadcast(*comm_, &t, &t, 1, coll::DType::kI32, comm_->world_size() - 1, co));
-  return t;
+  LATTICE_RETURN_IF_ERROR(coll::broadcast(*comm_, msg, msg, 2, coll::DType::kI32, comm_->world_size() - 1, co));
+  if (!last()) {
+    if (msg[1] < 0 || msg[1] > 1) return Corrupt("pp: the last stage sent a bad draw count");
+    sampler.skip_draws(static_cast<uint64_t>(msg[1]));
+  }
+  return msg[0];
 }
 
 Status PpSession::gather_logits(std::vector<float>* out) {
