@@ -111,11 +111,22 @@ TEST(LaunchProcess, KeepGoingReportsALostRankAndLetsTheOthersFinish) {
   EXPECT_NE(r.err.find("rank 2 was killed by signal 9 (Killed); the others carry on"), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("[rank 0] done 0"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("[rank 1] done 1"), std::string::npos) << r.out;
-  // Rank 0's status is the job's.
+  // No rank completed: the first failure's status.
   auto r0 = run_cmd({lattice_bin(), "launch", "-n", "2", "--keep-going", "--", "sh", "-c",
-                     "if [ \"$LATTICE_RANK\" = 0 ]; then exit 4; fi; exit 0"},
+                     "if [ \"$LATTICE_RANK\" = 0 ]; then exit 4; fi; sleep 0.5; exit 5"},
                     {}, Deadline::after(kRun));
   EXPECT_TRUE(exited_with(r0.status, 4)) << r0.status << r0.err;
+  EXPECT_NE(r0.err.find("no rank completed it"), std::string::npos) << r0.err;
+}
+
+TEST(LaunchProcess, KeepGoingKillsARankLeftStoppedOnceTheJobCompleted) {
+  auto start = Clock::now();
+  auto r = run_cmd({lattice_bin(), "launch", "-n", "3", "--keep-going", "--", "sh", "-c",
+                    "if [ \"$LATTICE_RANK\" = 1 ]; then kill -STOP $$; fi; sleep 0.3; echo done $LATTICE_RANK"},
+                   {}, Deadline::after(kRun));
+  EXPECT_TRUE(exited_with(r.status, 0)) << r.status << r.err;
+  EXPECT_NE(r.err.find("rank 1 is stopped (SIGSTOP) and the job completed; killing it"), std::string::npos) << r.err;
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(30));
 }
 
 TEST(LaunchProcess, ARankIgnoringSigtermIsKilledAfterTheGrace) {

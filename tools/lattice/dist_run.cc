@@ -106,7 +106,21 @@ int launch_local(const DistRunArgs& a) {
     argv.push_back("--inject-fault");
     argv.push_back(a.inject_fault);
   }
-  const std::string secret = crypto::ClusterSecret::generate().to_hex();
+  const crypto::ClusterSecret cluster_secret = crypto::ClusterSecret::generate();
+  const std::string secret = cluster_secret.to_hex();
+  // With recovery on, the launcher hosts the coordinator (the membership authority) itself,
+  // so no rank is special: any of them, rank 0 included, can be lost and re-placed. The
+  // launcher outlives every rank anyway (they die with it).
+  std::unique_ptr<cluster::Coordinator> coordinator;
+  if (a.recover) {
+    cluster::CoordinatorOptions co;
+    co.listen = "127.0.0.1:" + std::to_string(*port);
+    co.world_size = a.nodes;
+    co.secret = cluster_secret;
+    auto started = cluster::Coordinator::start(co);
+    if (!started.ok()) return fail("coordinator: " + started.status().to_string());
+    coordinator = std::move(*started);
+  }
   cluster::LaunchOptions lo;
   lo.prefix = false;  // rank 0 writes the text; the others write only errors (which name their rank)
   lo.keep_going = a.recover;  // survivors re-place the work; rank 0's status is the job's
@@ -118,7 +132,8 @@ int launch_local(const DistRunArgs& a) {
               {"LATTICE_WORLD_SIZE", std::to_string(a.nodes)},
               {"LATTICE_COORDINATOR", "127.0.0.1:" + std::to_string(*port)},
               {"LATTICE_PROVIDER", a.provider},
-              {"LATTICE_SECRET", secret}};
+              {"LATTICE_SECRET", secret},
+              {"LATTICE_EXTERNAL_COORDINATOR", a.recover ? "1" : "0"}};
     lo.ranks.push_back(std::move(lr));
   }
   auto code = cluster::run_ranks(lo);
@@ -352,6 +367,9 @@ int run_rank(const DistRunArgs& a) {
                           {"world_after", c.world_size()},
                           {"recover_ms", ms},
                           {"cause", cause.to_string()}});
+    // The first rank prints the text; if that was the lost one, the new first rank takes over
+    // from the agreed tokens (the lost printer had shown at most those).
+    if (c.rank() == 0 && rank0 != 0 && printed.empty() && !a.json) printed = tok->decode(out);
     if (c.rank() == 0)
       std::fprintf(stderr,
                    "\nlattice run: lost rank %s at token %zu (%s); re-placed the model on %d rank(s), epoch %llu, "

@@ -149,6 +149,9 @@ Result<ClusterOptions> cluster_options_from_env() {
   if (const char* a = std::getenv("LATTICE_FABRIC_ADDR"); a && *a) o.fabric_host = a;
   if (const char* v = std::getenv("LATTICE_INSECURE"); v && *v && std::string(v) != "0") o.insecure = true;
   if (const char* v = std::getenv("LATTICE_REJOIN"); v && *v && std::string(v) != "0") o.rejoin = true;
+  // The launcher (or another process) runs the coordinator: rank 0 is then as expendable as any.
+  if (const char* v = std::getenv("LATTICE_EXTERNAL_COORDINATOR"); v && *v && std::string(v) != "0")
+    o.host_coordinator = false;
   LATTICE_ASSIGN_OR_RETURN(int hb, env_int("LATTICE_HEARTBEAT_MS", 100));
   LATTICE_ASSIGN_OR_RETURN(int ft, env_int("LATTICE_FAILURE_TIMEOUT_MS", 700));
   if (hb < 1 || ft <= hb) return InvalidArgument("need 0 < LATTICE_HEARTBEAT_MS < LATTICE_FAILURE_TIMEOUT_MS");

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -43,9 +44,24 @@ struct Child {
   int rank = 0;
   pid_t pid = -1;
   bool exited = false;
+  bool evicted = false;  // keep_going: killed by us because it stayed stopped
   int status = 0;
   Stream streams[2];
 };
+
+// True when the process is stopped (state T or t in /proc/PID/stat).
+bool process_stopped(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  FILE* f = std::fopen(path, "r");
+  if (!f) return false;
+  char buf[512];
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = 0;
+  const char* close = std::strrchr(buf, ')');  // the name may hold spaces and parentheses
+  return close && close[1] == ' ' && (close[2] == 'T' || close[2] == 't');
+}
 
 void write_fully(int fd, const std::string& s) {
   const char* p = s.data();
@@ -244,13 +260,12 @@ class Supervisor {
       c->exited = true;
       c->status = st;
       bool failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-      if (c->rank == 0) {
-        rank0_status_ = st;
-        rank0_exited_ = Clock::now();
-      }
+      if (!failed) any_ok_ = true;
+      if (c->evicted) continue;  // killed by us (keep_going), already reported
       if (failed && !stopping_ && opt_.keep_going) {
         write_fully(opt_.err_fd, "lattice launch: rank " + std::to_string(c->rank) + " " + describe(st) +
                                      "; the others carry on\n");
+        if (lost_.empty()) lost_status_ = st;
         lost_.push_back(c->rank);
         continue;
       }
@@ -289,11 +304,17 @@ class Supervisor {
       for (size_t i = 1; i < fds.size(); ++i)
         if (fds[i].revents) pump(*who[i].first, *who[i].second, false);
       reap();
-      // keep_going: rank 0 ended the job; ranks still running after the grace (evicted, stopped)
-      // are stopped.
-      const auto linger = std::min<Clock::duration>(opt_.grace, 1s);
-      if (opt_.keep_going && !stopping_ && rank0_exited_ && Clock::now() - *rank0_exited_ > linger)
-        begin_stop("rank 0 ended the job");
+      // keep_going: once a rank completed, a rank left stopped (SIGSTOP: the cluster evicted it)
+      // can never end on its own: stop it.
+      if (opt_.keep_going && any_ok_ && !stopping_) {
+        for (auto& c : children_)
+          if (!c->exited && process_stopped(c->pid)) {
+            write_fully(opt_.err_fd, "lattice launch: rank " + std::to_string(c->rank) +
+                                         " is stopped (SIGSTOP) and the job completed; killing it\n");
+            ::kill(-c->pid, SIGKILL);
+            c->evicted = true;
+          }
+      }
       if (stopping_ && !killed_ && Clock::now() - stop_started_ > opt_.grace) {
         killed_ = true;
         bool any = false;
@@ -328,10 +349,10 @@ class Supervisor {
       if (!lost_.empty()) {
         std::string list;
         for (int r : lost_) list += (list.empty() ? "" : ", ") + std::to_string(r);
-        write_fully(opt_.err_fd, "lattice launch: rank(s) " + list + " failed during the run; rank 0 " +
-                                     describe(rank0_status_) + "\n");
+        write_fully(opt_.err_fd, "lattice launch: rank(s) " + list + " failed during the run; " +
+                                     (any_ok_ ? "the others completed it" : "no rank completed it") + "\n");
       }
-      return exit_code_of(rank0_status_);
+      return any_ok_ ? 0 : exit_code_of(lost_status_);
     }
     if (interrupted_) {
       write_fully(opt_.err_fd, std::string("lattice launch: stopped by ") + strsignal(interrupted_) + "\n");
@@ -350,8 +371,8 @@ class Supervisor {
   int first_failed_ = -1;
   int first_status_ = 0;
   int interrupted_ = 0;
-  int rank0_status_ = 0;
-  std::optional<Clock::time_point> rank0_exited_;
+  bool any_ok_ = false;    // some rank exited 0
+  int lost_status_ = 0;    // keep_going: how the first failed rank ended
   std::vector<int> lost_;  // keep_going: ranks that failed while the others carried on
 };
 

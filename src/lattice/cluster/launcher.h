@@ -7,9 +7,9 @@
 //     for a signal), naming the rank and how it ended on stderr;
 //   - SIGINT/SIGTERM/SIGHUP to the launcher (Ctrl-C): the same stop sequence, exit 130/143/129.
 //   - keep_going (jobs that re-place work on the survivors, `lattice run --nodes`): a failed rank
-//     is reported on stderr and the others carry on; the launcher exits with rank 0's status
-//     once every rank ended (rank 0 coordinates the cluster and writes the result); ranks still
-//     running `grace` after rank 0 ended (evicted, stopped) are stopped as above.
+//     is reported on stderr and the others carry on; once a rank completed (exit 0), ranks left
+//     stopped (SIGSTOP; the cluster evicted them) are killed; the launcher exits 0 if any rank
+//     completed, else with the first failed rank's status.
 // Every rank runs in its own process group with stdin from /dev/null and dies with the
 // launcher (PR_SET_PDEATHSIG). Every wait is bounded (poll ticks of 100 ms, the grace period,
 // 1 s to drain output after the last exit); every child is reaped: no zombies.
