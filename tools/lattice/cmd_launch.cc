@@ -12,8 +12,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 
 #include "command.h"
+#include "lattice/cluster/bootstrap.h"
 #include "lattice/cluster/control.h"
 #include "lattice/cluster/launcher.h"
 #include "lattice/cluster/topology_links.h"
@@ -54,9 +56,12 @@ int run_launch(const LaunchArgs& a) {
   if ((a.n > 0) == !a.hostfile.empty()) return fail("give either -n N (local ranks) or --hostfile FILE");
   if (a.command.empty()) return fail("no command (lattice launch -n 2 -- CMD ARGS...)");
   std::vector<std::pair<std::string, std::string>> common;
+  std::optional<crypto::ClusterSecret> secret;
+  std::unique_ptr<Coordinator> hosted;  // --keep-going local runs: the coordinator lives here
   if (!a.secret_file.empty()) {
     auto s = crypto::load_secret_file(a.secret_file);  // refuse a bad file here, not in N ranks
     if (!s.ok()) return fail(s.status().to_string());
+    secret = *s;
     common.emplace_back("LATTICE_SECRET_FILE", absolute(a.secret_file));
   }
   if (a.insecure) {
@@ -74,13 +79,29 @@ int run_launch(const LaunchArgs& a) {
     if (a.n > 256) return fail("-n " + std::to_string(a.n) + ": at most 256 local ranks");
     if (a.secret_file.empty()) {
       // Local run: a fresh secret for this run only, passed in the environment of our children.
-      common.emplace_back("LATTICE_SECRET", crypto::ClusterSecret::generate().to_hex());
+      secret = crypto::ClusterSecret::generate();
+      common.emplace_back("LATTICE_SECRET", secret->to_hex());
     }
     std::string coordinator = a.coordinator;
     if (coordinator.empty()) {
       auto port = pick_free_port();
       if (!port.ok()) return fail(port.status().to_string());
       coordinator = "127.0.0.1:" + std::to_string(*port);
+      if (a.keep_going) {
+        // Jobs that survive lost ranks: the launcher (which outlives them all) hosts the
+        // coordinator, so rank 0 is as expendable as the others.
+        CoordinatorOptions co;
+        co.listen = coordinator;
+        co.world_size = a.n;
+        co.secret = *secret;
+        co.insecure = a.insecure;
+        if (a.heartbeat_ms > 0) co.heartbeat_interval = std::chrono::milliseconds(a.heartbeat_ms);
+        if (a.failure_timeout_ms > 0) co.failure_timeout = std::chrono::milliseconds(a.failure_timeout_ms);
+        auto started = Coordinator::start(co);
+        if (!started.ok()) return fail("coordinator: " + started.status().to_string());
+        hosted = std::move(*started);
+        common.emplace_back("LATTICE_EXTERNAL_COORDINATOR", "1");
+      }
     }
     for (int r = 0; r < a.n; ++r) {
       LaunchRank lr;
@@ -140,7 +161,7 @@ const Registrar kLaunch{{"launch", "start the ranks of a cluster (locally or ove
                                ->capture_default_str();
                            app.add_flag("--no-prefix", a->no_prefix, "do not prefix output lines with [rank N]");
                            app.add_flag("--keep-going", a->keep_going,
-                                        "a failed rank does not stop the others (for jobs that recover); exit with rank 0's status");
+                                        "a failed rank does not stop the others (jobs that recover; local runs: the launcher hosts the coordinator)");
                            app.add_option("--heartbeat-ms", a->heartbeat_ms, "heartbeat interval for the ranks (default 100)");
                            app.add_option("--failure-timeout-ms", a->failure_timeout_ms,
                                           "silence after which a rank is declared dead (default 700)");
