@@ -224,6 +224,19 @@ TEST_F(ParallelProcess, LosingRankZeroIsSurvivedToo) {
   EXPECT_EQ(j["ranks"][0]["first_rank"].get<int>(), 1);  // the new rank 0 started as rank 1
 }
 
+TEST_F(ParallelProcess, UnderLaunchKeepGoingRankZeroCanBeLost) {
+  const std::string m = model_path();
+  const std::string common = "-m " + m + " -p 'the quick brown fox' -n 24 --temp 0 --ignore-eos --json -t 1";
+  int code = -1;
+  const auto ref = tokens_of(run("run " + common, &code));
+  ASSERT_EQ(code, 0);
+  const std::string out = run("launch -n 3 --keep-going --no-prefix --provider tcp -- " + lattice_bin() + " run " +
+                                  common + " --seed 1 --inject-fault 0@6",
+                              &code);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_EQ(tokens_of(out), ref) << out;
+}
+
 TEST_F(ParallelProcess, BadFaultSpecIsRefused) {
   const std::string m = model_path();
   int code = -1;
