@@ -320,6 +320,46 @@ TEST_P(Failure, ARestartedNodeRejoinsAtTheNextEpoch) {
   exchange({t.ranks[0].get(), t.ranks[1].get(), j->get()});
 }
 
+TEST_P(Failure, AfterShrinkARingKeepsItsCables) {
+  // Four hosts cabled in a ring 0-1-2-3-0; host 2 dies. The survivors (hosts 0, 1, 3, now
+  // ranks 0, 1, 2) must link only the pairs a cable joins: 0-1 and 3-0, not 1-3.
+  Threads t;
+  auto c = start_coordinator(4);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  t.coordinator = std::move(c).value();
+  t.address = "127.0.0.1:" + std::to_string(t.coordinator->port());
+  auto ring = [](int a, int b) { return (a + 1) % 4 == b || (b + 1) % 4 == a; };
+  std::vector<std::future<Result<std::unique_ptr<Cluster>>>> f;
+  for (int r = 0; r < 4; ++r)
+    f.push_back(std::async(std::launch::async, [&, r] {
+      auto o = options_for(t.address, r, 4, GetParam());
+      o.linked = ring;
+      return join_cluster(o, Deadline::after(kJoin));
+    }));
+  for (int r = 0; r < 4; ++r) {
+    auto res = f[r].get();
+    ASSERT_TRUE(res.ok()) << "rank " << r << ": " << res.status().to_string();
+    t.ranks.push_back(std::move(res).value());
+  }
+  EXPECT_TRUE(t.ranks[0]->links(2).empty());
+  EXPECT_FALSE(t.ranks[0]->links(3).empty());
+  t.ranks[2]->drop_control();
+  for (int r : {0, 1, 3}) ASSERT_TRUE(wait_event(*t.ranks[r], EventKind::kPeerLost).ok());
+  shrink_all({t.ranks[0].get(), t.ranks[1].get(), t.ranks[3].get()});
+  Cluster& h0 = *t.ranks[0];
+  Cluster& h1 = *t.ranks[1];
+  Cluster& h3 = *t.ranks[3];
+  EXPECT_EQ(h3.rank(), 2);
+  EXPECT_EQ(h0.origins(), (std::vector<int>{0, 1, 3}));
+  EXPECT_EQ(h3.origins(), (std::vector<int>{0, 1, 3}));
+  EXPECT_FALSE(h0.links(1).empty());  // cable 0-1
+  EXPECT_FALSE(h0.links(2).empty());  // cable 3-0
+  EXPECT_TRUE(h1.links(2).empty());   // no cable 1-3
+  EXPECT_TRUE(h3.links(1).empty());
+  // The cabled pairs carry data in the new epoch.
+  exchange({&h0, &h1, &h3});
+}
+
 INSTANTIATE_TEST_SUITE_P(Providers, Failure, ::testing::Values("shm", "tcp"));
 
 TEST(Membership, CoordinatorLossReachesEveryMember) {

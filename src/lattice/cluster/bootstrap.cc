@@ -39,6 +39,7 @@ struct Conn {
   std::unique_ptr<ControlChannel> ch;
   std::string name;       // what it said in hello (host name), or its address
   int rank = -1;          // rank in the current epoch; -1: not (yet) a member
+  int origin = -1;        // the rank it claimed in its hello (its place in the topology file)
   bool hello = false;
   bool joiner = false;
   bool dead = false;
@@ -102,10 +103,14 @@ struct Coordinator::Impl {
   }
 
   void send_plans() {
-    json names = json::array();
-    for (int r = 0; r < world; ++r) names.push_back(members[r]->name);
+    json names = json::array(), origins = json::array();
+    for (int r = 0; r < world; ++r) {
+      names.push_back(members[r]->name);
+      origins.push_back(members[r]->origin);
+    }
     for (int r = 0; r < world; ++r)
-      send_to(members[r], json{{"t", "plan"}, {"epoch", epoch}, {"rank", r}, {"world", world}, {"members", names}});
+      send_to(members[r], json{{"t", "plan"}, {"epoch", epoch}, {"rank", r}, {"world", world}, {"members", names},
+                               {"origins", origins}});
     LATTICE_LOG_INFO("coordinator: epoch {} formed with {} ranks", epoch, world);
   }
 
@@ -172,6 +177,7 @@ struct Coordinator::Impl {
       int rank = m.value("rank", -1);
       int w = m.value("world", 0);
       bool rejoin = m.value("rejoin", false);
+      c->origin = rank;
       if (formed || rejoin) {
         c->joiner = true;
         LATTICE_LOG_WARN("coordinator: {} asks to join; it enters at the next epoch (after shrink())", c->name);

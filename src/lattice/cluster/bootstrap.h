@@ -13,7 +13,9 @@
 //   ag {epoch, seq, data}               contributes to allgather number `seq` of `epoch`
 //   shrink {epoch}                      asks for the next epoch (survivors plus waiting joiners)
 // Coordinator -> member:
-//   plan {epoch, rank, world, members}  your rank in the new epoch (members: their names)
+//   plan {epoch, rank, world, members, origins}  your rank in the new epoch (members: their names;
+//                                       origins: the rank each claimed in its hello, i.e. its
+//                                       place in the topology file, so later epochs keep the cabling)
 //   ag_done {epoch, seq, data[]}        everyone's contribution, by rank
 //   ag_fail {epoch, seq, reason}        a member died (or the epoch moved on) before all contributed
 //   view {epoch, lost[], alive[], reason}  the membership changed: `lost` ranks are dead

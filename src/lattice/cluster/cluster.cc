@@ -268,6 +268,10 @@ Status Cluster::build_epoch(const json& plan, Deadline deadline) {
   names_.clear();
   if (plan.contains("members") && plan["members"].is_array())
     for (auto& n : plan["members"]) names_.push_back(n.is_string() ? n.get<std::string>() : "?");
+  origins_.assign(size_t(world), -1);
+  if (plan.contains("origins") && plan["origins"].is_array() && plan["origins"].size() == size_t(world))
+    for (int r = 0; r < world; ++r)
+      if (plan["origins"][r].is_number_integer()) origins_[size_t(r)] = plan["origins"][r].get<int>();
   log::set_rank(rank);
 
   if (!provider_) {
@@ -290,8 +294,17 @@ Status Cluster::build_epoch(const json& plan, Deadline deadline) {
   for (int p = 0; p < world; ++p) st->lost[p] = false;
   st->links.resize(world);
   st->endpoints.resize(world);
-  bool first_epoch = epoch == 0 && !opt_.rejoin;
-  auto is_linked = [&](int a, int b) { return a != b && (!opt_.linked || !first_epoch || opt_.linked(a, b)); };
+  // The topology's cables join hosts, which keep their first-epoch rank (origin) through
+  // shrinks and rejoins: a pair without a cable gets no endpoint in any epoch. Without origins
+  // (an old coordinator) only the first epoch can follow the topology.
+  const bool first_epoch = epoch == 0 && !opt_.rejoin;
+  auto is_linked = [&](int a, int b) {
+    if (a == b) return false;
+    if (!opt_.linked) return true;
+    const int oa = origins_[size_t(a)], ob = origins_[size_t(b)];
+    if (oa >= 0 && ob >= 0) return opt_.linked(oa, ob);
+    return !first_epoch || opt_.linked(a, b);
+  };
   json addrs = json::object();
   std::vector<std::unique_ptr<fabric::Endpoint>> raw(world);
   for (int p = 0; p < world; ++p) {

@@ -99,6 +99,9 @@ class Cluster final : public Group {
   Status control_status() const;
   // Names the coordinator gave the members of this epoch, by rank.
   const std::vector<std::string>& member_names() const { return names_; }
+  // Each member's first rank (the rank it joined with: its place in the topology file), by
+  // current rank; -1 when unknown.
+  const std::vector<int>& origins() const { return origins_; }
 
   // The coordinator this rank hosts, or nullptr.
   Coordinator* coordinator() { return coordinator_.get(); }
@@ -121,6 +124,7 @@ class Cluster final : public Group {
   std::vector<fabric::Provider*> provider_list_;
   std::shared_ptr<EpochState> state_;
   std::vector<std::string> names_;
+  std::vector<int> origins_;
   int rank_ = 0;
   int world_ = 1;
   uint64_t epoch_ = 0;
