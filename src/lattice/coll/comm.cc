@@ -65,16 +65,6 @@ Decoded decode(fabric::WorkId id) {
 }
 constexpr uint64_t kSeqMask = (uint64_t{1} << 40) - 1;
 
-// The landing-zone path spins on local memory, so it needs providers whose one-sided writes
-// land without the target's help (shm: a memcpy into the mapped region at post time; RDMA
-// NICs). tcp lands writes on the target's thread during its polls: measured at 4 ranks on 2
-// cores, flag spinning there costs milliseconds, so tcp keeps the two-sided path.
-// ProviderCaps has no field for this yet (fabric.h is shared); until it does, a name list.
-bool writes_land_passively(const fabric::Provider& p) {
-  std::string_view n = p.name();
-  return n == "shm" || n.starts_with("verbs");
-}
-
 }  // namespace
 
 Result<std::unique_ptr<Communicator>> Communicator::create(cluster::Group& group, const CommOptions& options) {
@@ -124,7 +114,10 @@ Status Communicator::build() {
     const cluster::Link& l = links.front();
     by_provider[l.provider].push_back(p);
     peers_[size_t(p)].ep = l.endpoint;
-    if (!l.provider->caps().rma_write || !writes_land_passively(*l.provider)) rma_write_ = false;
+    // The landing-zone paths spin on local memory: they need writes that land without the
+    // target's CPU. (tcp lands writes on the target's thread during its polls: at 4 ranks on
+    // 2 cores, flag spinning there cost milliseconds.)
+    if (!l.provider->caps().rma_write || !l.provider->caps().rma_write_passive) rma_write_ = false;
     for (auto* cq : {l.send_cq, l.recv_cq})
       if (std::find(cqs_.begin(), cqs_.end(), cq) == cqs_.end()) cqs_.push_back(cq);
   }
@@ -278,7 +271,7 @@ Status Communicator::all_reduce_rma(const void* in, void* out, size_t count, DTy
                                                                 zone_stride_ - 64));
     while (flag.load(std::memory_order_acquire) != rma_seq_) {
       ++idle;
-      // Now and then only: the writes land without our help (see writes_land_passively),
+      // Now and then only: the writes land without our help (rma_write_passive),
       // and a provider's poll may yield the core after a run of empty polls.
       if ((idle & 63) == 0) {
         Status r = reap();

@@ -45,6 +45,10 @@ struct ProviderCaps {
   size_t max_msg = 0;          // largest single send/write/read, bytes
   size_t max_inline = 0;       // sends up to this size are copied at post time (buffer reusable at once)
   bool rma_write = false;      // post_write / post_write_with_imm
+  // One-sided writes land in the target's memory without the target's CPU (shm: a copy into
+  // the mapped region at post time; RDMA NICs). False where the target's polls move the data
+  // (tcp, emulated verbs): a target spinning on a flag in its memory must then poll its queues.
+  bool rma_write_passive = false;
   bool rma_read = false;       // post_read
   bool atomics = false;        // post_fetch_add / post_compare_swap
   size_t frame_bytes = 0;      // >0: sends are padded to whole frames of this size (Apple TB5: 4096)

@@ -35,6 +35,7 @@ Result<std::unique_ptr<ShmProvider>> ShmProvider::create(const ProviderOptions& 
   p->caps_.max_msg = kMaxMsg;
   p->caps_.max_inline = kSlotPayload;
   p->caps_.rma_write = true;
+  p->caps_.rma_write_passive = true;  // a write is a memcpy into the peer's mapping at post time
   p->caps_.rma_read = true;
   p->caps_.atomics = true;
   p->caps_.frame_bytes = 0;

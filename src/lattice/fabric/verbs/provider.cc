@@ -39,6 +39,9 @@ VerbsProvider::VerbsProvider(std::shared_ptr<Device> dev, std::string scheme)
   caps_.max_regions = 0;  // user regions are not device registrations on the staged path
   if (dev_->rma) {
     caps_.rma_write = caps_.rma_read = caps_.atomics = true;
+    // A NIC places RC writes without the target's CPU; the emulator moves them only inside
+    // the target's own post/poll calls.
+    caps_.rma_write_passive = !dev_->emulated;
     caps_.needs_registration_for_send = false;
   }
 }
