@@ -1,5 +1,5 @@
 /* OSU-style MPI all-reduce latency, measured exactly like `lattice bench coll`: per size,
- * `warmup` untimed calls, a barrier, then `iters` calls each timed; an iteration costs its
+ * untimed warm-up (rounds of `warmup` calls for at least 20 ms, the first size 200 ms), a barrier, then `iters` calls each timed; an iteration costs its
  * slowest rank's time (MPI_Allreduce MAX over the timings); the median over iterations is
  * printed. Buffers are f32, sum, out of place.
  *   mpirun -n 4 coll_mpi_bench [min_bytes max_bytes iters warmup]
@@ -35,7 +35,14 @@ int main(int argc, char** argv) {
       n = (int)((double)iters * (double)(1u << 20) / (double)bytes);
       if (n < 5) n = 5;
     }
-    for (int i = 0; i < warmup; ++i) MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    /* Warm up by count and by time, like lattice bench coll: rounds of `warmup` calls until
+     * every rank spent warm_ms (the first size 200 ms, later ones 20 ms). */
+    double warm_ms = bytes == (min < 4 ? 4 : min) ? 200.0 : 20.0, w0 = MPI_Wtime();
+    for (int more = warmup > 0; more;) {
+      for (int i = 0; i < warmup; ++i) MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      int mine = (MPI_Wtime() - w0) * 1e3 < warm_ms;
+      MPI_Allreduce(&mine, &more, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    }
     MPI_Barrier(MPI_COMM_WORLD);
     for (int i = 0; i < n; ++i) {
       double t0 = MPI_Wtime();

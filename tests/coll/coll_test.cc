@@ -79,18 +79,21 @@ bool is_reducing(CollOp op) {
 
 // Every op x algorithm x dtype x reduce op for `worlds` and `counts` over `uri`.
 void matrix(const std::string& uri, std::initializer_list<int> worlds, std::initializer_list<size_t> counts,
-            bool all_dtypes, size_t rma_zone_bytes = 64 * 1024) {
+            bool all_dtypes, bool one_sided = true) {
   const CollOp ops[] = {CollOp::kAllReduce, CollOp::kAllGather, CollOp::kReduceScatter, CollOp::kBroadcast,
                         CollOp::kReduce, CollOp::kAllToAll, CollOp::kBarrier};
   for (int world : worlds) {
     CommOptions co;
     co.chunk_bytes = 4096;
-    co.rma_zone_bytes = rma_zone_bytes;
+    if (!one_sided) co.rma_zone_bytes = co.twoshot_chunk_bytes = 0;
     Ranks rk = make_ranks(world, uri, co);
     ASSERT_EQ(rk.comms.size(), size_t(world));
+    // shm writes passively: the one-sided one-shot and two-shot paths run (tcp: the plans).
+    const bool shm = uri == "shm" && world > 1;
+    EXPECT_EQ(rk.comms[0]->twoshot_ready(), shm && one_sided) << uri << " world " << world;
     for (CollOp op : ops)
       for (Algorithm a : plan::algorithms_for(op)) {
-        if (op == CollOp::kAllGather && a == Algorithm::kRecursive && (world & (world - 1))) continue;
+        if (!plan::implements(op, a, world)) continue;
         for (size_t count : counts)
           for (DType t : kAllDTypes) {
             if (!all_dtypes && t != DType::kF32 && t != DType::kBF16) continue;
@@ -126,7 +129,7 @@ TEST(Coll, EveryOpDtypeAlgorithmOverShm) { matrix("shm", {1, 2, 3, 4}, {0, 1, 7,
 TEST(Coll, EveryOpOverTcp) { matrix("tcp://127.0.0.1:0", {3}, {0, 7, 4097}, false); }
 
 // Two-sided only (no landing zones): the path providers without one-sided writes take.
-TEST(Coll, EveryOpDtypeTwoSidedOnly) { matrix("shm", {2, 3}, {0, 1, 7, 4097}, true, 0); }
+TEST(Coll, EveryOpDtypeTwoSidedOnly) { matrix("shm", {2, 3}, {0, 1, 7, 4097}, true, false); }
 
 TEST(CollSlow, EveryOpDtypeAlgorithmUpTo8RanksAndLargeCounts) {
   matrix("shm", {5, 6, 7, 8}, {0, 1, 7, 4097}, true);
@@ -254,6 +257,50 @@ void rank_lost_mid_collective(Algorithm algo, size_t n) {
 
 TEST(CollFault, RankLostMidRingAllReduceFailsEverySurvivorWithPeerLost) {
   rank_lost_mid_collective(Algorithm::kRing, 1 << 16);
+}
+
+// The one-sided two-shot path: survivors spin on flags and credits in their landing zones.
+TEST(CollFault, RankLostMidTwoShotAllReduceFailsEverySurvivorWithPeerLost) {
+  rank_lost_mid_collective(Algorithm::kTwoShot, 1 << 18);
+}
+
+// The one-sided two-shot and one-shot all-reduces both combine in rank order: the same bits,
+// and so does the two-sided two-shot plan.
+TEST(Coll, OneSidedTwoShotGivesTheOneShotBits) {
+  const int world = 4;
+  CommOptions co;
+  co.chunk_bytes = 4096;
+  co.rma_zone_bytes = 1 << 16;
+  Ranks rk = make_ranks(world, "shm", co);
+  ASSERT_EQ(rk.comms.size(), size_t(world));
+  CommOptions two_sided = co;
+  two_sided.rma_zone_bytes = two_sided.twoshot_chunk_bytes = 0;
+  Ranks plain = make_ranks(world, "shm", two_sided);
+  ASSERT_EQ(plain.comms.size(), size_t(world));
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF64}) {
+    const size_t n = (1 << 16) / dtype_size(t) - 5;  // fits the one-shot zone
+    std::vector<std::vector<std::byte>> res[3];
+    for (int variant = 0; variant < 3; ++variant) {
+      res[variant].resize(size_t(world));
+      CollOptions o;
+      o.algo = variant == 0 ? Algorithm::kOneShot : Algorithm::kTwoShot;
+      o.chunk_bytes = 1000;  // odd chunk: partial elements round down
+      auto st = on_all(world, [&](int r) {
+        std::vector<std::byte> in = test::make_buffer(t, n);
+        std::mt19937 rng(uint32_t(r * 31 + 7));
+        std::uniform_real_distribution<double> dist(-1.0, 1.0);
+        for (size_t i = 0; i < n; ++i) test::store(t, in.data(), i, dist(rng) * (1 + double(i % 5) * 100));
+        res[variant][size_t(r)] = test::make_buffer(t, n);
+        Communicator& c = variant == 2 ? *plain.comms[size_t(r)] : *rk.comms[size_t(r)];
+        return all_reduce(c, in.data(), res[variant][size_t(r)].data(), n, t, ReduceOp::kSum, o);
+      });
+      for (int r = 0; r < world; ++r) ASSERT_TRUE(st[size_t(r)].ok()) << st[size_t(r)].to_string();
+    }
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(res[1][size_t(r)], res[0][0]) << "one-sided two-shot differs from one-shot, rank " << r << " " << to_string(t);
+      EXPECT_EQ(res[2][size_t(r)], res[0][0]) << "two-sided two-shot differs from one-shot, rank " << r << " " << to_string(t);
+    }
+  }
 }
 
 // Small buffers take the one-sided landing-zone path: survivors spin on flags, not queues.

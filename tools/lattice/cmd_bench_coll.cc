@@ -6,7 +6,8 @@
 // Ranks are threads of this process (each with its own provider, as separate processes would
 // have), or with --procs separate processes started through `lattice launch`; under a launcher
 // (LATTICE_WORLD_SIZE set) every process joins the cluster and runs one rank.
-// Per size: `warmup` untimed calls, then `iters` calls each timed on every rank; an
+// Per size: untimed warm-up calls (`warmup` per round, rounds until --warmup-ms passed; the
+// first size at least 200 ms), then `iters` calls each timed on every rank; an
 // iteration's time is the slowest rank's (an all_reduce of the timings), and the reported
 // time is the median over iterations. Bytes follow nccl-tests: the all_reduce/broadcast/
 // reduce buffer, all_gather's output, reduce_scatter's input, all_to_all's buffer.
@@ -49,6 +50,7 @@ struct Args {
   std::string redop = "sum";
   int iters = 100;
   int warmup = 10;
+  double warmup_ms = 20;
   std::string chunk = "256K";
   bool check = false;
   bool json = false;
@@ -145,7 +147,16 @@ Status run_rank(cluster::Group& g, const Args& a, const Config& c) {
     const size_t real_bytes = c.op == CollOp::kBarrier ? 0 : std::max(reference::in_elems(k), reference::out_elems(k)) * esize;
     int iters = a.iters;
     if (real_bytes > (1u << 20)) iters = std::max(5, int(double(a.iters) * double(1u << 20) / double(real_bytes)));
-    for (int i = 0; i < a.warmup; ++i) LATTICE_RETURN_IF_ERROR(call(*comm, c, k, in.data(), out.data(), o));
+    // Warm up by count and by time: `warmup` calls per round, rounds until every rank spent
+    // warmup_ms (the first size of a run also pays for page faults, caches and the scheduler
+    // settling after process start, so it gets at least 200 ms).
+    const double warm_ms = bytes == std::max(c.min, esize) ? std::max(200.0, a.warmup_ms) : a.warmup_ms;
+    for (auto w0 = Clock::now(); a.warmup > 0;) {
+      for (int i = 0; i < a.warmup; ++i) LATTICE_RETURN_IF_ERROR(call(*comm, c, k, in.data(), out.data(), o));
+      int64_t more = std::chrono::duration<double, std::milli>(Clock::now() - w0).count() < warm_ms ? 1 : 0;
+      LATTICE_RETURN_IF_ERROR(all_reduce(*comm, nullptr, &more, 1, DType::kI64, ReduceOp::kMax, plain));
+      if (more == 0) break;
+    }
     LATTICE_RETURN_IF_ERROR(barrier(*comm, plain));
     std::vector<double> t(static_cast<size_t>(iters));
     for (int i = 0; i < iters; ++i) {
@@ -288,11 +299,13 @@ const Registrar kBenchColl{
        app.add_option("--min,-b", a->min, "smallest size (bytes; K/M/G suffixes)")->capture_default_str();
        app.add_option("--max,-e", a->max, "largest size")->capture_default_str();
        app.add_option("--factor,-f", a->factor, "size multiplier per step")->capture_default_str();
-       app.add_option("--algo", a->algo, "auto | oneshot | ring | recursive | tree")->capture_default_str();
+       app.add_option("--algo", a->algo, "auto | oneshot | twoshot | ring | bidir | recursive | halving | tree")->capture_default_str();
        app.add_option("--dtype", a->dtype, "f32 | f16 | bf16 | f64 | i32 | i64")->capture_default_str();
        app.add_option("--redop", a->redop, "sum | max | min | prod")->capture_default_str();
        app.add_option("--iters", a->iters, "timed calls per size (fewer above 1 MiB)")->capture_default_str();
-       app.add_option("--warmup", a->warmup, "untimed calls per size")->capture_default_str();
+       app.add_option("--warmup", a->warmup, "untimed calls per warm-up round")->capture_default_str();
+       app.add_option("--warmup-ms", a->warmup_ms, "warm-up rounds per size last at least this long (first size: 200 ms)")
+           ->capture_default_str();
        app.add_option("--chunk", a->chunk, "staging slot size: the largest message")->capture_default_str();
        app.add_option("--timeout", a->timeout_s, "seconds for setup and for each call")->capture_default_str();
        app.add_option("--spin", a->spin, "empty polls before yielding the core (0: automatic)")->capture_default_str();

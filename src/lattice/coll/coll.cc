@@ -37,9 +37,15 @@ Status all_reduce(Communicator& comm, const void* in, void* out, size_t count, D
                   const CollOptions& o) {
   if (count) LATTICE_RETURN_IF_ERROR(need(out, "out"));
   bool in_place = in == nullptr || in == out;
-  if (comm.rma_ready() && count * dtype_size(dtype) <= comm.rma_zone_bytes() &&
-      resolve_algorithm(comm, CollOp::kAllReduce, count, dtype, o.algo) == Algorithm::kOneShot) {
+  const Algorithm algo = resolve_algorithm(comm, CollOp::kAllReduce, count, dtype, o.algo);
+  // One-sided paths where every link writes passively; the plans (two-sided) elsewhere.
+  if (algo == Algorithm::kOneShot && comm.rma_ready() && comm.rma_zone_bytes() > 0 &&
+      count * dtype_size(dtype) <= comm.rma_zone_bytes()) {
     Status s = comm.all_reduce_rma(in_place ? out : in, out, count, dtype, op, deadline_of(o));
+    return s.ok() ? s : s.with_context("all_reduce");
+  }
+  if (algo == Algorithm::kTwoShot && comm.twoshot_ready()) {
+    Status s = comm.all_reduce_twoshot(in_place ? out : in, out, count, dtype, op, o.chunk_bytes, deadline_of(o));
     return s.ok() ? s : s.with_context("all_reduce");
   }
   return run(comm, CollOp::kAllReduce, in_place ? out : in, out, count, dtype, op, 0, in_place, o);

@@ -8,6 +8,7 @@
 // are checked, so a dead peer fails the collective on every survivor that has a link to it,
 // even one that is only waiting on a live neighbour.
 #include "lattice/coll/comm.h"
+#include "lattice/coll/comm_internal.h"
 
 #include <algorithm>
 #include <atomic>
@@ -24,48 +25,11 @@ using fabric::Completion;
 using fabric::LocalSlice;
 using fabric::MemoryRegion;
 
-struct Communicator::Staging {
-  fabric::Provider* provider = nullptr;
-  std::unique_ptr<MemoryRegion> region;
-};
-
-struct Communicator::PeerState {
-  fabric::Endpoint* ep = nullptr;
-  MemoryRegion* region = nullptr;
-  size_t send_base = 0, recv_base = 0;  // byte offsets of the peer's slots in `region`
-  // Per step:
-  struct Msg {
-    std::byte* ptr;
-    size_t bytes;
-    bool reduce;
-  };
-  std::vector<Msg> sends, recvs;
-  size_t next_send = 0, next_recv = 0, done_send = 0, done_recv = 0;
-  std::vector<int> free_send, free_recv;  // slot indices
-  std::vector<size_t> recv_msg;           // slot -> index in recvs
-};
-
-namespace {
-
-// WorkId: collective sequence (40 bits) | peer (12) | direction (1) | slot (11).
-constexpr int kSlotBits = 11, kPeerBits = 12;
-fabric::WorkId work_id(uint64_t seq, int peer, bool recv, int slot) {
-  return (seq << (kSlotBits + 1 + kPeerBits)) | (uint64_t(peer) << (kSlotBits + 1)) | (uint64_t(recv) << kSlotBits) |
-         uint64_t(slot);
-}
-struct Decoded {
-  uint64_t seq;
-  int peer;
-  bool recv;
-  int slot;
-};
-Decoded decode(fabric::WorkId id) {
-  return {id >> (kSlotBits + 1 + kPeerBits), int((id >> (kSlotBits + 1)) & ((1u << kPeerBits) - 1)),
-          bool((id >> kSlotBits) & 1), int(id & ((1u << kSlotBits) - 1))};
-}
-constexpr uint64_t kSeqMask = (uint64_t{1} << 40) - 1;
-
-}  // namespace
+using detail::decode;
+using detail::Decoded;
+using detail::kPeerBits;
+using detail::kSeqMask;
+using detail::work_id;
 
 Result<std::unique_ptr<Communicator>> Communicator::create(cluster::Group& group, const CommOptions& options) {
   if (options.chunk_bytes < 64 || options.chunk_bytes > (size_t{1} << 30))
@@ -143,7 +107,7 @@ Status Communicator::build() {
   }
   // Landing zones are set up by the first one-sided all-reduce (collective there), so create()
   // itself never waits for peers.
-  rma_capable_ = rma_write_ && by_provider.size() == 1 && options_.rma_zone_bytes > 0;
+  rma_capable_ = rma_write_ && by_provider.size() == 1 && (options_.rma_zone_bytes > 0 || options_.twoshot_chunk_bytes > 0);
   return Status::Ok();
 }
 
@@ -154,7 +118,10 @@ Status Communicator::setup_rma(Deadline deadline) {
   zone_stride_ = zone + 64;  // data, then the flag word on its own cache line
   src_off_ = size_t(world_) * 2 * zone_stride_;
   flag_off_ = src_off_ + zone;
-  auto region = prov->allocate_memory(flag_off_ + 64, fabric::kLocalRead | fabric::kLocalWrite | fabric::kRemoteWrite);
+  // Then the two-shot area (twoshot.cc), when enabled.
+  ts_off_ = (flag_off_ + 64 + 4095) / 4096 * 4096;
+  const size_t total = ts_off_ + twoshot_area_bytes();
+  auto region = prov->allocate_memory(total, fabric::kLocalRead | fabric::kLocalWrite | fabric::kRemoteWrite);
   if (!region.ok()) return region.status();
   std::unique_ptr<MemoryRegion> landing = std::move(region).value();
   std::memset(landing->data(), 0, landing->size());
@@ -212,8 +179,8 @@ size_t Communicator::poll_all(Completion* comps, size_t cap, Status* error) {
   return total;
 }
 
-Status Communicator::all_reduce_rma(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
-                                    Deadline deadline) {
+// Common start of the one-sided paths: a new epoch rebuilds; the first call sets up the zones.
+Status Communicator::rma_begin(Deadline deadline) {
   if (group_->epoch() != epoch_ || group_->world_size() != world_) LATTICE_RETURN_IF_ERROR(build());
   if (!broken_.ok()) return broken_;
   if (!rma_capable_) return Internal("coll: no one-sided path on this group");
@@ -221,6 +188,12 @@ Status Communicator::all_reduce_rma(const void* in, void* out, size_t count, DTy
     Status s = setup_rma(deadline);
     if (!s.ok()) return fail(s.with_context("coll: landing-zone setup"));
   }
+  return Status::Ok();
+}
+
+Status Communicator::all_reduce_rma(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
+                                    Deadline deadline) {
+  LATTICE_RETURN_IF_ERROR(rma_begin(deadline));
   const size_t esize = dtype_size(dtype), bytes = count * esize;
   if (bytes > options_.rma_zone_bytes) return Internal("coll: buffer above the landing zone");
   if (bytes == 0) return Status::Ok();

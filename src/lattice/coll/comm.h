@@ -40,6 +40,13 @@ struct CommOptions {
   // each rank writes its buffer into every peer's landing zone, then reduces locally in rank
   // order. Buffers up to this size take that path; 0 disables it.
   size_t rma_zone_bytes = 64 * 1024;
+  // Two-shot all-reduce through one-sided writes (same providers as above): reduce-scatter by
+  // writing segment q of my buffer into rank q's landing slots, rank q reduces its segment in
+  // rank order, then all-gather by writing the reduced segment into every peer's slots.
+  // Pipelined in chunks of this size with `twoshot_depth` landing slots per peer and phase
+  // (credits written back keep a writer from overwriting an unread slot). 0 disables it.
+  size_t twoshot_chunk_bytes = 64 * 1024;
+  int twoshot_depth = 4;
 };
 
 class Communicator {
@@ -67,6 +74,12 @@ class Communicator {
   // One-shot all-reduce through one-sided writes (see CommOptions::rma_zone_bytes). Gives
   // the same bits as the two-sided one-shot plan: contributions combined in rank order.
   Status all_reduce_rma(const void* in, void* out, size_t count, DType dtype, ReduceOp op, Deadline deadline);
+  // True when the one-sided two-shot all-reduce can run (see CommOptions::twoshot_chunk_bytes);
+  // any size. Same bits as every other all-reduce here: each segment reduced in rank order.
+  // `chunk_bytes` (0: the option) shrinks the pipeline's chunk; every rank passes the same.
+  bool twoshot_ready() const { return rma_capable_ && options_.twoshot_chunk_bytes > 0; }
+  Status all_reduce_twoshot(const void* in, void* out, size_t count, DType dtype, ReduceOp op, size_t chunk_bytes,
+                            Deadline deadline);
 
   Status execute(const plan::Plan& plan, DType dtype, ReduceOp op, const void* in, void* out, size_t chunk_bytes,
                  Deadline deadline);
@@ -82,6 +95,10 @@ class Communicator {
   Status fail(Status s);
   Status check_links();
   Status setup_rma(Deadline deadline);
+  Status rma_begin(Deadline deadline);
+  size_t twoshot_area_bytes();  // also sets ts_chunk_, ts_depth_ and the counters
+  Status post_write_retry(int peer, fabric::LocalSlice src, fabric::RemoteSlice dst, fabric::WorkId id,
+                          Deadline deadline, size_t* done);
   size_t poll_all(fabric::Completion* comps, size_t cap, Status* error);
 
   cluster::Group* group_ = nullptr;
@@ -103,6 +120,12 @@ class Communicator {
   size_t zone_stride_ = 0, src_off_ = 0, flag_off_ = 0;
   uint64_t rma_seq_ = 0;
   bool rma_capable_ = false;
+  // Two-shot area of the landing region (twoshot.cc): slot size, depth, offset, and the
+  // lifetime chunk counters both ends of a pair keep in step (they index slots and flags).
+  size_t ts_chunk_ = 0, ts_off_ = 0;
+  int ts_depth_ = 0;
+  std::vector<uint64_t> ts_rs_sent_, ts_ag_recv_;  // per peer
+  uint64_t ts_rs_recv_ = 0, ts_ag_sent_ = 0;        // the same for every peer
   // Current call's buffers.
   const std::byte* in_ = nullptr;
   std::byte* out_ = nullptr;

@@ -1,6 +1,7 @@
 // Plan builders, one small function per (op, algorithm); see plan.h for the model.
 #include "lattice/coll/plan/plan.h"
 
+#include <algorithm>
 #include <string>
 
 namespace lattice::coll {
@@ -12,14 +13,19 @@ std::string_view to_string(Algorithm a) {
     case Algorithm::kRing: return "ring";
     case Algorithm::kRecursive: return "recursive";
     case Algorithm::kTree: return "tree";
+    case Algorithm::kTwoShot: return "twoshot";
+    case Algorithm::kBidir: return "bidir";
+    case Algorithm::kHalving: return "halving";
   }
   return "?";
 }
 
 Result<Algorithm> parse_algorithm(std::string_view s) {
-  for (Algorithm a : {Algorithm::kAuto, Algorithm::kOneShot, Algorithm::kRing, Algorithm::kRecursive, Algorithm::kTree})
+  for (Algorithm a : {Algorithm::kAuto, Algorithm::kOneShot, Algorithm::kRing, Algorithm::kRecursive, Algorithm::kTree,
+                      Algorithm::kTwoShot, Algorithm::kBidir, Algorithm::kHalving})
     if (to_string(a) == s) return a;
-  return InvalidArgument("unknown algorithm '" + std::string(s) + "' (auto, oneshot, ring, recursive, tree)");
+  return InvalidArgument("unknown algorithm '" + std::string(s) +
+                         "' (auto, oneshot, twoshot, ring, bidir, recursive, halving, tree)");
 }
 
 std::string_view to_string(CollOp op) {
@@ -181,6 +187,150 @@ Plan allreduce_recursive(const Shape& s) {
   return p;
 }
 
+
+// Two-shot: segment q of everyone's buffer goes straight to rank q, which reduces it in rank
+// order (the same bits as one-shot); then rank q sends its reduced segment to everyone.
+Plan allreduce_twoshot(const Shape& s) {
+  Plan p;
+  const size_t n = s.count;
+  const int r = s.rank, w = s.world;
+  const Segment mine = segment(n, w, r);
+  const size_t sz = mine.size;
+  p.tmp_elems = size_t(w) * sz;
+  Step rs;
+  for (int i = 1; i < w; ++i) {
+    const int q = mod(r + i, w), from = mod(r - i, w);
+    const Segment g = segment(n, w, q);
+    rs.sends.push_back({q, in(g.begin), g.size});
+    rs.recvs.push_back({from, tmp(size_t(from) * sz), sz});
+  }
+  // My own contribution from tmp when in place: out's segment is written by the first combine.
+  if (s.in_place) rs.after.push_back(copy(tmp(size_t(r) * sz), in(mine.begin), sz));
+  std::vector<Ref> src;
+  for (int q = 0; q < w; ++q) src.push_back(q == r && !s.in_place ? in(mine.begin) : tmp(size_t(q) * sz));
+  if (!(w == 1 && s.in_place)) ordered_reduce(rs.after, out(mine.begin), src, sz);
+  p.steps.push_back(std::move(rs));
+  Step ag;
+  for (int i = 1; i < w; ++i) {
+    const int q = mod(r + i, w), from = mod(r - i, w);
+    const Segment g = segment(n, w, from);
+    ag.sends.push_back({q, out(mine.begin), sz});
+    ag.recvs.push_back({from, out(g.begin), g.size});
+  }
+  if (!ag.sends.empty()) p.steps.push_back(std::move(ag));
+  return p;
+}
+
+// One ring pass (reduce-scatter or all-gather) appended to steps[first..]: direction dir (+1:
+// send to r + 1, -1: send to r - 1); ring position v = dir > 0 ? r : w - r, so "right" is
+// v + 1 either way; seg(k) is the element range of ring segment k. After a reduce-scatter
+// pass the rank at position v owns seg(v); an all-gather pass starts from that.
+template <class SegFn>
+void ring_pass(std::vector<Step>& steps, size_t first, int r, int w, int dir, Ref buf, bool reduce_scatter,
+               SegFn seg) {
+  const int v = dir > 0 ? r : mod(w - r, w);
+  const int right = mod(r + dir, w), left = mod(r - dir, w);
+  for (int st = 0; st + 1 < w; ++st) {
+    if (steps.size() <= first + size_t(st)) steps.resize(first + size_t(st) + 1);
+    Step& step = steps[first + size_t(st)];
+    const int ks = reduce_scatter ? mod(v - st - 1, w) : mod(v - st, w);
+    const int kr = reduce_scatter ? mod(v - st - 2, w) : mod(v - st - 1, w);
+    Segment a = seg(ks), b = seg(kr);
+    step.sends.push_back({right, {buf.buf, buf.off + a.begin}, a.size});
+    step.recvs.push_back({left, {buf.buf, buf.off + b.begin}, b.size, reduce_scatter});
+  }
+}
+
+// Bidirectional ring: the first half of the buffer goes round 0 -> 1 -> ..., the second half
+// the other way, in the same steps, so every link carries data both ways at once.
+Plan allreduce_bidir(const Shape& s) {
+  Plan p;
+  const size_t n = s.count, na = n / 2 + n % 2, nb = n - na;
+  const int r = s.rank, w = s.world;
+  if (!s.in_place) p.steps.push_back(local_step({copy(out(), in(), n)}));
+  auto seg_a = [&](int k) { return segment(na, w, k); };
+  auto seg_b = [&](int k) {
+    Segment g = segment(nb, w, k);
+    return Segment{na + g.begin, g.size};
+  };
+  size_t first = p.steps.size();
+  ring_pass(p.steps, first, r, w, +1, out(), true, seg_a);
+  ring_pass(p.steps, first, r, w, -1, out(), true, seg_b);
+  first = p.steps.size();
+  ring_pass(p.steps, first, r, w, +1, out(), false, seg_a);
+  ring_pass(p.steps, first, r, w, -1, out(), false, seg_b);
+  return p;
+}
+
+// Recursive halving over [0, n) between the p2 = 2^k ranks v < p2: at each level the pair
+// (v, v ^ mask) splits its current range; the lower rank keeps the lower half. The ranges
+// each rank holds, level by level (ranges[0] is the whole buffer).
+std::vector<Segment> halving_ranges(int v, int p2, size_t n, bool by_block, size_t block) {
+  std::vector<Segment> ranges{{0, by_block ? size_t(p2) : n}};
+  for (int mask = p2 / 2; mask >= 1; mask /= 2) {
+    Segment cur = ranges.back();
+    size_t lo_size = by_block ? cur.size / 2 : cur.size / 2 + cur.size % 2;
+    Segment lower{cur.begin, lo_size}, upper{cur.begin + lo_size, cur.size - lo_size};
+    ranges.push_back((v & mask) ? upper : lower);
+  }
+  if (by_block)
+    for (auto& g : ranges) g = {g.begin * block, g.size * block};
+  return ranges;
+}
+
+// Rabenseifner all-reduce: fold the ranks beyond the largest power of two into their partner,
+// reduce-scatter by recursive halving, all-gather by recursive doubling, unfold.
+Plan allreduce_halving(const Shape& s) {
+  Plan p;
+  const size_t n = s.count;
+  const int r = s.rank, w = s.world, p2 = floor_pow2(w), extra = w - p2;
+  p.tmp_elems = n;
+  if (!s.in_place) p.steps.push_back(local_step({copy(out(), in(), n)}));
+  if (extra > 0) {
+    Step st;
+    if (r >= p2) st.sends.push_back({r - p2, out(), n});
+    if (r < extra) {
+      st.recvs.push_back({r + p2, tmp(), n});
+      st.after.push_back(combine(out(), out(), tmp(), n));
+    }
+    p.steps.push_back(std::move(st));
+  }
+  if (r < p2) {
+    const std::vector<Segment> ranges = halving_ranges(r, p2, n, false, 0);
+    int level = 1;
+    for (int mask = p2 / 2; mask >= 1; mask /= 2, ++level) {
+      const int partner = r ^ mask;
+      const Segment prev = ranges[size_t(level - 1)], keep = ranges[size_t(level)];
+      const Segment give = keep.begin == prev.begin ? Segment{prev.begin + keep.size, prev.size - keep.size}
+                                                    : Segment{prev.begin, prev.size - keep.size};
+      Step st;
+      st.sends.push_back({partner, out(give.begin), give.size});
+      st.recvs.push_back({partner, tmp(keep.begin), keep.size});
+      // The lower rank's partial first: a fixed order.
+      st.after.push_back(r < partner ? combine(out(keep.begin), out(keep.begin), tmp(keep.begin), keep.size)
+                                     : combine(out(keep.begin), tmp(keep.begin), out(keep.begin), keep.size));
+      p.steps.push_back(std::move(st));
+    }
+    for (int mask = 1; mask < p2; mask *= 2) {
+      --level;
+      const int partner = r ^ mask;
+      const Segment mine = ranges[size_t(level)];
+      const Segment theirs = halving_ranges(partner, p2, n, false, 0)[size_t(level)];
+      Step st;
+      st.sends.push_back({partner, out(mine.begin), mine.size});
+      st.recvs.push_back({partner, out(theirs.begin), theirs.size});
+      p.steps.push_back(std::move(st));
+    }
+  }
+  if (extra > 0) {
+    Step st;
+    if (r < extra) st.sends.push_back({r + p2, out(), n});
+    if (r >= p2) st.recvs.push_back({r - p2, out(), n});
+    p.steps.push_back(std::move(st));
+  }
+  return p;
+}
+
 // ---- all_gather: count elements per rank, out holds world * count ----
 
 Plan allgather_oneshot(const Shape& s) {
@@ -221,6 +371,20 @@ Plan allgather_recursive(const Shape& s) {
   return p;
 }
 
+
+Plan allgather_bidir(const Shape& s) {
+  Plan p;
+  const size_t c = s.count, ca = c / 2 + c % 2;
+  const int r = s.rank, w = s.world;
+  if (!s.in_place) p.steps.push_back(local_step({copy(out(size_t(r) * c), in(), c)}));
+  auto seg_a = [&](int k) { return Segment{size_t(k) * c, ca}; };
+  auto seg_b = [&](int k) { return Segment{size_t(mod(w - k, w)) * c + ca, c - ca}; };
+  const size_t first = p.steps.size();
+  ring_pass(p.steps, first, r, w, +1, out(), false, seg_a);
+  ring_pass(p.steps, first, r, w, -1, out(), false, seg_b);
+  return p;
+}
+
 // ---- reduce_scatter: in holds world * count, out receives this rank's block ----
 
 Plan reduce_scatter_oneshot(const Shape& s) {
@@ -250,6 +414,50 @@ Plan reduce_scatter_ring(const Shape& s) {
   // Blocks in the ring order that leaves rank r owning block r.
   ring_reduce_scatter(p, s.rank, s.world, tmp(), n, true, c);
   p.steps.push_back(local_step({copy(out(), tmp(size_t(s.rank) * c), c)}));
+  return p;
+}
+
+
+// Recursive halving over blocks (power-of-two worlds): the lower rank of each pair keeps the
+// lower half of the blocks, so rank r ends with block r.
+Plan reduce_scatter_halving(const Shape& s) {
+  Plan p;
+  const size_t c = s.count, n = c * size_t(s.world);
+  const int r = s.rank, w = s.world;
+  p.tmp_elems = 2 * n;  // [0, n): the partial; [n, 2n): received halves
+  p.steps.push_back(local_step({copy(tmp(), in(), n)}));
+  const std::vector<Segment> ranges = halving_ranges(r, w, n, true, c);
+  int level = 1;
+  for (int mask = w / 2; mask >= 1; mask /= 2, ++level) {
+    const int partner = r ^ mask;
+    const Segment prev = ranges[size_t(level - 1)], keep = ranges[size_t(level)];
+    const Segment give = keep.begin == prev.begin ? Segment{prev.begin + keep.size, prev.size - keep.size}
+                                                  : Segment{prev.begin, prev.size - keep.size};
+    Step st;
+    st.sends.push_back({partner, tmp(give.begin), give.size});
+    st.recvs.push_back({partner, tmp(n + keep.begin), keep.size});
+    st.after.push_back(r < partner ? combine(tmp(keep.begin), tmp(keep.begin), tmp(n + keep.begin), keep.size)
+                                   : combine(tmp(keep.begin), tmp(n + keep.begin), tmp(keep.begin), keep.size));
+    p.steps.push_back(std::move(st));
+  }
+  p.steps.push_back(local_step({copy(out(), tmp(size_t(r) * c), c)}));
+  return p;
+}
+
+// Bidirectional ring over blocks: the first half of every block goes one way, the rest the
+// other; ring position v owns block r in both directions (seg maps positions to blocks).
+Plan reduce_scatter_bidir(const Shape& s) {
+  Plan p;
+  const size_t c = s.count, n = c * size_t(s.world), ca = c / 2 + c % 2;
+  const int r = s.rank, w = s.world;
+  p.tmp_elems = n;
+  p.steps.push_back(local_step({copy(tmp(), in(), n)}));
+  auto seg_a = [&](int k) { return Segment{size_t(k) * c, ca}; };
+  auto seg_b = [&](int k) { return Segment{size_t(mod(w - k, w)) * c + ca, c - ca}; };
+  const size_t first = p.steps.size();
+  ring_pass(p.steps, first, r, w, +1, tmp(), true, seg_a);
+  ring_pass(p.steps, first, r, w, -1, tmp(), true, seg_b);
+  p.steps.push_back(local_step({copy(out(), tmp(size_t(r) * c), c)}));
   return p;
 }
 
@@ -381,15 +589,26 @@ Segment segment(size_t n, int parts, int k) {
 
 std::vector<Algorithm> algorithms_for(CollOp op) {
   switch (op) {
-    case CollOp::kAllReduce: return {Algorithm::kOneShot, Algorithm::kRing, Algorithm::kRecursive};
-    case CollOp::kAllGather: return {Algorithm::kOneShot, Algorithm::kRing, Algorithm::kRecursive};
-    case CollOp::kReduceScatter: return {Algorithm::kOneShot, Algorithm::kRing};
+    case CollOp::kAllReduce:
+      return {Algorithm::kOneShot, Algorithm::kTwoShot, Algorithm::kRing, Algorithm::kBidir, Algorithm::kRecursive,
+              Algorithm::kHalving};
+    case CollOp::kAllGather: return {Algorithm::kOneShot, Algorithm::kRing, Algorithm::kBidir, Algorithm::kRecursive};
+    case CollOp::kReduceScatter: return {Algorithm::kOneShot, Algorithm::kRing, Algorithm::kBidir, Algorithm::kHalving};
     case CollOp::kBroadcast: return {Algorithm::kOneShot, Algorithm::kTree};
     case CollOp::kReduce: return {Algorithm::kOneShot, Algorithm::kTree};
     case CollOp::kAllToAll: return {Algorithm::kOneShot};
     case CollOp::kBarrier: return {Algorithm::kRecursive};
   }
   return {};
+}
+
+bool implements(CollOp op, Algorithm algo, int world) {
+  auto algs = algorithms_for(op);
+  if (std::find(algs.begin(), algs.end(), algo) == algs.end()) return false;
+  if (!is_pow2(world) && ((op == CollOp::kAllGather && algo == Algorithm::kRecursive) ||
+                          (op == CollOp::kReduceScatter && algo == Algorithm::kHalving)))
+    return false;
+  return true;
 }
 
 Algorithm choose_algorithm(CollOp op, size_t bytes, int world, bool rma_write) {
@@ -421,13 +640,17 @@ Result<Plan> build(const Shape& s, Algorithm algo) {
   switch (s.op) {
     case CollOp::kAllReduce:
       if (algo == Algorithm::kOneShot) p = allreduce_oneshot(s);
+      else if (algo == Algorithm::kTwoShot) p = allreduce_twoshot(s);
       else if (algo == Algorithm::kRing) p = allreduce_ring(s);
+      else if (algo == Algorithm::kBidir) p = allreduce_bidir(s);
       else if (algo == Algorithm::kRecursive) p = allreduce_recursive(s);
+      else if (algo == Algorithm::kHalving) p = allreduce_halving(s);
       else return unsupported();
       break;
     case CollOp::kAllGather:
       if (algo == Algorithm::kOneShot) p = allgather_oneshot(s);
       else if (algo == Algorithm::kRing) p = allgather_ring(s);
+      else if (algo == Algorithm::kBidir) p = allgather_bidir(s);
       else if (algo == Algorithm::kRecursive) {
         if (!is_pow2(s.world)) return InvalidArgument("recursive all_gather needs a power-of-two world size");
         p = allgather_recursive(s);
@@ -436,7 +659,11 @@ Result<Plan> build(const Shape& s, Algorithm algo) {
     case CollOp::kReduceScatter:
       if (algo == Algorithm::kOneShot) p = reduce_scatter_oneshot(s);
       else if (algo == Algorithm::kRing) p = reduce_scatter_ring(s);
-      else return unsupported();
+      else if (algo == Algorithm::kBidir) p = reduce_scatter_bidir(s);
+      else if (algo == Algorithm::kHalving) {
+        if (!is_pow2(s.world)) return InvalidArgument("halving reduce_scatter needs a power-of-two world size");
+        p = reduce_scatter_halving(s);
+      } else return unsupported();
       break;
     case CollOp::kBroadcast:
       if (algo == Algorithm::kOneShot) p = broadcast_oneshot(s);

@@ -24,7 +24,15 @@
 
 namespace lattice::coll {
 
-enum class Algorithm : uint8_t { kAuto, kOneShot, kRing, kRecursive, kTree };
+// oneshot: everyone sends everything to everyone, one round. ring: reduce-scatter then
+// all-gather around 0 -> 1 -> ... (2(w-1) steps). bidir: the same with half the buffer going
+// each way round (both directions of every link busy). recursive: recursive doubling (whole
+// buffer, log2 w steps). halving: Rabenseifner, reduce-scatter by recursive halving then
+// all-gather by recursive doubling (log2 w steps, bandwidth-optimal volume). twoshot:
+// reduce-scatter straight to each segment's owner, then all-gather straight from it (two
+// rounds; one-sided through landing zones where the provider writes passively). tree:
+// binomial tree (broadcast, reduce).
+enum class Algorithm : uint8_t { kAuto, kOneShot, kRing, kRecursive, kTree, kTwoShot, kBidir, kHalving };
 std::string_view to_string(Algorithm a);
 Result<Algorithm> parse_algorithm(std::string_view s);
 
@@ -82,11 +90,14 @@ struct Shape {
 // algorithm does not implement the op.
 Result<Plan> build(const Shape& shape, Algorithm algo);
 
-// The algorithm kAuto stands for, from the op, bytes per rank buffer and world size.
+// The algorithm kAuto stands for, from the op, bytes per rank buffer, world size and whether
+// the group has the landing-zone paths (passive one-sided writes on every link: shm, RDMA).
 Algorithm choose_algorithm(CollOp op, size_t bytes, int world, bool rma_write);
 
 // Which algorithms implement `op` (kAuto excluded).
 std::vector<Algorithm> algorithms_for(CollOp op);
+// Whether `algo` implements `op` at this world size (some need a power of two).
+bool implements(CollOp op, Algorithm algo, int world);
 
 // Segment k of n elements split into `parts` near-equal parts: [begin, begin + size).
 struct Segment {

@@ -1,0 +1,58 @@
+// Internals shared by the communicator's files (comm.cc: staging + plan executor; twoshot.cc:
+// the one-sided two-shot all-reduce): how work ids name a collective, a peer and a slot.
+#pragma once
+
+#include <cstdint>
+
+#include <memory>
+#include <vector>
+
+#include "lattice/coll/comm.h"
+#include "lattice/fabric/fabric.h"
+
+namespace lattice::coll::detail {
+
+// WorkId: collective sequence (40 bits) | peer (12) | direction (1) | slot (11).
+constexpr int kSlotBits = 11, kPeerBits = 12;
+inline fabric::WorkId work_id(uint64_t seq, int peer, bool recv, int slot) {
+  return (seq << (kSlotBits + 1 + kPeerBits)) | (uint64_t(peer) << (kSlotBits + 1)) | (uint64_t(recv) << kSlotBits) |
+         uint64_t(slot);
+}
+struct Decoded {
+  uint64_t seq;
+  int peer;
+  bool recv;
+  int slot;
+};
+inline Decoded decode(fabric::WorkId id) {
+  return {id >> (kSlotBits + 1 + kPeerBits), int((id >> (kSlotBits + 1)) & ((1u << kPeerBits) - 1)),
+          bool((id >> kSlotBits) & 1), int(id & ((1u << kSlotBits) - 1))};
+}
+constexpr uint64_t kSeqMask = (uint64_t{1} << 40) - 1;
+
+}  // namespace lattice::coll::detail
+
+namespace lattice::coll {
+
+struct Communicator::Staging {
+  fabric::Provider* provider = nullptr;
+  std::unique_ptr<fabric::MemoryRegion> region;
+};
+
+struct Communicator::PeerState {
+  fabric::Endpoint* ep = nullptr;
+  fabric::MemoryRegion* region = nullptr;
+  size_t send_base = 0, recv_base = 0;  // byte offsets of the peer's slots in `region`
+  // Per step:
+  struct Msg {
+    std::byte* ptr;
+    size_t bytes;
+    bool reduce;
+  };
+  std::vector<Msg> sends, recvs;
+  size_t next_send = 0, next_recv = 0, done_send = 0, done_recv = 0;
+  std::vector<int> free_send, free_recv;  // slot indices
+  std::vector<size_t> recv_msg;           // slot -> index in recvs
+};
+
+}  // namespace lattice::coll

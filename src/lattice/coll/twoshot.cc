@@ -1,0 +1,273 @@
+// The one-sided two-shot all-reduce (CommOptions::twoshot_chunk_bytes), for providers whose
+// writes land without the target's CPU (ProviderCaps::rma_write_passive: shm, RDMA NICs).
+//
+// Rank r owns segment r of the buffer (plan::segment). Each segment moves in chunks:
+//   reduce-scatter  r writes chunk j of its segment q into rank q's RS slot for r, then a flag;
+//   reduce          once every peer's chunk j of segment r landed, r combines them IN RANK ORDER
+//                   (its own from its input) into a result slot: the same bits as every other
+//                   all-reduce here, on every rank;
+//   all-gather      r writes the result chunk into every peer's AG slot for r, then a flag, and
+//                   copies it into its output; peers copy AG slots into their outputs.
+// Copies per byte: the input is staged once into a registered source slot (a write's source
+// must be registered memory), the provider copies it into the peer (shm: a memcpy at post
+// time), the owner reduces straight from the landing slots, and the all-gather is one write
+// plus one copy out: fewer than the two-sided ring's copy-in, slot-to-slot and copy-out per step.
+//
+// Bounded zones: every (writer, reader, phase) has `depth` slots used round-robin by a chunk
+// counter both ends keep in step over the communicator's life; a flag word per slot carries
+// counter + 1 (so a stale flag from `depth` chunks ago never matches), and the reader writes
+// back how many chunks it consumed (the writer's credit). A writer never has more than `depth`
+// chunks unread at a reader. All progress is made by one loop that never blocks on a single
+// peer, so the phases cannot wait on each other in a cycle.
+//
+// Failure: the loop checks the deadline and every link's sticky status every 1024 idle rounds
+// and reaps write completions (a failed write names its peer), so a lost peer fails the call
+// on every survivor, like the other paths; the communicator is then sticky-failed.
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "lattice/coll/comm.h"
+#include "lattice/coll/comm_internal.h"
+
+namespace lattice::coll {
+
+using detail::decode;
+using detail::kSeqMask;
+using detail::work_id;
+using fabric::Completion;
+using fabric::LocalSlice;
+using fabric::RemoteSlice;
+
+namespace {
+
+// Offsets inside the two-shot area (relative to its start). W ranks, D slots, C bytes a slot;
+// k is a lifetime chunk counter (its slot is k % D).
+struct Layout {
+  size_t C, D, W;
+  size_t rs_zone(int p, uint64_t k) const { return (size_t(p) * D + k % D) * C; }
+  size_t ag_zone(int p, uint64_t k) const { return W * D * C + (size_t(p) * D + k % D) * C; }
+  size_t src(int q, uint64_t k) const { return 2 * W * D * C + (size_t(q) * D + k % D) * C; }
+  size_t res(uint64_t k) const { return 3 * W * D * C + (k % D) * C; }
+  // Words, each on its own cache line.
+  size_t line(size_t i) const { return (3 * W + 1) * D * C + i * 64; }
+  size_t rs_flag(int p, uint64_t k) const { return line(size_t(p) * D + k % D); }
+  size_t ag_flag(int p, uint64_t k) const { return line(W * D + size_t(p) * D + k % D); }
+  size_t rs_ack(int q) const { return line(2 * W * D + size_t(q)); }  // written by reader q
+  size_t ag_ack(int q) const { return line(2 * W * D + W + size_t(q)); }
+  size_t rs_flag_src(int q, uint64_t k) const { return line(2 * W * D + 2 * W + size_t(q) * D + k % D); }
+  size_t ag_flag_src(int q, uint64_t k) const { return line(3 * W * D + 2 * W + size_t(q) * D + k % D); }
+  size_t rs_ack_src(int p) const { return line(4 * W * D + 2 * W + size_t(p)); }
+  size_t ag_ack_src(int p) const { return line(4 * W * D + 3 * W + size_t(p)); }
+  size_t bytes() const { return line(4 * W * D + 4 * W); }
+};
+
+uint64_t load_word(const std::byte* p) {
+  return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(const_cast<std::byte*>(p)))
+      .load(std::memory_order_acquire);
+}
+void store_word(std::byte* p, uint64_t v) {
+  std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p)).store(v, std::memory_order_release);
+}
+
+}  // namespace
+
+size_t Communicator::twoshot_area_bytes() {
+  ts_rs_sent_.assign(size_t(world_), 0);
+  ts_ag_recv_.assign(size_t(world_), 0);
+  ts_rs_recv_ = ts_ag_sent_ = 0;
+  if (options_.twoshot_chunk_bytes == 0) {
+    ts_chunk_ = 0;
+    ts_depth_ = 0;
+    return 0;
+  }
+  ts_chunk_ = std::max<size_t>(64, (options_.twoshot_chunk_bytes + 63) / 64 * 64);
+  ts_depth_ = std::clamp(options_.twoshot_depth, 1, 64);
+  return Layout{ts_chunk_, size_t(ts_depth_), size_t(world_)}.bytes();
+}
+
+// post_write, retried while the send queue is full (reaping completions meanwhile).
+Status Communicator::post_write_retry(int peer, LocalSlice src, RemoteSlice dst, fabric::WorkId id, Deadline deadline,
+                                      size_t* done) {
+  fabric::Endpoint* ep = peers_[size_t(peer)].ep;
+  Completion comps[32];
+  for (;;) {
+    Status s = ep->post_write(src, dst, id);
+    if (s.ok()) return s;
+    if (s.code() != ErrorCode::kResourceExhausted)
+      return s.code() == ErrorCode::kPeerLost ? PeerLost("coll: rank " + std::to_string(peer) + " lost: " + s.message(), peer)
+                                              : s.with_context("coll: write to rank " + std::to_string(peer));
+    Status err;
+    size_t n = poll_all(comps, 32, &err);
+    if (!err.ok()) return err;
+    for (size_t i = 0; i < n; ++i)
+      if (decode(comps[i].id).seq == seq_) ++*done;
+    if (deadline.expired()) return Timeout("coll: write queue to rank " + std::to_string(peer) + " stayed full", peer);
+  }
+}
+
+Status Communicator::all_reduce_twoshot(const void* in_v, void* out_v, size_t count, DType dtype, ReduceOp op,
+                                        size_t chunk_bytes, Deadline deadline) {
+  LATTICE_RETURN_IF_ERROR(rma_begin(deadline));
+  if (ts_chunk_ == 0) return Internal("coll: two-shot disabled on this communicator");
+  const size_t esize = dtype_size(dtype);
+  const auto* in = static_cast<const std::byte*>(in_v);
+  auto* out = static_cast<std::byte*>(out_v);
+  if (count == 0) return Status::Ok();
+  if (world_ == 1) {
+    if (in != out) std::memmove(out, in, count * esize);
+    return Status::Ok();
+  }
+  seq_ = (seq_ + 1) & kSeqMask;
+  const int r = rank(), w = world_;
+  const Layout L{ts_chunk_, size_t(ts_depth_), size_t(w)};
+  const uint64_t D = uint64_t(ts_depth_);
+  size_t cb = chunk_bytes == 0 ? ts_chunk_ : std::min(chunk_bytes, ts_chunk_);
+  const size_t ce = std::max<size_t>(1, cb / esize);  // elements per chunk
+  std::byte* base = landing_->data() + ts_off_;
+  fabric::MemoryRegion* reg = landing_.get();
+
+  // Segments and their chunk counts.
+  std::vector<plan::Segment> seg(static_cast<size_t>(w));
+  std::vector<size_t> m(static_cast<size_t>(w));
+  for (int q = 0; q < w; ++q) {
+    seg[size_t(q)] = plan::segment(count, w, q);
+    m[size_t(q)] = (seg[size_t(q)].size + ce - 1) / ce;
+  }
+  auto chunk = [&](int q, size_t j, size_t* begin) {
+    *begin = seg[size_t(q)].begin + j * ce;
+    return std::min(ce, seg[size_t(q)].size - j * ce);
+  };
+  std::vector<size_t> rs_next(static_cast<size_t>(w), 0), ag_next(static_cast<size_t>(w), 0);
+  size_t jr = 0;
+  size_t posted = 0, done = 0;
+  Completion comps[32];
+  auto reap = [&]() -> Status {
+    Status err;
+    size_t n = poll_all(comps, 32, &err);
+    if (!err.ok()) return err;
+    for (size_t i = 0; i < n; ++i)
+      if (decode(comps[i].id).seq == seq_) ++done;
+    return Status::Ok();
+  };
+  auto write = [&](int q, size_t src_off, size_t dst_off, size_t bytes) -> Status {
+    ++posted;
+    return post_write_retry(q, LocalSlice{reg, ts_off_ + src_off, bytes},
+                            RemoteSlice{peer_keys_[size_t(q)], ts_off_ + dst_off, bytes}, work_id(seq_, q, false, 0),
+                            deadline, &done);
+  };
+  std::vector<const std::byte*> src(static_cast<size_t>(w));
+  uint32_t idle = 0;
+  for (;;) {
+    bool progressed = false, finished = true;
+    // 1. Reduce-scatter: my chunks of segment q into rank q's slots, while q has room.
+    for (int i = 1; i < w; ++i) {
+      const int q = (r + i) % w;
+      while (rs_next[size_t(q)] < m[size_t(q)]) {
+        const uint64_t k = ts_rs_sent_[size_t(q)];
+        if (k - load_word(base + L.rs_ack(q)) >= D) break;
+        size_t b;
+        const size_t n = chunk(q, rs_next[size_t(q)], &b);
+        std::memcpy(base + L.src(q, k), in + b * esize, n * esize);
+        Status s = write(q, L.src(q, k), L.rs_zone(r, k), n * esize);
+        if (s.ok()) {
+          store_word(base + L.rs_flag_src(q, k), k + 1);
+          s = write(q, L.rs_flag_src(q, k), L.rs_flag(r, k), 8);  // after the data (ordered on one link)
+        }
+        if (!s.ok()) return fail(s);
+        ++ts_rs_sent_[size_t(q)];
+        ++rs_next[size_t(q)];
+        progressed = true;
+      }
+      if (rs_next[size_t(q)] < m[size_t(q)]) finished = false;
+    }
+    // 2. Reduce my segment's next chunks once every contribution landed and every peer has an
+    // all-gather slot free; then hand the result to everyone.
+    while (jr < m[size_t(r)]) {
+      const uint64_t k = ts_rs_recv_, ka = ts_ag_sent_;
+      bool ready = true;
+      for (int p = 0; p < w && ready; ++p)
+        if (p != r) ready = load_word(base + L.rs_flag(p, k)) == k + 1 && ka - load_word(base + L.ag_ack(p)) < D;
+      if (!ready) break;
+      size_t b;
+      const size_t n = chunk(r, jr, &b);
+      for (int q = 0; q < w; ++q) src[size_t(q)] = q == r ? in + b * esize : base + L.rs_zone(q, k);
+      std::byte* res = base + L.res(ka);
+      reduce(dtype, op, res, src[0], src[1], n);
+      for (int q = 2; q < w; ++q) reduce(dtype, op, res, res, src[size_t(q)], n);
+      ++ts_rs_recv_;
+      for (int i = 1; i < w; ++i) {
+        const int q = (r + i) % w;
+        store_word(base + L.rs_ack_src(q), ts_rs_recv_);  // the RS slot is free again
+        Status s = write(q, L.rs_ack_src(q), L.rs_ack(r), 8);
+        if (s.ok()) s = write(q, L.res(ka), L.ag_zone(r, ka), n * esize);
+        if (s.ok()) {
+          store_word(base + L.ag_flag_src(q, ka), ka + 1);
+          s = write(q, L.ag_flag_src(q, ka), L.ag_flag(r, ka), 8);
+        }
+        if (!s.ok()) return fail(s);
+      }
+      ++ts_ag_sent_;
+      std::memcpy(out + b * esize, res, n * esize);
+      ++jr;
+      progressed = true;
+    }
+    if (jr < m[size_t(r)]) finished = false;
+    // 3. All-gather: copy landed result chunks out, and give their slots back.
+    for (int i = 1; i < w; ++i) {
+      const int p = (r - i + w) % w;
+      while (ag_next[size_t(p)] < m[size_t(p)]) {
+        const uint64_t k = ts_ag_recv_[size_t(p)];
+        if (load_word(base + L.ag_flag(p, k)) != k + 1) break;
+        size_t b;
+        const size_t n = chunk(p, ag_next[size_t(p)], &b);
+        std::memcpy(out + b * esize, base + L.ag_zone(p, k), n * esize);
+        ++ts_ag_recv_[size_t(p)];
+        ++ag_next[size_t(p)];
+        store_word(base + L.ag_ack_src(p), ts_ag_recv_[size_t(p)]);
+        Status s = write(p, L.ag_ack_src(p), L.ag_ack(r), 8);
+        if (!s.ok()) return fail(s);
+        progressed = true;
+      }
+      if (ag_next[size_t(p)] < m[size_t(p)]) finished = false;
+    }
+    if (finished) break;
+    if (progressed) {
+      idle = 0;
+      if (posted - done >= 256) {
+        Status s = reap();
+        if (!s.ok()) return fail(s);
+      }
+      continue;
+    }
+    ++idle;
+    // Now and then only: the writes land without our help (rma_write_passive), and a
+    // provider's poll may yield the core after a run of empty polls.
+    if ((idle & 63) == 0) {
+      Status s = reap();
+      if (!s.ok()) return fail(s);
+    }
+    if (idle >= spin_before_yield_) std::this_thread::yield();
+    if ((idle & 1023) == 0) {
+      if (deadline.expired()) {
+        for (int p = 0; p < w; ++p)
+          if (p != r && (ag_next[size_t(p)] < m[size_t(p)] || rs_next[size_t(p)] < m[size_t(p)]))
+            return fail(Timeout("coll: two-shot deadline passed waiting on rank " + std::to_string(p), p));
+        return fail(Timeout("coll: two-shot deadline passed"));
+      }
+      Status s = check_links();
+      if (!s.ok()) return fail(s);
+    }
+  }
+  // Every write's completion (the source slots are reused by the next call).
+  while (done < posted) {
+    Status s = reap();
+    if (!s.ok()) return fail(s);
+    if (done < posted && deadline.expired()) return fail(Timeout("coll: one-sided writes did not complete"));
+  }
+  return Status::Ok();
+}
+
+}  // namespace lattice::coll
