@@ -279,8 +279,8 @@ TEST(Coll, OneSidedTwoShotGivesTheOneShotBits) {
   ASSERT_EQ(plain.comms.size(), size_t(world));
   for (DType t : {DType::kF32, DType::kBF16, DType::kF64}) {
     const size_t n = (1 << 16) / dtype_size(t) - 5;  // fits the one-shot zone
-    std::vector<std::vector<std::byte>> res[3];
-    for (int variant = 0; variant < 3; ++variant) {
+    std::vector<std::vector<std::byte>> res[4];
+    for (int variant = 0; variant < 4; ++variant) {  // one-shot, two-shot, two-sided two-shot, two-shot in place
       res[variant].resize(size_t(world));
       CollOptions o;
       o.algo = variant == 0 ? Algorithm::kOneShot : Algorithm::kTwoShot;
@@ -290,15 +290,17 @@ TEST(Coll, OneSidedTwoShotGivesTheOneShotBits) {
         std::mt19937 rng(uint32_t(r * 31 + 7));
         std::uniform_real_distribution<double> dist(-1.0, 1.0);
         for (size_t i = 0; i < n; ++i) test::store(t, in.data(), i, dist(rng) * (1 + double(i % 5) * 100));
-        res[variant][size_t(r)] = test::make_buffer(t, n);
+        res[variant][size_t(r)] = variant == 3 ? in : test::make_buffer(t, n);
         Communicator& c = variant == 2 ? *plain.comms[size_t(r)] : *rk.comms[size_t(r)];
-        return all_reduce(c, in.data(), res[variant][size_t(r)].data(), n, t, ReduceOp::kSum, o);
+        const void* src = variant == 3 ? res[variant][size_t(r)].data() : in.data();
+        return all_reduce(c, src, res[variant][size_t(r)].data(), n, t, ReduceOp::kSum, o);
       });
       for (int r = 0; r < world; ++r) ASSERT_TRUE(st[size_t(r)].ok()) << st[size_t(r)].to_string();
     }
     for (int r = 0; r < world; ++r) {
       EXPECT_EQ(res[1][size_t(r)], res[0][0]) << "one-sided two-shot differs from one-shot, rank " << r << " " << to_string(t);
       EXPECT_EQ(res[2][size_t(r)], res[0][0]) << "two-sided two-shot differs from one-shot, rank " << r << " " << to_string(t);
+      EXPECT_EQ(res[3][size_t(r)], res[0][0]) << "in-place two-shot differs from one-shot, rank " << r << " " << to_string(t);
     }
   }
 }

@@ -8,10 +8,13 @@
 //                   all-reduce here, on every rank;
 //   all-gather      r writes the result chunk into every peer's AG slot for r, then a flag, and
 //                   copies it into its output; peers copy AG slots into their outputs.
-// Copies per byte: the input is staged once into a registered source slot (a write's source
-// must be registered memory), the provider copies it into the peer (shm: a memcpy at post
-// time), the owner reduces straight from the landing slots, and the all-gather is one write
-// plus one copy out: fewer than the two-sided ring's copy-in, slot-to-slot and copy-out per step.
+// Copies per byte: the provider copies my input straight into the owner's landing slot (shm:
+// a memcpy at post time; the caller's buffers are registered for the call, else the input is
+// staged through a registered source slot first), the owner reduces straight from the
+// landing slots into its output, and the all-gather is one write from the output plus one
+// copy out at each peer: 3.5 passes over the buffer at 4 ranks where the two-sided ring makes
+// 5.5 (copy in, then per step a copy into a slot, the provider's slot-to-slot copy and a copy
+// or reduce out).
 //
 // Bounded zones: every (writer, reader, phase) has `depth` slots used round-robin by a chunk
 // counter both ends keep in step over the communicator's life; a flag word per slot carries
@@ -128,6 +131,20 @@ Status Communicator::all_reduce_twoshot(const void* in_v, void* out_v, size_t co
   const size_t ce = std::max<size_t>(1, cb / esize);  // elements per chunk
   std::byte* base = landing_->data() + ts_off_;
   fabric::MemoryRegion* reg = landing_.get();
+  // Writes straight from the caller's buffers when the provider registers them (shm: a table
+  // entry, no copy): the input is not staged, and (out of place) the owner reduces straight
+  // into `out` and writes from there. In place, the reduce goes through a result slot (it
+  // must read the rank's own contribution before overwriting it). Else stage as above.
+  fabric::Provider* prov = group_->links(r == 0 ? 1 : 0).front().provider;
+  std::unique_ptr<fabric::MemoryRegion> in_reg, out_reg;
+  if (auto ri = prov->register_memory(const_cast<std::byte*>(in), count * esize, fabric::kLocalRead); ri.ok()) {
+    in_reg = std::move(ri).value();
+    if (in != out) {
+      if (auto ro = prov->register_memory(out, count * esize, fabric::kLocalRead | fabric::kLocalWrite); ro.ok())
+        out_reg = std::move(ro).value();
+    }
+  }
+  const bool direct_in = in_reg != nullptr, direct_out = out_reg != nullptr;
 
   // Segments and their chunk counts.
   std::vector<plan::Segment> seg(static_cast<size_t>(w));
@@ -158,6 +175,12 @@ Status Communicator::all_reduce_twoshot(const void* in_v, void* out_v, size_t co
                             RemoteSlice{peer_keys_[size_t(q)], ts_off_ + dst_off, bytes}, work_id(seq_, q, false, 0),
                             deadline, &done);
   };
+  auto write_from = [&](int q, fabric::MemoryRegion* from, size_t src_off, size_t dst_off, size_t bytes) -> Status {
+    ++posted;
+    return post_write_retry(q, LocalSlice{from, src_off, bytes},
+                            RemoteSlice{peer_keys_[size_t(q)], ts_off_ + dst_off, bytes}, work_id(seq_, q, false, 0),
+                            deadline, &done);
+  };
   std::vector<const std::byte*> src(static_cast<size_t>(w));
   uint32_t idle = 0;
   for (;;) {
@@ -170,8 +193,13 @@ Status Communicator::all_reduce_twoshot(const void* in_v, void* out_v, size_t co
         if (k - load_word(base + L.rs_ack(q)) >= D) break;
         size_t b;
         const size_t n = chunk(q, rs_next[size_t(q)], &b);
-        std::memcpy(base + L.src(q, k), in + b * esize, n * esize);
-        Status s = write(q, L.src(q, k), L.rs_zone(r, k), n * esize);
+        Status s;
+        if (direct_in) {
+          s = write_from(q, in_reg.get(), b * esize, L.rs_zone(r, k), n * esize);
+        } else {
+          std::memcpy(base + L.src(q, k), in + b * esize, n * esize);
+          s = write(q, L.src(q, k), L.rs_zone(r, k), n * esize);
+        }
         if (s.ok()) {
           store_word(base + L.rs_flag_src(q, k), k + 1);
           s = write(q, L.rs_flag_src(q, k), L.rs_flag(r, k), 8);  // after the data (ordered on one link)
@@ -194,7 +222,7 @@ Status Communicator::all_reduce_twoshot(const void* in_v, void* out_v, size_t co
       size_t b;
       const size_t n = chunk(r, jr, &b);
       for (int q = 0; q < w; ++q) src[size_t(q)] = q == r ? in + b * esize : base + L.rs_zone(q, k);
-      std::byte* res = base + L.res(ka);
+      std::byte* res = direct_out ? out + b * esize : base + L.res(ka);
       reduce(dtype, op, res, src[0], src[1], n);
       for (int q = 2; q < w; ++q) reduce(dtype, op, res, res, src[size_t(q)], n);
       ++ts_rs_recv_;
@@ -202,7 +230,9 @@ Status Communicator::all_reduce_twoshot(const void* in_v, void* out_v, size_t co
         const int q = (r + i) % w;
         store_word(base + L.rs_ack_src(q), ts_rs_recv_);  // the RS slot is free again
         Status s = write(q, L.rs_ack_src(q), L.rs_ack(r), 8);
-        if (s.ok()) s = write(q, L.res(ka), L.ag_zone(r, ka), n * esize);
+        if (s.ok())
+          s = direct_out ? write_from(q, out_reg.get(), b * esize, L.ag_zone(r, ka), n * esize)
+                         : write(q, L.res(ka), L.ag_zone(r, ka), n * esize);
         if (s.ok()) {
           store_word(base + L.ag_flag_src(q, ka), ka + 1);
           s = write(q, L.ag_flag_src(q, ka), L.ag_flag(r, ka), 8);
@@ -210,7 +240,7 @@ Status Communicator::all_reduce_twoshot(const void* in_v, void* out_v, size_t co
         if (!s.ok()) return fail(s);
       }
       ++ts_ag_sent_;
-      std::memcpy(out + b * esize, res, n * esize);
+      if (!direct_out) std::memcpy(out + b * esize, res, n * esize);
       ++jr;
       progressed = true;
     }
