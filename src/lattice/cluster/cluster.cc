@@ -252,6 +252,15 @@ Result<std::vector<std::string>> Cluster::allgather(const std::string& data, Dea
   }
 }
 
+bool Cluster::pair_linked(int a, int b) const {
+  if (a == b || a < 0 || b < 0 || a >= world_ || b >= world_) return false;
+  if (!opt_.linked) return true;
+  const int oa = origins_.size() == size_t(world_) ? origins_[size_t(a)] : -1;
+  const int ob = origins_.size() == size_t(world_) ? origins_[size_t(b)] : -1;
+  if (oa >= 0 && ob >= 0) return opt_.linked(oa, ob);
+  return !(epoch_ == 0 && !opt_.rejoin) || opt_.linked(a, b);  // as build_epoch decides
+}
+
 Status Cluster::build_epoch(const json& plan, Deadline deadline) {
   int rank = plan.value("rank", -1), world = plan.value("world", 0);
   uint64_t epoch = plan.value("epoch", uint64_t{0});

@@ -81,6 +81,8 @@ class Cluster final : public Group {
   uint64_t epoch() const override { return epoch_; }
   std::span<const Link> links(int peer) const override;
   std::span<fabric::Provider* const> providers() const override { return provider_list_; }
+  // From the topology (through each member's origin); a full mesh without one.
+  bool pair_linked(int a, int b) const override;
 
   // Every member contributes `data`; returns all contributions by rank. Fails with kPeerLost
   // if a member died before everyone contributed (then shrink()).

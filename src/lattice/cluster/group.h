@@ -46,6 +46,15 @@ class Group {
   }
   // The providers this rank uses (one per kind of link), to register memory with.
   virtual std::span<fabric::Provider* const> providers() const = 0;
+  // Whether ranks a and b (any two, not only this rank's pairs) have a link: the whole graph,
+  // the same on every rank, so collectives can agree on a route (a ring through a partial
+  // mesh). The default knows only this rank's own pairs and assumes the others are linked.
+  virtual bool pair_linked(int a, int b) const {
+    if (a == b) return false;
+    if (a == rank()) return !links(b).empty();
+    if (b == rank()) return !links(a).empty();
+    return true;
+  }
 };
 
 // A Group for size 1: no peers, no links. Callers never branch on "am I distributed".

@@ -1,6 +1,8 @@
 // The public collectives: validate, resolve the algorithm, build the plan, execute it.
 #include "lattice/coll/coll.h"
 
+#include "lattice/coll/plan/ring_route.h"
+
 #include <string>
 
 namespace lattice::coll {
@@ -8,15 +10,28 @@ namespace {
 
 Deadline deadline_of(const CollOptions& o) { return o.deadline ? *o.deadline : Deadline::after(o.timeout); }
 
+Result<plan::Plan> make_plan(const Communicator& comm, const plan::Shape& shape, Algorithm algo) {
+  if (comm.full_mesh()) return plan::build(shape, algo);
+  // A partial mesh: everything goes around the ring through the linked pairs.
+  if (comm.ring_order().empty())
+    return Unavailable(std::string("coll: ") + std::string(to_string(shape.op)) +
+                       ": the topology has no ring through every rank over its links");
+  if (algo != Algorithm::kRing)
+    return InvalidArgument("coll: algorithm " + std::string(to_string(algo)) +
+                           " needs a full mesh; this topology only allows ring");
+  return plan::build_on_ring(shape, comm.ring_order());
+}
+
 Status run(Communicator& comm, CollOp op, const void* in, void* out, size_t count, DType dtype, ReduceOp rop,
            int root, bool in_place, const CollOptions& o) {
   if (root < 0 || root >= comm.world_size())
     return InvalidArgument("coll: root " + std::to_string(root) + " out of range for " +
                            std::to_string(comm.world_size()) + " ranks");
   if (count > (size_t{1} << 40)) return InvalidArgument("coll: count " + std::to_string(count) + " too large");
+  LATTICE_RETURN_IF_ERROR(comm.refresh());
   plan::Shape shape{op, comm.rank(), comm.world_size(), count, root, in_place};
   Algorithm algo = resolve_algorithm(comm, op, count, dtype, o.algo);
-  auto p = plan::build(shape, algo);
+  auto p = make_plan(comm, shape, algo);
   if (!p.ok()) return p.status();
   Status s = comm.execute(*p, dtype, rop, in, out, o.chunk_bytes, deadline_of(o));
   return s.ok() ? s : s.with_context(std::string(to_string(op)));
@@ -30,12 +45,14 @@ Status need(const void* p, const char* what) {
 
 Algorithm resolve_algorithm(const Communicator& comm, CollOp op, size_t count, DType dtype, Algorithm requested) {
   if (requested != Algorithm::kAuto) return requested;
+  if (!comm.full_mesh()) return Algorithm::kRing;
   return plan::choose_algorithm(op, count * dtype_size(dtype), comm.world_size(), comm.rma_write());
 }
 
 Status all_reduce(Communicator& comm, const void* in, void* out, size_t count, DType dtype, ReduceOp op,
                   const CollOptions& o) {
   if (count) LATTICE_RETURN_IF_ERROR(need(out, "out"));
+  LATTICE_RETURN_IF_ERROR(comm.refresh());
   bool in_place = in == nullptr || in == out;
   const Algorithm algo = resolve_algorithm(comm, CollOp::kAllReduce, count, dtype, o.algo);
   // One-sided paths where every link writes passively; the plans (two-sided) elsewhere.

@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "lattice/coll/plan/ring_route.h"
 #include "lattice/core/log.h"
 
 namespace lattice::coll {
@@ -72,9 +73,11 @@ Status Communicator::build() {
   for (int p = 0; p < world_; ++p) {
     if (p == rank()) continue;
     auto links = group_->links(p);
-    if (links.empty())
-      return Unavailable("coll: rank " + std::to_string(rank()) + " has no link to rank " + std::to_string(p) +
-                         " (collectives need a full mesh for now)");
+    if (links.empty()) {
+      // A partial mesh (a ring of cables): collectives route around a ring (plan/ring_route.h).
+      rma_write_ = false;
+      continue;
+    }
     const cluster::Link& l = links.front();
     by_provider[l.provider].push_back(p);
     peers_[size_t(p)].ep = l.endpoint;
@@ -108,6 +111,15 @@ Status Communicator::build() {
   // Landing zones are set up by the first one-sided all-reduce (collective there), so create()
   // itself never waits for peers.
   rma_capable_ = rma_write_ && by_provider.size() == 1 && (options_.rma_zone_bytes > 0 || options_.twoshot_chunk_bytes > 0);
+  // The whole link graph (the same on every rank): a full mesh, or the ring to route on.
+  full_mesh_ = true;
+  for (int a = 0; a < world_ && full_mesh_; ++a)
+    for (int b = a + 1; b < world_ && full_mesh_; ++b) full_mesh_ = group_->pair_linked(a, b);
+  ring_order_.clear();
+  if (!full_mesh_) {
+    ring_order_ = plan::find_ring(world_, [this](int a, int b) { return group_->pair_linked(a, b); });
+    rma_capable_ = false;
+  }
   return Status::Ok();
 }
 

@@ -63,6 +63,14 @@ class Communicator {
   Status status() const { return broken_; }
   // True when every link's provider supports one-sided writes.
   bool rma_write() const { return rma_write_; }
+  // True when every pair of ranks is linked. Otherwise collectives run around ring_order()
+  // (a cycle through every rank over linked pairs; empty when the topology has none).
+  bool full_mesh() const { return full_mesh_; }
+  const std::vector<int>& ring_order() const { return ring_order_; }
+  // Rebuilds for the group's current epoch if it moved on (shrink); every collective calls it.
+  Status refresh() {
+    return group_->epoch() != epoch_ || group_->world_size() != world_ ? build() : Status::Ok();
+  }
 
   // Runs a plan: `in`/`out` are the caller's buffers (either may be null where the plan never
   // references it), `chunk_bytes` (0: the staging slot size) splits transfers into messages.
@@ -107,6 +115,8 @@ class Communicator {
   int world_ = 0;
   Status broken_;
   bool rma_write_ = false;
+  bool full_mesh_ = true;
+  std::vector<int> ring_order_;
   uint64_t seq_ = 0;
   uint32_t spin_before_yield_ = ~0u;
   std::vector<std::unique_ptr<Staging>> staging_;
