@@ -78,7 +78,7 @@ int sh(const std::string& cmd) {
 // rank i has 10.213.0.(i+1)/24. Everything is deleted by the destructor, even after a failure.
 class Netns {
  public:
-  Netns(int n, const std::string& tag) {
+  Netns(int n, const std::string& tag) : n_(n) {
     base_ = "lt" + std::to_string(::getpid() % 100000) + tag;
     hub_ = base_ + "h";
     if (sh("ip netns add " + hub_) != 0) {
@@ -105,12 +105,14 @@ class Netns {
     for (auto it = created_.rbegin(); it != created_.rend(); ++it) sh("ip netns del " + *it);
   }
   const std::string& skip_reason() const { return skip_; }
+  int size() const { return n_; }
   std::string name(int i) const { return base_ + std::to_string(i); }
   std::string ip(int i) const { return "10.213.0." + std::to_string(i + 1); }
   std::string veth(int i) const { return base_ + "a" + std::to_string(i); }
   int cut(int i) const { return sh("ip -n " + name(i) + " link set " + veth(i) + " down"); }
 
  private:
+  int n_ = 0;
   std::string base_, hub_, skip_;
   std::vector<std::string> created_;
 };
@@ -162,24 +164,26 @@ TEST(FaultNetns, AnUnreachablePeerIsNamedByEveryRank) {
   }
 }
 
+// A topology file: the namespaces as hosts, a tcp cable for each pair in `cables`.
+void write_topology(const std::string& path, Netns& net, const std::vector<std::pair<int, int>>& cables) {
+  std::ofstream f(path);
+  f << "{\"version\": 1, \"hosts\": [";
+  for (int i = 0; i < net.size(); ++i)
+    f << (i ? "," : "") << "{\"name\": \"" << net.name(i) << "\", \"address\": \"" << net.ip(i) << ":7470\"}";
+  f << "], \"links\": [";
+  for (size_t k = 0; k < cables.size(); ++k)
+    f << (k ? "," : "") << "{\"a\": \"" << net.name(cables[k].first) << "\", \"b\": \"" << net.name(cables[k].second)
+      << "\", \"provider\": \"tcp\"}";
+  f << "]}\n";
+}
+
 TEST(LaunchNetns, HostfileLaunchThroughIpNetnsExecPingsEveryPair) {
   Netns net(3, "l");
   if (!net.skip_reason().empty()) GTEST_SKIP() << net.skip_reason();
   auto dir = std::filesystem::temp_directory_path() / ("lattice_netns_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::string topo = (dir / "hosts.json").string(), secret = (dir / "secret").string();
-  {
-    std::ofstream f(topo);
-    f << "{\"version\": 1, \"hosts\": [";
-    for (int i = 0; i < 3; ++i)
-      f << (i ? "," : "") << "{\"name\": \"" << net.name(i) << "\", \"address\": \"" << net.ip(i) << ":7470\"}";
-    f << "], \"links\": [";
-    int k = 0;
-    for (int i = 0; i < 3; ++i)
-      for (int j = i + 1; j < 3; ++j)
-        f << (k++ ? "," : "") << "{\"a\": \"" << net.name(i) << "\", \"b\": \"" << net.name(j) << "\", \"provider\": \"tcp\"}";
-    f << "]}\n";
-  }
+  write_topology(topo, net, {{0, 1}, {0, 2}, {1, 2}});
   auto kg = run_cmd({lattice_bin(), "keygen", "-o", secret}, {}, Deadline::after(kStep));
   ASSERT_TRUE(WIFEXITED(kg.status) && WEXITSTATUS(kg.status) == 0) << kg.err;
   auto r = run_cmd({lattice_bin(), "launch", "--hostfile", topo, "--secret-file", secret, "--remote",
@@ -198,18 +202,7 @@ TEST(LaunchNetns, CollectivesRunAroundARingOfCables) {
   auto dir = std::filesystem::temp_directory_path() / ("lattice_ring_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::string topo = (dir / "ring.json").string(), secret = (dir / "secret").string();
-  {
-    std::ofstream f(topo);
-    f << "{\"version\": 1, \"hosts\": [";
-    for (int i = 0; i < 4; ++i)
-      f << (i ? "," : "") << "{\"name\": \"" << net.name(i) << "\", \"address\": \"" << net.ip(i) << ":7470\"}";
-    f << "], \"links\": [";
-    const int ring[4] = {0, 2, 1, 3};
-    for (int k = 0; k < 4; ++k)
-      f << (k ? "," : "") << "{\"a\": \"" << net.name(ring[k]) << "\", \"b\": \"" << net.name(ring[(k + 1) % 4])
-        << "\", \"provider\": \"tcp\"}";
-    f << "]}\n";
-  }
+  write_topology(topo, net, {{0, 2}, {2, 1}, {1, 3}, {3, 0}});
   auto kg = run_cmd({lattice_bin(), "keygen", "-o", secret}, {}, Deadline::after(kStep));
   ASSERT_TRUE(WIFEXITED(kg.status) && WEXITSTATUS(kg.status) == 0) << kg.err;
   for (const char* op : {"all_reduce", "all_gather", "broadcast"}) {

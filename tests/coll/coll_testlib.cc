@@ -6,6 +6,20 @@
 
 namespace lattice::coll::test {
 
+Status run_op(Communicator& comm, const Case& c, DType t, ReduceOp op, const void* in, void* out,
+              const CollOptions& o) {
+  switch (c.op) {
+    case CollOp::kAllReduce: return all_reduce(comm, in, out, c.count, t, op, o);
+    case CollOp::kAllGather: return all_gather(comm, in, out, c.count, t, o);
+    case CollOp::kReduceScatter: return reduce_scatter(comm, in, out, c.count, t, op, o);
+    case CollOp::kBroadcast: return broadcast(comm, in, out, c.count, t, c.root, o);
+    case CollOp::kReduce: return reduce(comm, in, out, c.count, t, op, c.root, o);
+    case CollOp::kAllToAll: return all_to_all(comm, in, out, c.count, t, o);
+    case CollOp::kBarrier: return barrier(comm, o);
+  }
+  return Internal("unknown collective");
+}
+
 std::string simulate(const Case& c, DType t, ReduceOp op, Algorithm algo, bool in_place) {
   const int w = c.world;
   const size_t es = dtype_size(t);

@@ -5,11 +5,16 @@
 
 #include <string>
 
+#include "lattice/coll/coll.h"
 #include "lattice/coll/reference.h"
 
 namespace lattice::coll::test {
 
 using namespace lattice::coll::reference;
+
+// Calls the public collective `c.op` (root c.root) with these buffers.
+Status run_op(Communicator& comm, const Case& c, DType t, ReduceOp op, const void* in, void* out,
+              const CollOptions& o);
 
 // Runs plans of all ranks in memory; "" or the failure (deadlock, size mismatch, wrong result).
 std::string simulate(const Case& c, DType t, ReduceOp op, Algorithm algo, bool in_place);

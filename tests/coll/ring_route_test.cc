@@ -71,20 +71,6 @@ std::vector<Status> on_all(int world, const std::function<Status(int)>& fn) {
   return st;
 }
 
-Status call(Communicator& comm, const test::Case& c, DType t, ReduceOp op, const void* in, void* out,
-            const CollOptions& o) {
-  switch (c.op) {
-    case CollOp::kAllReduce: return all_reduce(comm, in, out, c.count, t, op, o);
-    case CollOp::kAllGather: return all_gather(comm, in, out, c.count, t, o);
-    case CollOp::kReduceScatter: return reduce_scatter(comm, in, out, c.count, t, op, o);
-    case CollOp::kBroadcast: return broadcast(comm, in, out, c.count, t, c.root, o);
-    case CollOp::kReduce: return reduce(comm, in, out, c.count, t, op, c.root, o);
-    case CollOp::kAllToAll: return all_to_all(comm, in, out, c.count, t, o);
-    case CollOp::kBarrier: return barrier(comm, o);
-  }
-  return Internal("op");
-}
-
 TEST(RingRoute, FindsTheIdentityACableRingOrNothing) {
   auto mesh = [](int, int) { return true; };
   EXPECT_EQ(plan::find_ring(4, mesh), (std::vector<int>{0, 1, 2, 3}));
@@ -152,7 +138,7 @@ void cabled_matrix(const std::string& uri, const std::vector<int>& cycle, std::i
             in[size_t(r)] = test::make_buffer(t, test::in_elems(c));
             out[size_t(r)] = test::make_buffer(t, test::out_elems(c));
             test::fill_case_input(c, t, rop, r, in[size_t(r)].data());
-            return call(*cb.comms[size_t(r)], c, t, rop, in[size_t(r)].data(), out[size_t(r)].data(), o);
+            return test::run_op(*cb.comms[size_t(r)], c, t, rop, in[size_t(r)].data(), out[size_t(r)].data(), o);
           });
           for (int r = 0; r < world; ++r) {
             ASSERT_TRUE(st[size_t(r)].ok()) << st[size_t(r)].to_string() << " " << to_string(op) << " rank " << r;

@@ -43,19 +43,20 @@ std::string run(const std::string& args, int* code, bool keep_err = false) {
   return out;
 }
 
-std::string model_path() {
+// A small random model, made once per test program: `layers` layers of `type` weights.
+std::string model_path(int layers = 2, const char* type = "f16") {
   const fs::path dir = fs::temp_directory_path() / ("lattice-tp-proc-" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  const std::string path = (dir / "m.gguf").string();
+  const std::string path = (dir / ("m" + std::to_string(layers) + type + ".gguf")).string();
   if (fs::exists(path)) return path;
   MakeModelOptions o;
   o.dim = 256;
-  o.layers = 2;
+  o.layers = layers;
   o.heads = 8;
   o.kv_heads = 4;
   o.ffn = 704;
   o.vocab = 1024;
-  o.type = "f16";
+  o.type = type;
   o.pure = true;
   o.threads = 1;
   EXPECT_TRUE(make_model(o, path).ok());
@@ -140,25 +141,6 @@ TEST_F(ParallelProcess, DemoRunsTwoRanks) {
   EXPECT_EQ(j["n_gen"].get<int>() + 0, static_cast<int>(j["tokens"].size()));
 }
 
-std::string model4_path() {
-  const fs::path dir = fs::temp_directory_path() / ("lattice-tp-proc-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const std::string path = (dir / "m4.gguf").string();
-  if (fs::exists(path)) return path;
-  MakeModelOptions o;
-  o.dim = 256;
-  o.layers = 4;
-  o.heads = 8;
-  o.kv_heads = 4;
-  o.ffn = 704;
-  o.vocab = 1024;
-  o.type = "q8_0";
-  o.pure = true;
-  o.threads = 1;
-  EXPECT_TRUE(make_model(o, path).ok());
-  return path;
-}
-
 TEST_F(ParallelProcess, AKilledRankIsReplacedOnTheSurvivorsAndTheRunCompletes) {
   const std::string m = model_path();
   const std::string common = "-m " + m + " -p 'the quick brown fox' -n 40 --temp 0 --ignore-eos --json -t 1";
@@ -183,7 +165,7 @@ TEST_F(ParallelProcess, AKilledRankIsReplacedOnTheSurvivorsAndTheRunCompletes) {
 TEST_F(ParallelProcess, AStoppedLastStageIsReplacedAndSamplingContinuesUnchanged) {
   // A pipeline whose last stage (it samples) hangs: found by the heartbeats, re-placed; the
   // survivors rebuild the sampler's state, so a seeded sampled run gives the same tokens.
-  const std::string m = model4_path();
+  const std::string m = model_path(4, "q8_0");
   const std::string common = "-m " + m + " -p 'once upon a time' -n 32 --temp 0.8 --seed 11 --ignore-eos --json -t 1";
   int code = -1;
   const auto ref = tokens_of(run("run " + common + " --nodes 3 --parallel pp --provider shm", &code));
