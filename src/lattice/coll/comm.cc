@@ -63,7 +63,10 @@ Status Communicator::build() {
     spin_before_yield_ = uint32_t(options_.spin_before_yield);
   } else {
     unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    spin_before_yield_ = unsigned(world_) > cores ? 32 : ~0u;
+    // Measured at 4 ranks on 2 cores (f32 all-reduce, 8 B): yielding after the first empty
+    // poll took tcp from ~120 us to ~45 us and shm from ~10 us to ~7 us; a tcp poll is a
+    // recv() per link, so 32 empty polls cost more than the message itself.
+    spin_before_yield_ = unsigned(world_) > cores ? 1 : ~0u;
   }
   if (world_ > (1 << kPeerBits)) return InvalidArgument("coll: world size above 4096");
   const int k = options_.slots_per_peer;

@@ -33,8 +33,9 @@ struct CommOptions {
   size_t chunk_bytes = 256 * 1024;  // staging slot size: the largest single message
   int slots_per_peer = 4;           // messages in flight per peer and direction
   // Empty polls before the executor yields the core on every further empty poll. 0: automatic,
-  // 32 when the world has more ranks than this host has cores (oversubscribed: the peer we
-  // wait for needs our core), else never (the provider's own back-off applies).
+  // 1 when the world has more ranks than this host has cores (oversubscribed: the peer we
+  // wait for needs our core, so every empty poll gives it away), else never (the provider's
+  // own back-off applies).
   int spin_before_yield = 0;
   // One-shot all-reduce through one-sided writes (when every link's provider has rma_write):
   // each rank writes its buffer into every peer's landing zone, then reduces locally in rank
