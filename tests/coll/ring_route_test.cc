@@ -13,10 +13,12 @@
 namespace lattice::coll {
 namespace {
 
-// A full-mesh group seen through a topology that cables only the neighbours of `cycle`.
+// A full-mesh group seen through a topology that cables only the neighbours along `cycle`
+// (closed: the last is cabled to the first; else a chain).
 class CabledView final : public cluster::Group {
  public:
-  CabledView(cluster::Group& inner, std::vector<int> cycle) : inner_(inner), cycle_(std::move(cycle)) {}
+  CabledView(cluster::Group& inner, std::vector<int> cycle, bool closed = true)
+      : inner_(inner), cycle_(std::move(cycle)), closed_(closed) {}
   int rank() const override { return inner_.rank(); }
   int world_size() const override { return inner_.world_size(); }
   uint64_t epoch() const override { return inner_.epoch(); }
@@ -26,7 +28,7 @@ class CabledView final : public cluster::Group {
   std::span<fabric::Provider* const> providers() const override { return inner_.providers(); }
   bool pair_linked(int a, int b) const override {
     const int w = static_cast<int>(cycle_.size());
-    for (int i = 0; i < w; ++i) {
+    for (int i = 0; i < (closed_ ? w : w - 1); ++i) {
       const int x = cycle_[size_t(i)], y = cycle_[size_t((i + 1) % w)];
       if ((x == a && y == b) || (x == b && y == a)) return a != b;
     }
@@ -36,6 +38,7 @@ class CabledView final : public cluster::Group {
  private:
   cluster::Group& inner_;
   std::vector<int> cycle_;
+  bool closed_;
 };
 
 struct Cabled {
@@ -44,17 +47,21 @@ struct Cabled {
   std::vector<std::unique_ptr<Communicator>> comms;
 };
 
-Cabled make_cabled(const std::string& uri, const std::vector<int>& cycle) {
+Cabled make_cabled(const std::string& uri, const std::vector<int>& cycle, bool closed = true) {
   Cabled c;
   const int world = static_cast<int>(cycle.size());
-  auto g = cluster::make_local_groups(world, uri, Deadline::after(std::chrono::seconds(60)));
+  // Liveness is not under test here: a generous peer timeout keeps a starved thread on a
+  // loaded machine from being declared lost.
+  fabric::EndpointOptions eo;
+  eo.peer_timeout = std::chrono::seconds(20);
+  auto g = cluster::make_local_groups(world, uri, Deadline::after(std::chrono::seconds(60)), eo);
   EXPECT_TRUE(g.ok()) << g.status().to_string();
   if (!g.ok()) return c;
   c.full = std::move(*g);
   CommOptions co;
   co.chunk_bytes = 4096;
   for (auto& grp : c.full) {
-    c.views.push_back(std::make_unique<CabledView>(*grp, cycle));
+    c.views.push_back(std::make_unique<CabledView>(*grp, cycle, closed));
     auto comm = Communicator::create(*c.views.back(), co);
     EXPECT_TRUE(comm.ok()) << comm.status().to_string();
     if (!comm.ok()) return {};
@@ -115,12 +122,14 @@ TEST(RingRoute, PlansOnlyTalkToRingNeighbours) {
 // Every op, dtype and reduce op on cable rings whose order is not the rank order, over shm
 // and tcp, with sizes that make the chains pipeline and the ring split unevenly.
 void cabled_matrix(const std::string& uri, const std::vector<int>& cycle, std::initializer_list<size_t> counts,
-                   bool all_dtypes) {
+                   bool all_dtypes, bool closed = true) {
   const int world = static_cast<int>(cycle.size());
-  Cabled cb = make_cabled(uri, cycle);
+  Cabled cb = make_cabled(uri, cycle, closed);
   ASSERT_EQ(cb.comms.size(), size_t(world));
   EXPECT_FALSE(cb.comms[0]->full_mesh());
-  EXPECT_EQ(cb.comms[0]->ring_order(), plan::find_ring(world, [&](int a, int b) { return cb.views[0]->pair_linked(a, b); }));
+  const plan::Route want = plan::find_route(world, [&](int a, int b) { return cb.views[0]->pair_linked(a, b); });
+  EXPECT_EQ(cb.comms[0]->route().order, want.order);
+  EXPECT_EQ(cb.comms[0]->route().cycle, closed);
   for (CollOp op : {CollOp::kAllReduce, CollOp::kAllGather, CollOp::kReduceScatter, CollOp::kBroadcast, CollOp::kReduce,
                     CollOp::kBarrier})
     for (size_t count : counts)
@@ -129,7 +138,8 @@ void cabled_matrix(const std::string& uri, const std::vector<int>& cycle, std::i
         for (ReduceOp rop : kAllReduceOps) {
           const bool reducing = op == CollOp::kAllReduce || op == CollOp::kReduceScatter || op == CollOp::kReduce;
           if (!reducing && rop != ReduceOp::kSum) continue;
-          test::Case c{op, world, op == CollOp::kBarrier ? 0 : count, world / 2};
+          // The root in the middle of the route: a path broadcasts both ways.
+          test::Case c{op, world, op == CollOp::kBarrier ? 0 : count, cycle[size_t(world / 2)]};
           CollOptions o;
           o.chunk_bytes = 512;
           o.timeout = std::chrono::seconds(60);
@@ -153,6 +163,35 @@ TEST(RingRoute, EveryOpOnACableRingOverShm) { cabled_matrix("shm", {0, 2, 1, 3},
 
 TEST(RingRoute, EveryOpOnAFiveHostRingOverTcp) {
   cabled_matrix("tcp://127.0.0.1:0", {0, 3, 1, 4, 2}, {7, 40000}, false);
+}
+
+// A ring that lost a host is a chain (2-0-1: the cable 1-2 went with the lost host).
+TEST(RingRoute, EveryOpOnAChainOverShm) { cabled_matrix("shm", {2, 0, 1}, {0, 1, 7, 4097, 40000}, true, false); }
+
+TEST(RingRoute, EveryOpOnAFiveHostChainOverTcp) {
+  cabled_matrix("tcp://127.0.0.1:0", {3, 0, 4, 1, 2}, {7, 40000}, false, false);
+}
+
+TEST(RingRoute, EveryOpOnAFiveHostChainOverShm) { cabled_matrix("shm", {3, 0, 4, 1, 2}, {7, 40000}, false, false); }
+
+TEST(RingRoute, FindsAPathWhenThereIsNoCycle) {
+  auto chain = [](int a, int b) { return (a == 2 && b == 0) || (a == 0 && b == 2) || (a == 0 && b == 1) || (a == 1 && b == 0); };
+  plan::Route r = plan::find_route(3, chain);  // 2-0-1
+  EXPECT_FALSE(r.cycle);
+  ASSERT_EQ(r.order.size(), 3u);
+  for (size_t i = 0; i + 1 < r.order.size(); ++i) EXPECT_TRUE(chain(r.order[i], r.order[i + 1]));
+  EXPECT_TRUE(plan::find_route(4, [](int a, int b) { return (a == 0) != (b == 0); }).order.empty());  // a star
+  EXPECT_TRUE(plan::find_route(4, [](int, int) { return true; }).cycle);
+  // Path plans only talk to path neighbours.
+  for (CollOp op : {CollOp::kAllReduce, CollOp::kAllGather, CollOp::kReduceScatter, CollOp::kBroadcast,
+                    CollOp::kReduce, CollOp::kBarrier})
+    for (int rank = 0; rank < 3; ++rank) {
+      auto p = plan::build_on_route({op, rank, 3, 50000, 0, false}, r);
+      ASSERT_TRUE(p.ok()) << p.status().to_string();
+      for (const auto& st : p->steps)
+        for (const auto* list : {&st.sends, &st.recvs})
+          for (const auto& t : *list) EXPECT_TRUE(chain(rank, t.peer)) << to_string(op) << " " << rank << "->" << t.peer;
+    }
 }
 
 TEST(RingRoute, AllToAllAndMeshAlgorithmsAreRefusedClearly) {

@@ -12,14 +12,14 @@ Deadline deadline_of(const CollOptions& o) { return o.deadline ? *o.deadline : D
 
 Result<plan::Plan> make_plan(const Communicator& comm, const plan::Shape& shape, Algorithm algo) {
   if (comm.full_mesh()) return plan::build(shape, algo);
-  // A partial mesh: everything goes around the ring through the linked pairs.
-  if (comm.ring_order().empty())
+  // A partial mesh: everything goes along a route through the linked pairs.
+  if (comm.route().order.empty())
     return Unavailable(std::string("coll: ") + std::string(to_string(shape.op)) +
-                       ": the topology has no ring through every rank over its links");
+                       ": the topology has no ring or path through every rank over its links");
   if (algo != Algorithm::kRing)
     return InvalidArgument("coll: algorithm " + std::string(to_string(algo)) +
                            " needs a full mesh; this topology only allows ring");
-  return plan::build_on_ring(shape, comm.ring_order());
+  return plan::build_on_route(shape, comm.route());
 }
 
 Status run(Communicator& comm, CollOp op, const void* in, void* out, size_t count, DType dtype, ReduceOp rop,

@@ -118,9 +118,9 @@ Status Communicator::build() {
   full_mesh_ = true;
   for (int a = 0; a < world_ && full_mesh_; ++a)
     for (int b = a + 1; b < world_ && full_mesh_; ++b) full_mesh_ = group_->pair_linked(a, b);
-  ring_order_.clear();
+  route_ = {};
   if (!full_mesh_) {
-    ring_order_ = plan::find_ring(world_, [this](int a, int b) { return group_->pair_linked(a, b); });
+    route_ = plan::find_route(world_, [this](int a, int b) { return group_->pair_linked(a, b); });
     rma_capable_ = false;
   }
   return Status::Ok();

@@ -24,6 +24,7 @@
 #include "lattice/cluster/group.h"
 #include "lattice/coll/dtype.h"
 #include "lattice/coll/plan/plan.h"
+#include "lattice/coll/plan/ring_route.h"
 #include "lattice/core/deadline.h"
 #include "lattice/core/status.h"
 
@@ -64,10 +65,11 @@ class Communicator {
   Status status() const { return broken_; }
   // True when every link's provider supports one-sided writes.
   bool rma_write() const { return rma_write_; }
-  // True when every pair of ranks is linked. Otherwise collectives run around ring_order()
-  // (a cycle through every rank over linked pairs; empty when the topology has none).
+  // True when every pair of ranks is linked. Otherwise collectives run along route(): a cycle
+  // through every rank over linked pairs, else a path (plan/ring_route.h); its order is empty
+  // when the topology has neither.
   bool full_mesh() const { return full_mesh_; }
-  const std::vector<int>& ring_order() const { return ring_order_; }
+  const plan::Route& route() const { return route_; }
   // Rebuilds for the group's current epoch if it moved on (shrink); every collective calls it.
   Status refresh() {
     return group_->epoch() != epoch_ || group_->world_size() != world_ ? build() : Status::Ok();
@@ -117,7 +119,7 @@ class Communicator {
   Status broken_;
   bool rma_write_ = false;
   bool full_mesh_ = true;
-  std::vector<int> ring_order_;
+  plan::Route route_;
   uint64_t seq_ = 0;
   uint32_t spin_before_yield_ = ~0u;
   std::vector<std::unique_ptr<Staging>> staging_;
