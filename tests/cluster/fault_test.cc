@@ -224,5 +224,47 @@ TEST(LaunchNetns, CollectivesRunAroundARingOfCables) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(LaunchNetns, ARingThatLosesAHostFinishesTheRequestOverTheRemainingCables) {
+  // The mission's case: four hosts cabled in a ring (a-c-b-d-a), tensor parallel generation,
+  // host b dies mid-request; the survivors are a chain d-a-c, shrink, re-place the model and
+  // finish with the tokens a single node gives.
+  Netns net(4, "k");
+  if (!net.skip_reason().empty()) GTEST_SKIP() << net.skip_reason();
+  auto dir = std::filesystem::temp_directory_path() / ("lattice_ringloss_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string topo = (dir / "ring.json").string(), secret = (dir / "secret").string(),
+              model = (dir / "m.gguf").string();
+  write_topology(topo, net, {{0, 2}, {2, 1}, {1, 3}, {3, 0}});
+  auto kg = run_cmd({lattice_bin(), "keygen", "-o", secret}, {}, Deadline::after(kStep));
+  ASSERT_TRUE(WIFEXITED(kg.status) && WEXITSTATUS(kg.status) == 0) << kg.err;
+  auto mk = run_cmd({lattice_bin(), "make-model", "-o", model, "--dim", "256", "--layers", "2", "--heads", "8",
+                     "--kv-heads", "4", "--ffn", "704", "--vocab", "1024", "--type", "f16"},
+                    {}, Deadline::after(kStep));
+  ASSERT_TRUE(WIFEXITED(mk.status) && WEXITSTATUS(mk.status) == 0) << mk.err;
+  const std::vector<std::string> gen = {"run", "-m", model, "-p", "the quick brown fox", "-n", "24", "--temp", "0",
+                                        "--ignore-eos", "-t", "1", "--json", "--seed", "1"};
+  std::vector<std::string> single = {lattice_bin()};
+  single.insert(single.end(), gen.begin(), gen.end());
+  auto ref = run_cmd(single, {}, Deadline::after(kStep));
+  ASSERT_TRUE(WIFEXITED(ref.status) && WEXITSTATUS(ref.status) == 0) << ref.err;
+  std::vector<std::string> cmd = {lattice_bin(), "launch", "--keep-going", "--no-prefix", "--hostfile", topo,
+                                  "--secret-file", secret, "--remote", "ip netns exec {host} {cmd}", "--",
+                                  lattice_bin()};
+  cmd.insert(cmd.end(), gen.begin(), gen.end());
+  cmd.push_back("--inject-fault");
+  cmd.push_back("1@8");
+  auto r = run_cmd(cmd, {}, Deadline::after(std::chrono::seconds(120)));
+  ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.status << "\n" << r.out << r.err;
+  auto tokens = [](const std::string& out) {
+    const size_t at = out.find("\"tokens\":");
+    return at == std::string::npos ? std::string() : out.substr(at, out.find(']', at) - at);
+  };
+  EXPECT_FALSE(tokens(ref.out).empty()) << ref.out;
+  EXPECT_EQ(tokens(r.out), tokens(ref.out)) << r.out << r.err;
+  EXPECT_NE(r.out.find("\"lost_ranks\":[1]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"nodes\":3"), std::string::npos) << r.out;
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace lattice::cluster::testing

@@ -94,7 +94,7 @@ class Cluster final : public Group {
   Status shrink(Deadline deadline);
 
   // False once the membership declared `peer` (of the current epoch) dead.
-  bool peer_alive(int peer) const;
+  bool peer_alive(int peer) const override;
   std::vector<int> lost_peers() const;
   Result<MembershipEvent> next_event(Deadline deadline);
   // Ok while the control plane works.

@@ -46,6 +46,13 @@ class Group {
   }
   // The providers this rank uses (one per kind of link), to register memory with.
   virtual std::span<fabric::Provider* const> providers() const = 0;
+  // False once the group's membership declared `rank` dead (any rank, linked to this one or
+  // not: on a ring, a collective waiting on a live neighbour must still learn that a rank two
+  // hops away died). Groups without membership: true.
+  virtual bool peer_alive(int rank) const {
+    (void)rank;
+    return true;
+  }
   // Whether ranks a and b (any two, not only this rank's pairs) have a link: the whole graph,
   // the same on every rank, so collectives can agree on a route (a ring through a partial
   // mesh). The default knows only this rank's own pairs and assumes the others are linked.

@@ -308,6 +308,10 @@ Status Communicator::fail(Status s) {
 
 Status Communicator::check_links() {
   for (int p = 0; p < world_; ++p) {
+    // Every collective involves every rank: a member the group declared dead fails it even
+    // when this rank has no link to it (a ring).
+    if (p != rank() && !group_->peer_alive(p))
+      return PeerLost("coll: rank " + std::to_string(p) + " was declared dead by the cluster", p);
     fabric::Endpoint* ep = peers_[size_t(p)].ep;
     if (ep == nullptr) continue;
     Status s = ep->status();
