@@ -194,19 +194,34 @@ TEST(RingRoute, FindsAPathWhenThereIsNoCycle) {
     }
 }
 
-TEST(RingRoute, AllToAllAndMeshAlgorithmsAreRefusedClearly) {
-  Cabled cb = make_cabled("shm", {0, 2, 1, 3});
-  ASSERT_EQ(cb.comms.size(), 4u);
-  std::vector<float> in(16, 1.0f), out(16, 0.0f);
-  // Refused before any message moves, so one rank can ask alone.
-  Status a2a = all_to_all(*cb.comms[0], in.data(), out.data(), 4, DType::kF32);
-  EXPECT_EQ(a2a.code(), ErrorCode::kUnavailable) << a2a.to_string();
-  EXPECT_NE(a2a.message().find("partial mesh"), std::string::npos) << a2a.to_string();
-  CollOptions o;
-  o.algo = Algorithm::kOneShot;
-  Status one = all_reduce(*cb.comms[0], in.data(), out.data(), 16, DType::kF32, ReduceOp::kSum, o);
-  EXPECT_EQ(one.code(), ErrorCode::kInvalidArgument) << one.to_string();
-  EXPECT_NE(one.message().find("only allows ring"), std::string::npos) << one.to_string();
+TEST(RingRoute, AllToAllGoesAroundTheRouteAndMeshAlgorithmsAreRefused) {
+  for (bool closed : {true, false}) {
+    Cabled cb = make_cabled("shm", {0, 2, 1, 3}, closed);
+    ASSERT_EQ(cb.comms.size(), 4u);
+    for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(5000)}) {
+      test::Case c{CollOp::kAllToAll, 4, count, 0};
+      auto in = std::vector<std::vector<std::byte>>(4), out = in;
+      auto st = on_all(4, [&](int r) {
+        in[size_t(r)] = test::make_buffer(DType::kI32, test::in_elems(c));
+        out[size_t(r)] = test::make_buffer(DType::kI32, test::out_elems(c));
+        test::fill_case_input(c, DType::kI32, ReduceOp::kSum, r, in[size_t(r)].data());
+        return test::run_op(*cb.comms[size_t(r)], c, DType::kI32, ReduceOp::kSum, in[size_t(r)].data(),
+                            out[size_t(r)].data(), CollOptions{});
+      });
+      for (int r = 0; r < 4; ++r) {
+        ASSERT_TRUE(st[size_t(r)].ok()) << st[size_t(r)].to_string();
+        EXPECT_EQ(test::check_output(c, DType::kI32, ReduceOp::kSum, r, out[size_t(r)].data()), "")
+            << "count " << count << " rank " << r << (closed ? " ring" : " chain");
+      }
+    }
+    // Refused before any message moves, so one rank can ask alone.
+    std::vector<float> in(16, 1.0f), out(16, 0.0f);
+    CollOptions o;
+    o.algo = Algorithm::kOneShot;
+    Status one = all_reduce(*cb.comms[0], in.data(), out.data(), 16, DType::kF32, ReduceOp::kSum, o);
+    EXPECT_EQ(one.code(), ErrorCode::kInvalidArgument) << one.to_string();
+    EXPECT_NE(one.message().find("only allows ring"), std::string::npos) << one.to_string();
+  }
 }
 
 }  // namespace

@@ -3,7 +3,9 @@
 
 #include "lattice/coll/plan/ring_route.h"
 
+#include <cstring>
 #include <string>
+#include <vector>
 
 namespace lattice::coll {
 namespace {
@@ -101,7 +103,27 @@ Status reduce(Communicator& comm, const void* in, void* out, size_t count, DType
 
 Status all_to_all(Communicator& comm, const void* in, void* out, size_t count, DType dtype, const CollOptions& o) {
   if (count) LATTICE_RETURN_IF_ERROR(need(out, "out"));
+  LATTICE_RETURN_IF_ERROR(comm.refresh());
   bool in_place = in == nullptr || in == out;
+  const int w = comm.world_size();
+  if (!comm.full_mesh() && w > 1) {
+    // A partial mesh: every rank's whole input goes around the route (all_gather), then each
+    // rank keeps the blocks addressed to it. w times the traffic of a direct exchange, which
+    // MoE-sized token batches afford; a store-and-forward ring would do better.
+    if (o.algo != Algorithm::kAuto && o.algo != Algorithm::kRing)
+      return InvalidArgument("coll: algorithm " + std::string(to_string(o.algo)) +
+                             " needs a full mesh; this topology only allows ring");
+    const size_t es = dtype_size(dtype), row = size_t(w) * count * es;
+    std::vector<std::byte> all(size_t(w) * row);
+    CollOptions go = o;
+    go.algo = Algorithm::kAuto;
+    Status s = all_gather(comm, in_place ? out : in, all.data(), size_t(w) * count, dtype, go);
+    if (!s.ok()) return s.with_context("all_to_all");
+    for (int q = 0; q < w; ++q)
+      std::memcpy(static_cast<std::byte*>(out) + size_t(q) * count * es,
+                  all.data() + size_t(q) * row + size_t(comm.rank()) * count * es, count * es);
+    return Status::Ok();
+  }
   return run(comm, CollOp::kAllToAll, in_place ? out : in, out, count, dtype, ReduceOp::kSum, 0, in_place, o);
 }
 

@@ -15,7 +15,8 @@
 //     broadcast        from the root towards both ends
 //     reduce           into position 0, then relayed to the root
 //     barrier          a token to position 0 and back
-//   all_to_all: kUnavailable (needs a full mesh for now)
+//   all_to_all: kUnavailable here; coll.cc runs it on a partial mesh as an all_gather of every
+//   rank's whole input, each rank keeping the blocks addressed to it
 //
 // Results are bit-identical on every rank and across runs (the order is fixed by the route),
 // though not the same bits as the full-mesh algorithms produce.
