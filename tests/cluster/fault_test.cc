@@ -225,9 +225,10 @@ TEST(LaunchNetns, CollectivesRunAroundARingOfCables) {
 }
 
 TEST(LaunchNetns, ARingThatLosesAHostFinishesTheRequestOverTheRemainingCables) {
-  // The mission's case: four hosts cabled in a ring (a-c-b-d-a), tensor parallel generation,
-  // host b dies mid-request; the survivors are a chain d-a-c, shrink, re-place the model and
-  // finish with the tokens a single node gives.
+  // The mission's case: four hosts cabled in a ring (a-c-b-d-a, not the file's order), tensor
+  // or pipeline parallel generation, host b dies mid-request; the survivors are a chain d-a-c,
+  // shrink, re-place the model and finish with the tokens a single node gives. Pipeline stages
+  // follow the cables.
   Netns net(4, "k");
   if (!net.skip_reason().empty()) GTEST_SKIP() << net.skip_reason();
   auto dir = std::filesystem::temp_directory_path() / ("lattice_ringloss_" + std::to_string(::getpid()));
@@ -237,7 +238,7 @@ TEST(LaunchNetns, ARingThatLosesAHostFinishesTheRequestOverTheRemainingCables) {
   write_topology(topo, net, {{0, 2}, {2, 1}, {1, 3}, {3, 0}});
   auto kg = run_cmd({lattice_bin(), "keygen", "-o", secret}, {}, Deadline::after(kStep));
   ASSERT_TRUE(WIFEXITED(kg.status) && WEXITSTATUS(kg.status) == 0) << kg.err;
-  auto mk = run_cmd({lattice_bin(), "make-model", "-o", model, "--dim", "256", "--layers", "2", "--heads", "8",
+  auto mk = run_cmd({lattice_bin(), "make-model", "-o", model, "--dim", "256", "--layers", "4", "--heads", "8",
                      "--kv-heads", "4", "--ffn", "704", "--vocab", "1024", "--type", "f16"},
                     {}, Deadline::after(kStep));
   ASSERT_TRUE(WIFEXITED(mk.status) && WEXITSTATUS(mk.status) == 0) << mk.err;
@@ -247,22 +248,23 @@ TEST(LaunchNetns, ARingThatLosesAHostFinishesTheRequestOverTheRemainingCables) {
   single.insert(single.end(), gen.begin(), gen.end());
   auto ref = run_cmd(single, {}, Deadline::after(kStep));
   ASSERT_TRUE(WIFEXITED(ref.status) && WEXITSTATUS(ref.status) == 0) << ref.err;
-  std::vector<std::string> cmd = {lattice_bin(), "launch", "--keep-going", "--no-prefix", "--hostfile", topo,
-                                  "--secret-file", secret, "--remote", "ip netns exec {host} {cmd}", "--",
-                                  lattice_bin()};
-  cmd.insert(cmd.end(), gen.begin(), gen.end());
-  cmd.push_back("--inject-fault");
-  cmd.push_back("1@8");
-  auto r = run_cmd(cmd, {}, Deadline::after(std::chrono::seconds(120)));
-  ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.status << "\n" << r.out << r.err;
   auto tokens = [](const std::string& out) {
     const size_t at = out.find("\"tokens\":");
     return at == std::string::npos ? std::string() : out.substr(at, out.find(']', at) - at);
   };
-  EXPECT_FALSE(tokens(ref.out).empty()) << ref.out;
-  EXPECT_EQ(tokens(r.out), tokens(ref.out)) << r.out << r.err;
-  EXPECT_NE(r.out.find("\"lost_ranks\":[1]"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("\"nodes\":3"), std::string::npos) << r.out;
+  ASSERT_FALSE(tokens(ref.out).empty()) << ref.out;
+  for (const char* parallel : {"tp", "pp"}) {
+    std::vector<std::string> cmd = {lattice_bin(), "launch", "--keep-going", "--no-prefix", "--hostfile", topo,
+                                    "--secret-file", secret, "--remote", "ip netns exec {host} {cmd}", "--",
+                                    lattice_bin()};
+    cmd.insert(cmd.end(), gen.begin(), gen.end());
+    for (const char* extra : {"--parallel", parallel, "--inject-fault", "1@8"}) cmd.push_back(extra);
+    auto r = run_cmd(cmd, {}, Deadline::after(std::chrono::seconds(120)));
+    ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << parallel << " " << r.status << "\n" << r.out << r.err;
+    EXPECT_EQ(tokens(r.out), tokens(ref.out)) << parallel << "\n" << r.out << r.err;
+    EXPECT_NE(r.out.find("\"lost_ranks\":[1]"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("\"nodes\":3"), std::string::npos) << r.out;
+  }
   std::filesystem::remove_all(dir);
 }
 

@@ -166,15 +166,29 @@ Result<std::unique_ptr<Placement>> place(const DistRunArgs& a, cluster::Cluster&
   lo.pack = !a.no_pack;
   lo.weights = std::move(weights);
   LATTICE_ASSIGN_OR_RETURN(auto file, engine::GgufFile::open(a.model));
+  // Pipeline stages in the order of the collectives' route: on a ring of cables, consecutive
+  // stages are then cable neighbours whatever the hosts' order in the topology file.
+  std::vector<int> stage_order;
   if (pp) {
+    LATTICE_RETURN_IF_ERROR(comm.refresh());
+    if (!comm.full_mesh()) {
+      if (comm.route().order.empty()) return Unavailable("pipeline: no route through every rank over the cables");
+      stage_order = comm.route().order;
+    } else {
+      for (int r = 0; r < c.world_size(); ++r) stage_order.push_back(r);
+    }
+    const int stage = static_cast<int>(std::find(stage_order.begin(), stage_order.end(), c.rank()) - stage_order.begin());
+    std::vector<double> stage_weights;
+    if (!lo.weights.empty())
+      for (int r : stage_order) stage_weights.push_back(lo.weights[static_cast<size_t>(r)]);
     // Stage ranges need the layer count: read from the header before binding.
     auto arch_name = file->metadata().get_string("general.architecture");
     const engine::ArchInfo* arch = arch_name.ok() ? engine::find_arch(*arch_name) : nullptr;
     if (!arch) return InvalidArgument("unsupported or missing architecture");
     LATTICE_ASSIGN_OR_RETURN(auto hp, engine::read_hparams(file->metadata(), *arch));
-    LATTICE_ASSIGN_OR_RETURN(auto ranges, engine::parallel::pp_layers(hp.n_layer, c.world_size(), lo.weights));
-    lo.layer_begin = ranges[c.rank()].begin;
-    lo.layer_end = ranges[c.rank()].end;
+    LATTICE_ASSIGN_OR_RETURN(auto ranges, engine::parallel::pp_layers(hp.n_layer, c.world_size(), stage_weights));
+    lo.layer_begin = ranges[static_cast<size_t>(stage)].begin;
+    lo.layer_end = ranges[static_cast<size_t>(stage)].end;
     lo.weights.clear();  // the stage's own TP world is 1
   }
   LATTICE_ASSIGN_OR_RETURN(pl->model, pp ? engine::parallel::TpModel::bind(std::move(file), 0, 1, lo)
@@ -184,6 +198,7 @@ Result<std::unique_ptr<Placement>> place(const DistRunArgs& a, cluster::Cluster&
     engine::parallel::PpSessionOptions po;
     po.session = so;
     po.session.n_batch = 32;  // micro-batches of the prefill
+    po.stage_order = stage_order;
     LATTICE_ASSIGN_OR_RETURN(pl->pp, engine::parallel::PpSession::create(*pl->model, comm, po));
   } else {
     LATTICE_ASSIGN_OR_RETURN(pl->tp, engine::parallel::TpSession::create(*pl->model, &comm, so));

@@ -25,12 +25,30 @@ Result<std::vector<Range>> pp_layers(uint32_t n_layer, int world, std::span<cons
 Result<std::unique_ptr<PpSession>> PpSession::create(const TpModel& stage, coll::Communicator& comm,
                                                      const PpSessionOptions& options) {
   if (stage.world() != 1) return InvalidArgument("pipeline: a stage must have a tensor-parallel world of 1");
-  const bool is_last = comm.rank() == comm.world_size() - 1;
+  const int w = comm.world_size();
+  std::vector<int> order = options.stage_order;
+  if (order.empty())
+    for (int r = 0; r < w; ++r) order.push_back(r);
+  std::vector<char> seen(size_t(w), 0);
+  int index = -1;
+  for (int i = 0; i < static_cast<int>(order.size()); ++i) {
+    const int r = order[size_t(i)];
+    if (r < 0 || r >= w || seen[size_t(r)]) return InvalidArgument("pipeline: stage_order is not a permutation of the ranks");
+    seen[size_t(r)] = 1;
+    if (r == comm.rank()) index = i;
+  }
+  if (static_cast<int>(order.size()) != w || index < 0)
+    return InvalidArgument("pipeline: stage_order must name every rank once");
+  const bool is_last = index == w - 1;
   if (stage.has_head() != is_last)
-    return InvalidArgument("pipeline: only the last stage (rank " + std::to_string(comm.world_size() - 1) +
+    return InvalidArgument("pipeline: only the last stage (rank " + std::to_string(order.back()) +
                            ") may hold the last layer");
-  if (comm.rank() == 0 && stage.layer_begin() != 0) return InvalidArgument("pipeline: stage 0 must start at layer 0");
+  if (index == 0 && stage.layer_begin() != 0) return InvalidArgument("pipeline: stage 0 must start at layer 0");
   std::unique_ptr<PpSession> s(new PpSession());
+  s->stage_index_ = index;
+  s->prev_ = index > 0 ? order[size_t(index - 1)] : -1;
+  s->next_ = index + 1 < w ? order[size_t(index + 1)] : -1;
+  s->last_rank_ = order.back();
   s->stage_ = &stage;
   s->comm_ = &comm;
   LATTICE_ASSIGN_OR_RETURN(s->session_, TpSession::create(stage, nullptr, options.session));
@@ -43,7 +61,6 @@ Result<std::unique_ptr<PpSession>> PpSession::create(const TpModel& stage, coll:
 
 Status PpSession::step(const int32_t* tokens, uint32_t n) {
   const size_t E = stage_->hparams().n_embd;
-  const int r = comm_->rank();
   coll::CollOptions co;
   co.timeout = std::chrono::milliseconds(30000);
   auto timed = [&](auto&& fn, size_t sent) {
@@ -54,14 +71,14 @@ Status PpSession::step(const int32_t* tokens, uint32_t n) {
     stats_.bytes += sent;
     return st;
   };
-  if (r == 0) {
+  if (stage_index_ == 0) {
     LATTICE_RETURN_IF_ERROR(session_->forward_stage(tokens, nullptr, n, out_.data()));
   } else {
-    LATTICE_RETURN_IF_ERROR(timed([&] { return coll::recv(*comm_, in_.data(), n * E, coll::DType::kF32, r - 1, co); }, 0));
+    LATTICE_RETURN_IF_ERROR(timed([&] { return coll::recv(*comm_, in_.data(), n * E, coll::DType::kF32, prev_, co); }, 0));
     LATTICE_RETURN_IF_ERROR(session_->forward_stage(nullptr, in_.data(), n, out_.data()));
   }
   if (!last())
-    LATTICE_RETURN_IF_ERROR(timed([&] { return coll::send(*comm_, out_.data(), n * E, coll::DType::kF32, r + 1, co); },
+    LATTICE_RETURN_IF_ERROR(timed([&] { return coll::send(*comm_, out_.data(), n * E, coll::DType::kF32, next_, co); },
                                   n * E * sizeof(float)));
   return Status::Ok();
 }
@@ -87,7 +104,7 @@ Result<int32_t> PpSession::argmax() {
   }
   coll::CollOptions co;
   const auto t0 = std::chrono::steady_clock::now();
-  Status st = coll::broadcast(*comm_, &t, &t, 1, coll::DType::kI32, comm_->world_size() - 1, co);
+  Status st = coll::broadcast(*comm_, &t, &t, 1, coll::DType::kI32, last_rank_, co);
   stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   stats_.calls++;
   if (last()) stats_.bytes += sizeof(int32_t) * (comm_->world_size() - 1);
@@ -105,7 +122,7 @@ Result<int32_t> PpSession::sample(Sampler& sampler) {
     msg[1] = static_cast<int32_t>(sampler.draws() - before);
   }
   coll::CollOptions co;
-  LATTICE_RETURN_IF_ERROR(coll::broadcast(*comm_, msg, msg, 2, coll::DType::kI32, comm_->world_size() - 1, co));
+  LATTICE_RETURN_IF_ERROR(coll::broadcast(*comm_, msg, msg, 2, coll::DType::kI32, last_rank_, co));
   if (!last()) {
     if (msg[1] < 0 || msg[1] > 1) return Corrupt("pp: the last stage sent a bad draw count");
     sampler.skip_draws(static_cast<uint64_t>(msg[1]));
@@ -118,7 +135,7 @@ Status PpSession::gather_logits(std::vector<float>* out) {
   out->assign(V, 0.0f);
   if (last()) std::memcpy(out->data(), session_->local_logits().data(), V * sizeof(float));
   coll::CollOptions co;
-  return coll::broadcast(*comm_, out->data(), out->data(), V, coll::DType::kF32, comm_->world_size() - 1, co);
+  return coll::broadcast(*comm_, out->data(), out->data(), V, coll::DType::kF32, last_rank_, co);
 }
 
 }  // namespace lattice::engine::parallel

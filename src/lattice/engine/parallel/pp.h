@@ -27,6 +27,9 @@ Result<std::vector<Range>> pp_layers(uint32_t n_layer, int world, std::span<cons
 
 struct PpSessionOptions {
   TpSessionOptions session;   // n_batch is the micro-batch size of prefill
+  // Stage i runs on rank stage_order[i] (empty: rank i). On a ring of cables whose hosts are
+  // not listed in cable order, the communicator's route makes consecutive stages neighbours.
+  std::vector<int> stage_order;
 };
 
 class PpSession {
@@ -52,13 +55,15 @@ class PpSession {
  private:
   PpSession() = default;
   Status step(const int32_t* tokens, uint32_t n);
-  bool last() const { return comm_->rank() == comm_->world_size() - 1; }
+  bool last() const { return stage_index_ == comm_->world_size() - 1; }
 
   const TpModel* stage_ = nullptr;
   coll::Communicator* comm_ = nullptr;
   std::unique_ptr<TpSession> session_;
   std::vector<float> in_, out_;
   uint32_t micro_ = 0;
+  int stage_index_ = 0;              // this rank's place in the pipeline
+  int prev_ = -1, next_ = -1, last_rank_ = 0;  // ranks of the neighbouring and last stages
   CollStats stats_;
 };
 
