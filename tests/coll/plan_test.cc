@@ -91,6 +91,52 @@ TEST(Plan, SegmentsCoverTheBufferExactly) {
 TEST(Plan, AutoPicksOneShotForSmallAndRingForLarge) {
   EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 8192, 4, false), Algorithm::kOneShot);
   EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 16 << 20, 4, false), Algorithm::kRing);
+  // With passive one-sided writes (shm, RDMA): one-shot for small, two-shot beyond.
+  EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 8192, 2, true), Algorithm::kOneShot);
+  EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 64 << 10, 4, true), Algorithm::kTwoShot);
+  EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 16 << 20, 4, true), Algorithm::kTwoShot);
+}
+
+TEST(Plan, NewAlgorithmNamesParse) {
+  for (Algorithm a : {Algorithm::kTwoShot, Algorithm::kBidir, Algorithm::kHalving}) {
+    auto p = parse_algorithm(to_string(a));
+    ASSERT_TRUE(p.ok()) << to_string(a);
+    EXPECT_EQ(*p, a);
+  }
+  EXPECT_FALSE(parse_algorithm("nope").ok());
+}
+
+// Halving and two-shot move the bandwidth-optimal 2 (w-1)/w of the buffer per rank (power-of-
+// two worlds for halving); bidir sends each half round the ring once each way.
+TEST(Plan, HalvingTwoShotAndBidirSendTheOptimalVolume) {
+  const size_t n = 4096;
+  for (int w : {2, 4, 8})
+    for (Algorithm a : {Algorithm::kHalving, Algorithm::kTwoShot, Algorithm::kBidir})
+      for (int r = 0; r < w; ++r) {
+        auto p = plan::build({CollOp::kAllReduce, r, w, n, 0, true}, a);
+        ASSERT_TRUE(p.ok());
+        size_t sent = 0;
+        for (const auto& st : p->steps)
+          for (const auto& s : st.sends) sent += s.n;
+        EXPECT_EQ(sent, 2 * n * size_t(w - 1) / size_t(w)) << to_string(a) << " world " << w << " rank " << r;
+      }
+  // Halving takes 2 log2(w) steps; the ring 2 (w - 1).
+  auto h = plan::build({CollOp::kAllReduce, 0, 8, n, 0, true}, Algorithm::kHalving);
+  auto ring = plan::build({CollOp::kAllReduce, 0, 8, n, 0, true}, Algorithm::kRing);
+  EXPECT_EQ(h->steps.size(), 6u);
+  EXPECT_EQ(ring->steps.size(), 14u);
+}
+
+// Bidir: in every step a rank sends to both neighbours (w > 2), half the data each way.
+TEST(Plan, BidirUsesBothNeighboursEveryStep) {
+  auto p = plan::build({CollOp::kAllReduce, 1, 4, 1000, 0, true}, Algorithm::kBidir);
+  ASSERT_TRUE(p.ok());
+  ASSERT_EQ(p->steps.size(), 6u);
+  for (const auto& st : p->steps) {
+    ASSERT_EQ(st.sends.size(), 2u);
+    EXPECT_EQ(st.sends[0].peer, 2);
+    EXPECT_EQ(st.sends[1].peer, 0);
+  }
 }
 
 TEST(Reduce, HalfConversionsRoundTripAndRoundToNearestEven) {
@@ -106,6 +152,27 @@ TEST(Reduce, HalfConversionsRoundTripAndRoundToNearestEven) {
   EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
   EXPECT_EQ(f32_to_bf16(std::bit_cast<float>(0x3f808000u)), 0x3f80);  // tie -> even
   EXPECT_EQ(f32_to_bf16(std::bit_cast<float>(0x3f818000u)), 0x3f82);
+}
+
+TEST(Reduce, OrderedReduceGivesTheBitsOfBinaryPasses) {
+  for (DType t : kAllDTypes)
+    for (ReduceOp op : kAllReduceOps)
+      for (size_t n : {size_t{1}, size_t{4097}, size_t{20000}}) {
+        std::vector<std::vector<std::byte>> src;
+        for (int q = 0; q < 5; ++q) {
+          src.push_back(test::make_buffer(t, n));
+          test::fill_input(t, op, q, src.back().data(), n);
+        }
+        auto want = test::make_buffer(t, n), got = test::make_buffer(t, n);
+        reduce(t, op, want.data(), src[0].data(), src[1].data(), n);
+        for (int q = 2; q < 5; ++q) reduce(t, op, want.data(), want.data(), src[size_t(q)].data(), n);
+        std::vector<const void*> ptrs;
+        for (auto& b : src) ptrs.push_back(b.data());
+        reduce_ordered(t, op, got.data(), ptrs.data(), ptrs.size(), n);
+        ASSERT_EQ(got, want) << to_string(t) << " " << to_string(op) << " " << n;
+        reduce_ordered(t, op, src[0].data(), ptrs.data(), ptrs.size(), n);  // dst aliasing srcs[0]
+        ASSERT_EQ(src[0], want) << to_string(t) << " " << to_string(op) << " " << n << " in place";
+      }
 }
 
 TEST(Reduce, KernelsMatchScalarMath) {

@@ -57,6 +57,8 @@ struct Args {
   bool procs = false;
   double timeout_s = 120;
   int spin = 0;
+  std::string twoshot_chunk = "64K";
+  int twoshot_depth = 4;
 };
 
 Result<size_t> parse_bytes(const std::string& s) {
@@ -101,6 +103,7 @@ struct Config {
   ReduceOp redop;
   size_t min, max, chunk;
   std::string provider;
+  size_t twoshot_chunk;
 };
 
 Status call(Communicator& comm, const Config& c, const reference::Case& k, const void* in, void* out,
@@ -123,6 +126,8 @@ Status run_rank(cluster::Group& g, const Args& a, const Config& c) {
   CommOptions co;
   co.chunk_bytes = c.chunk;
   co.spin_before_yield = a.spin;
+  co.twoshot_chunk_bytes = c.twoshot_chunk;
+  co.twoshot_depth = a.twoshot_depth;
   LATTICE_ASSIGN_OR_RETURN(auto comm, Communicator::create(g, co));
   const size_t esize = dtype_size(c.dtype);
   const auto step_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(a.timeout_s));
@@ -244,14 +249,16 @@ int run(const Args& a) {
   if (!dt.ok()) return bad(dt.status().message());
   auto ro = parse_reduce_op(a.redop);
   if (!ro.ok()) return bad(ro.status().message());
-  auto mn = parse_bytes(a.min), mx = parse_bytes(a.max), ch = parse_bytes(a.chunk);
+  auto mn = parse_bytes(a.min), mx = parse_bytes(a.max), ch = parse_bytes(a.chunk), tc = parse_bytes(a.twoshot_chunk);
+  if (!tc.ok()) return bad(tc.status().message());
+  if (a.twoshot_depth < 1 || a.twoshot_depth > 64) return bad("--twoshot-depth must be 1..64");
   if (!mn.ok()) return bad(mn.status().message());
   if (!mx.ok()) return bad(mx.status().message());
   if (!ch.ok() || *ch < 64) return bad("--chunk must be at least 64 bytes");
   if (a.factor < 2) return bad("--factor must be at least 2");
   if (a.iters < 1 || a.warmup < 0) return bad("--iters must be >= 1 and --warmup >= 0");
   if (a.provider != "shm" && a.provider != "tcp") return bad("--provider must be shm or tcp");
-  c = Config{*op, *algo, *dt, *ro, *mn, *mx, *ch, a.provider};
+  c = Config{*op, *algo, *dt, *ro, *mn, *mx, *ch, a.provider, *tc};
   if (c.algo != Algorithm::kAuto) {
     auto algs = plan::algorithms_for(c.op);
     if (std::find(algs.begin(), algs.end(), c.algo) == algs.end())
@@ -308,6 +315,9 @@ const Registrar kBenchColl{
            ->capture_default_str();
        app.add_option("--chunk", a->chunk, "staging slot size: the largest message")->capture_default_str();
        app.add_option("--timeout", a->timeout_s, "seconds for setup and for each call")->capture_default_str();
+       app.add_option("--twoshot-chunk", a->twoshot_chunk, "two-shot pipeline chunk (0: no one-sided two-shot)")
+           ->capture_default_str();
+       app.add_option("--twoshot-depth", a->twoshot_depth, "two-shot landing slots per peer and phase")->capture_default_str();
        app.add_option("--spin", a->spin, "empty polls before yielding the core (0: automatic)")->capture_default_str();
        app.add_flag("--check", a->check, "verify every size's result against the scalar reference");
        app.add_flag("--json", a->json, "one JSON object per size");

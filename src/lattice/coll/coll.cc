@@ -48,7 +48,8 @@ Status need(const void* p, const char* what) {
 Algorithm resolve_algorithm(const Communicator& comm, CollOp op, size_t count, DType dtype, Algorithm requested) {
   if (requested != Algorithm::kAuto) return requested;
   if (!comm.full_mesh()) return Algorithm::kRing;
-  return plan::choose_algorithm(op, count * dtype_size(dtype), comm.world_size(), comm.rma_write());
+  // The landing-zone paths count only where this communicator has them enabled.
+  return plan::choose_algorithm(op, count * dtype_size(dtype), comm.world_size(), comm.twoshot_ready());
 }
 
 Status all_reduce(Communicator& comm, const void* in, void* out, size_t count, DType dtype, ReduceOp op,

@@ -280,8 +280,10 @@ Status Communicator::all_reduce_rma(const void* in, void* out, size_t count, DTy
   if (world_ == 1) {
     std::memmove(out, in, bytes);
   } else {
-    reduce(dtype, op, out, src(0), src(1), count);
-    for (int q = 2; q < world_; ++q) reduce(dtype, op, out, out, src(q), count);
+    // out may alias in (this rank's source is its staged copy): one blocked pass in rank order.
+    std::vector<const void*> srcs;
+    for (int q = 0; q < world_; ++q) srcs.push_back(src(q));
+    reduce_ordered(dtype, op, out, srcs.data(), srcs.size(), count);
   }
   while (done < writes) {
     Status r = reap();

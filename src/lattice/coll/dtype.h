@@ -40,6 +40,12 @@ Result<ReduceOp> parse_reduce_op(std::string_view s);
 // dst = op(a, b) over n elements. Integer overflow wraps (two's complement), never UB.
 void reduce(DType t, ReduceOp op, void* dst, const void* a, const void* b, size_t n);
 
+// dst = srcs[0] op srcs[1] op ... op srcs[k-1] over n elements, combined left to right: the
+// same bits as k-1 calls of reduce(), but in cache-sized blocks, so each source is read once
+// and dst written once (the binary passes read and write dst k-1 times). dst may alias
+// srcs[0] exactly, no other source.
+void reduce_ordered(DType t, ReduceOp op, void* dst, const void* const* srcs, size_t k, size_t n);
+
 // IEEE binary16 / bfloat16 conversions (round to nearest even; NaN stays NaN).
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);

@@ -158,4 +158,20 @@ void reduce(DType t, ReduceOp op, void* dst, const void* a, const void* b, size_
   }
 }
 
+void reduce_ordered(DType t, ReduceOp op, void* dst, const void* const* srcs, size_t k, size_t n) {
+  if (k == 0 || n == 0) return;
+  const size_t es = dtype_size(t);
+  if (k == 1) {
+    if (dst != srcs[0]) std::memmove(dst, srcs[0], n * es);
+    return;
+  }
+  const size_t block = std::max<size_t>(1, 8192 / es);  // dst block stays in L1 across the k-1 passes
+  auto* d = static_cast<std::byte*>(dst);
+  for (size_t i = 0; i < n; i += block) {
+    const size_t m = std::min(block, n - i), off = i * es;
+    reduce(t, op, d + off, static_cast<const std::byte*>(srcs[0]) + off, static_cast<const std::byte*>(srcs[1]) + off, m);
+    for (size_t q = 2; q < k; ++q) reduce(t, op, d + off, d + off, static_cast<const std::byte*>(srcs[q]) + off, m);
+  }
+}
+
 }  // namespace lattice::coll

@@ -223,8 +223,7 @@ Status Communicator::all_reduce_twoshot(const void* in_v, void* out_v, size_t co
       const size_t n = chunk(r, jr, &b);
       for (int q = 0; q < w; ++q) src[size_t(q)] = q == r ? in + b * esize : base + L.rs_zone(q, k);
       std::byte* res = direct_out ? out + b * esize : base + L.res(ka);
-      reduce(dtype, op, res, src[0], src[1], n);
-      for (int q = 2; q < w; ++q) reduce(dtype, op, res, res, src[size_t(q)], n);
+      reduce_ordered(dtype, op, res, reinterpret_cast<const void* const*>(src.data()), size_t(w), n);
       ++ts_rs_recv_;
       for (int i = 1; i < w; ++i) {
         const int q = (r + i) % w;

@@ -612,10 +612,13 @@ bool implements(CollOp op, Algorithm algo, int world) {
 }
 
 Algorithm choose_algorithm(CollOp op, size_t bytes, int world, bool rma_write) {
-  (void)rma_write;
   switch (op) {
     case CollOp::kAllReduce:
-      // One round of latency while the data is small; the ring's 2(w-1)/w traffic beyond.
+      // Measured at 4 ranks over shm (2 cores, bench/coll_vs_mpi.sh, docs/BENCHMARKS.md): the
+      // one-sided one-shot wins up to 8 KiB, ties at 16 KiB; the one-sided two-shot wins from
+      // 32 KiB to 16 MiB against one-shot, ring, bidir and halving.
+      if (rma_write) return bytes <= 16 * 1024 ? Algorithm::kOneShot : Algorithm::kTwoShot;
+      // Two-sided: one round of latency while the data is small; the ring's 2(w-1)/w traffic beyond.
       return bytes <= (world <= 2 ? 256 * 1024 : 64 * 1024) ? Algorithm::kOneShot : Algorithm::kRing;
     case CollOp::kAllGather:
     case CollOp::kReduceScatter:
