@@ -3,6 +3,7 @@
 // results across ranks with random floats; a rank lost mid-collective.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <functional>
@@ -134,6 +135,114 @@ TEST(Coll, EveryOpDtypeTwoSidedOnly) { matrix("shm", {2, 3}, {0, 1, 7, 4097}, tr
 TEST(CollSlow, EveryOpDtypeAlgorithmUpTo8RanksAndLargeCounts) {
   matrix("shm", {5, 6, 7, 8}, {0, 1, 7, 4097}, true);
   matrix("shm", {3, 4}, {(size_t{1} << 20) + 3}, false);
+}
+
+// Several cables per pair: each rank's links to a peer come from two independent sets of
+// local groups (two providers, two endpoints per pair). The second set's queues count what
+// they deliver, to show that the executor stripes messages over both lanes.
+class CountingCq : public fabric::CompletionQueue {
+ public:
+  explicit CountingCq(fabric::CompletionQueue* inner) : inner_(inner) {}
+  size_t poll(std::span<fabric::Completion> out) override {
+    size_t n = inner_->poll(out);
+    count += n;
+    return n;
+  }
+  Result<size_t> wait(std::span<fabric::Completion> out, Deadline deadline) override {
+    auto n = inner_->wait(out, deadline);
+    if (n.ok()) count += *n;
+    return n;
+  }
+  size_t count = 0;
+
+ private:
+  fabric::CompletionQueue* inner_;
+};
+
+class TwoCableGroup : public cluster::Group {
+ public:
+  TwoCableGroup(cluster::Group& a, cluster::Group& b) : a_(a) {
+    for (int p = 0; p < a.world_size(); ++p) {
+      std::vector<cluster::Link> l(a.links(p).begin(), a.links(p).end());
+      for (cluster::Link x : b.links(p)) {
+        for (auto** cq : {&x.send_cq, &x.recv_cq}) {
+          auto it = std::find_if(counters_.begin(), counters_.end(), [&](auto& c) { return c.first == *cq; });
+          if (it == counters_.end()) {
+            counters_.emplace_back(*cq, std::make_unique<CountingCq>(*cq));
+            it = counters_.end() - 1;
+          }
+          *cq = it->second.get();
+        }
+        l.push_back(x);
+      }
+      links_.push_back(std::move(l));
+    }
+    for (auto* pr : a.providers()) providers_.push_back(pr);
+    for (auto* pr : b.providers()) providers_.push_back(pr);
+  }
+  int rank() const override { return a_.rank(); }
+  int world_size() const override { return a_.world_size(); }
+  uint64_t epoch() const override { return a_.epoch(); }
+  std::span<const cluster::Link> links(int peer) const override { return links_[size_t(peer)]; }
+  std::span<fabric::Provider* const> providers() const override { return providers_; }
+  size_t second_cable_completions() const {
+    size_t n = 0;
+    for (auto& c : counters_) n += c.second->count;
+    return n;
+  }
+
+ private:
+  cluster::Group& a_;
+  std::vector<std::vector<cluster::Link>> links_;
+  std::vector<fabric::Provider*> providers_;
+  std::vector<std::pair<fabric::CompletionQueue*, std::unique_ptr<CountingCq>>> counters_;
+};
+
+TEST(Coll, EveryOpStripedOverTwoCablesPerPair) {
+  for (int world : {2, 3}) {
+    auto a = cluster::make_local_groups(world, "shm", Deadline::after(std::chrono::seconds(60)));
+    auto b = cluster::make_local_groups(world, "shm", Deadline::after(std::chrono::seconds(60)));
+    ASSERT_TRUE(a.ok() && b.ok());
+    std::vector<std::unique_ptr<cluster::Group>> two;
+    std::vector<TwoCableGroup*> raw;
+    for (int r = 0; r < world; ++r) {
+      auto g = std::make_unique<TwoCableGroup>(*(*a)[size_t(r)], *(*b)[size_t(r)]);
+      raw.push_back(g.get());
+      two.push_back(std::move(g));
+    }
+    CommOptions co;
+    co.chunk_bytes = 4096;
+    auto comms = create_all(two, co);
+    ASSERT_EQ(comms.size(), size_t(world));
+    // The one-sided paths use each pair's first cable; the plans stripe over both.
+    const CollOp ops[] = {CollOp::kAllReduce, CollOp::kAllGather, CollOp::kReduceScatter, CollOp::kBroadcast,
+                          CollOp::kReduce, CollOp::kAllToAll, CollOp::kBarrier};
+    for (CollOp op : ops)
+      for (Algorithm alg : plan::algorithms_for(op)) {
+        if (!plan::implements(op, alg, world)) continue;
+        for (size_t count : {size_t{0}, size_t{7}, size_t{4097}}) {
+          Case c{op, world, op == CollOp::kBarrier ? 0 : count, world - 1};
+          CollOptions o;
+          o.algo = alg;
+          o.chunk_bytes = 256;
+          auto in = std::vector<std::vector<std::byte>>(size_t(world)), out = in;
+          auto st = on_all(world, [&](int r) {
+            in[size_t(r)] = test::make_buffer(DType::kF32, test::in_elems(c));
+            out[size_t(r)] = test::make_buffer(DType::kF32, test::out_elems(c));
+            test::fill_case_input(c, DType::kF32, ReduceOp::kSum, r, in[size_t(r)].data());
+            return run_case(*comms[size_t(r)], c, DType::kF32, ReduceOp::kSum, in[size_t(r)].data(),
+                            out[size_t(r)].data(), o);
+          });
+          for (int r = 0; r < world; ++r) {
+            ASSERT_TRUE(st[size_t(r)].ok()) << st[size_t(r)].to_string() << " " << to_string(op) << " " << to_string(alg);
+            ASSERT_EQ(test::check_output(c, DType::kF32, ReduceOp::kSum, r, out[size_t(r)].data()), "")
+                << to_string(op) << " " << to_string(alg) << " world " << world << " count " << count;
+          }
+        }
+      }
+    for (int r = 0; r < world; ++r) EXPECT_GT(raw[size_t(r)]->second_cable_completions(), 100u) << "rank " << r;
+    comms.clear();
+  }
 }
 
 TEST(Coll, LargeOddAllReduceEveryAlgorithm) {

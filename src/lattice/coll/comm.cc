@@ -55,7 +55,9 @@ Status Communicator::build() {
   epoch_ = group_->epoch();
   world_ = group_->world_size();
   broken_ = Status::Ok();
-  peers_.assign(size_t(world_), PeerState{});
+  // Lane l of peer p (its l-th link; several cables per pair stripe) is peers_[p + world * l].
+  peers_.assign(size_t(world_) * kMaxLanes, PeerState{});
+  lanes_.assign(size_t(world_), 0);
   cqs_.clear();
   rma_write_ = world_ > 1;
   // More ranks than cores (assuming the worst: all ranks on this host) -> yield early.
@@ -71,8 +73,9 @@ Status Communicator::build() {
   if (world_ > (1 << kPeerBits)) return InvalidArgument("coll: world size above 4096");
   const int k = options_.slots_per_peer;
   const size_t chunk = options_.chunk_bytes;
-  // Group peers by provider: one region per provider.
+  // Group lanes by provider: one region per provider.
   std::map<fabric::Provider*, std::vector<int>> by_provider;
+  std::vector<fabric::Provider*> first_link_providers;
   for (int p = 0; p < world_; ++p) {
     if (p == rank()) continue;
     auto links = group_->links(p);
@@ -81,15 +84,22 @@ Status Communicator::build() {
       rma_write_ = false;
       continue;
     }
-    const cluster::Link& l = links.front();
-    by_provider[l.provider].push_back(p);
-    peers_[size_t(p)].ep = l.endpoint;
-    // The landing-zone paths spin on local memory: they need writes that land without the
-    // target's CPU. (tcp lands writes on the target's thread during its polls: at 4 ranks on
-    // 2 cores, flag spinning there cost milliseconds.)
-    if (!l.provider->caps().rma_write || !l.provider->caps().rma_write_passive) rma_write_ = false;
-    for (auto* cq : {l.send_cq, l.recv_cq})
-      if (std::find(cqs_.begin(), cqs_.end(), cq) == cqs_.end()) cqs_.push_back(cq);
+    // The landing-zone paths use each pair's first link and spin on local memory: they need
+    // writes that land without the target's CPU. (tcp lands writes on the target's thread
+    // during its polls: at 4 ranks on 2 cores, flag spinning there cost milliseconds.)
+    const cluster::Link& first = links.front();
+    if (!first.provider->caps().rma_write || !first.provider->caps().rma_write_passive) rma_write_ = false;
+    if (std::find(first_link_providers.begin(), first_link_providers.end(), first.provider) == first_link_providers.end())
+      first_link_providers.push_back(first.provider);
+    lanes_[size_t(p)] = int(std::min<size_t>(links.size(), kMaxLanes));
+    for (int lane = 0; lane < lanes_[size_t(p)]; ++lane) {
+      const cluster::Link& l = links[size_t(lane)];
+      const int id = p + world_ * lane;
+      by_provider[l.provider].push_back(id);
+      peers_[size_t(id)].ep = l.endpoint;
+      for (auto* cq : {l.send_cq, l.recv_cq})
+        if (std::find(cqs_.begin(), cqs_.end(), cq) == cqs_.end()) cqs_.push_back(cq);
+    }
   }
   for (auto& [prov, peers] : by_provider) {
     auto st = std::make_unique<Staging>();
@@ -113,7 +123,7 @@ Status Communicator::build() {
   }
   // Landing zones are set up by the first one-sided all-reduce (collective there), so create()
   // itself never waits for peers.
-  rma_capable_ = rma_write_ && by_provider.size() == 1 && (options_.rma_zone_bytes > 0 || options_.twoshot_chunk_bytes > 0);
+  rma_capable_ = rma_write_ && first_link_providers.size() == 1 && (options_.rma_zone_bytes > 0 || options_.twoshot_chunk_bytes > 0);
   // The whole link graph (the same on every rank): a full mesh, or the ring to route on.
   full_mesh_ = true;
   for (int a = 0; a < world_ && full_mesh_; ++a)
@@ -309,12 +319,13 @@ Status Communicator::fail(Status s) {
 }
 
 Status Communicator::check_links() {
-  for (int p = 0; p < world_; ++p) {
+  for (size_t id = 0; id < peers_.size(); ++id) {
+    const int p = int(id % size_t(world_));
     // Every collective involves every rank: a member the group declared dead fails it even
     // when this rank has no link to it (a ring).
-    if (p != rank() && !group_->peer_alive(p))
+    if (id < size_t(world_) && p != rank() && !group_->peer_alive(p))
       return PeerLost("coll: rank " + std::to_string(p) + " was declared dead by the cluster", p);
-    fabric::Endpoint* ep = peers_[size_t(p)].ep;
+    fabric::Endpoint* ep = peers_[id].ep;
     if (ep == nullptr) continue;
     Status s = ep->status();
     if (!s.ok()) {
@@ -361,23 +372,27 @@ Status Communicator::execute(const plan::Plan& plan, DType dtype, ReduceOp op, c
 Status Communicator::exchange(const plan::Step& step, size_t esize, DType dtype, ReduceOp op, size_t chunk,
                               Deadline deadline) {
   const int k = options_.slots_per_peer;
-  // Split transfers into messages per peer, in plan order.
+  // Split transfers into messages per peer, in plan order; a pair with several links stripes
+  // them round robin over its lanes (message i on lane i % lanes: both ends split the same
+  // transfers the same way, and each lane is ordered, so they still match without tags).
+  // `active` holds lane ids (peer + world * lane).
   std::vector<int> active;
-  std::vector<char> seen(size_t(world_), 0);
+  std::vector<char> seen(peers_.size(), 0);
+  std::vector<size_t> n_msgs(size_t(world_) * 2, 0);  // per peer and direction
   auto add = [&](const plan::Transfer& t, bool recv) -> Status {
     if (t.peer < 0 || t.peer >= world_ || t.peer == rank() || peers_[size_t(t.peer)].ep == nullptr)
       return Internal("coll: plan names peer " + std::to_string(t.peer));
-    PeerState& ps = peers_[size_t(t.peer)];
-    if (!seen[size_t(t.peer)]) {
-      seen[size_t(t.peer)] = 1;
-      active.push_back(t.peer);
-    }
+    const size_t lanes = size_t(lanes_[size_t(t.peer)]);
     std::byte* p = resolve(t.ref, esize);
     size_t left = t.n * esize;
-    auto& list = recv ? ps.recvs : ps.sends;
     while (left > 0) {
       size_t b = std::min(left, chunk);
-      list.push_back({p, b, t.reduce});
+      const size_t id = size_t(t.peer) + size_t(world_) * (n_msgs[size_t(t.peer) * 2 + recv]++ % lanes);
+      if (!seen[id]) {
+        seen[id] = 1;
+        active.push_back(int(id));
+      }
+      (recv ? peers_[id].recvs : peers_[id].sends).push_back({p, b, t.reduce});
       p += b;
       left -= b;
     }
@@ -408,13 +423,14 @@ Status Communicator::exchange(const plan::Step& step, size_t esize, DType dtype,
   uint32_t idle = 0;
   for (;;) {
     bool all_done = true;
-    for (int p : active) {
-      PeerState& ps = peers_[size_t(p)];
+    for (int id : active) {
+      PeerState& ps = peers_[size_t(id)];
+      const int p = id % world_, lane_slot0 = (id / world_) * k;
       // Receives first, so a peer's message finds its buffer.
       while (ps.next_recv < ps.recvs.size() && !ps.free_recv.empty()) {
         int slot = ps.free_recv.back();
         LocalSlice dst{ps.region, ps.recv_base + size_t(slot) * slot_bytes, ps.recvs[ps.next_recv].bytes};
-        Status s = ps.ep->post_recv(dst, work_id(seq_, p, true, slot));
+        Status s = ps.ep->post_recv(dst, work_id(seq_, p, true, lane_slot0 + slot));
         if (s.code() == ErrorCode::kResourceExhausted) break;
         if (!s.ok()) return finish(s.with_context("coll: receive from rank " + std::to_string(p)));
         ps.free_recv.pop_back();
@@ -425,7 +441,7 @@ Status Communicator::exchange(const plan::Step& step, size_t esize, DType dtype,
         const auto& m = ps.sends[ps.next_send];
         LocalSlice src{ps.region, ps.send_base + size_t(slot) * slot_bytes, m.bytes};
         std::memcpy(src.data(), m.ptr, m.bytes);
-        Status s = ps.ep->post_send(src, work_id(seq_, p, false, slot));
+        Status s = ps.ep->post_send(src, work_id(seq_, p, false, lane_slot0 + slot));
         if (s.code() == ErrorCode::kResourceExhausted) break;
         if (!s.ok()) return finish(s.with_context("coll: send to rank " + std::to_string(p)));
         ps.free_send.pop_back();
@@ -441,8 +457,9 @@ Status Communicator::exchange(const plan::Step& step, size_t esize, DType dtype,
       for (size_t i = 0; i < n; ++i) {
         const Completion& c = comps[i];
         Decoded d = decode(c.id);
-        if (d.seq != seq_ || d.peer >= world_ || d.slot >= k) continue;  // a leftover of a failed call
-        PeerState& ps = peers_[size_t(d.peer)];
+        if (d.seq != seq_ || d.peer >= world_ || d.slot >= k * kMaxLanes) continue;  // a leftover of a failed call
+        PeerState& ps = peers_[size_t(d.peer + world_ * (d.slot / k))];
+        d.slot %= k;
         if (!c.status.ok()) {
           Status s = c.status;
           if (s.code() == ErrorCode::kPeerLost || s.code() == ErrorCode::kCancelled)
@@ -482,7 +499,7 @@ Status Communicator::exchange(const plan::Step& step, size_t esize, DType dtype,
         for (int p : active) {
           const PeerState& ps = peers_[size_t(p)];
           if (ps.done_recv < ps.recvs.size() || ps.done_send < ps.sends.size())
-            return finish(Timeout("coll: deadline passed waiting on rank " + std::to_string(p), p));
+            return finish(Timeout("coll: deadline passed waiting on rank " + std::to_string(p % world_), p % world_));
         }
         return finish(Timeout("coll: deadline passed"));
       }

@@ -3,9 +3,11 @@
 // Apple's Thunderbolt RDMA allow only ~100 registrations, and two-sided providers need
 // registered buffers for sends and receives).
 //
-// Staging layout per provider: for each peer on that provider, `slots_per_peer` send slots
-// then `slots_per_peer` receive slots of `chunk_bytes` each. Dedicated slots per peer keep
-// the executor free of cross-peer waits: a receive posted for peer A can only wait on A.
+// Staging layout per provider: for each peer lane on that provider, `slots_per_peer` send
+// slots then `slots_per_peer` receive slots of `chunk_bytes` each. Dedicated slots per peer keep
+// the executor free of cross-peer waits: a receive posted for peer A can only wait on A. A pair
+// with several links (cables) has one lane per link (up to kMaxLanes), and the executor stripes
+// each step's messages to that peer round robin over them.
 //
 // Failure: a collective that fails (peer lost, timeout, corrupt message) leaves receives
 // posted on healthy endpoints, so the communicator turns sticky-failed: every later call
@@ -124,7 +126,9 @@ class Communicator {
   uint32_t spin_before_yield_ = ~0u;
   std::vector<std::unique_ptr<Staging>> staging_;
   std::vector<std::unique_ptr<Staging>> retired_;  // staging of past epochs: may still be the target of posted receives
-  std::vector<PeerState> peers_;
+  static constexpr size_t kMaxLanes = 4;  // links striped per pair (work ids: slots_per_peer * lanes < 2048)
+  std::vector<PeerState> peers_;          // lane l of peer p at p + world * l
+  std::vector<int> lanes_;                // per peer
   std::vector<fabric::CompletionQueue*> cqs_;
   // One-sided path: my landing region (peer p writes into zones (p * 2 + parity) * stride),
   // the source area + flag word I write from, and each peer's landing key.

@@ -618,8 +618,13 @@ Algorithm choose_algorithm(CollOp op, size_t bytes, int world, bool rma_write) {
       // one-sided one-shot wins up to 8 KiB, ties at 16 KiB; the one-sided two-shot wins from
       // 32 KiB to 16 MiB against one-shot, ring, bidir and halving.
       if (rma_write) return bytes <= 16 * 1024 ? Algorithm::kOneShot : Algorithm::kTwoShot;
-      // Two-sided: one round of latency while the data is small; the ring's 2(w-1)/w traffic beyond.
-      return bytes <= (world <= 2 ? 256 * 1024 : 64 * 1024) ? Algorithm::kOneShot : Algorithm::kRing;
+      // Two-sided (tcp, emulated verbs): one round while the data is small (at 2 ranks one-shot
+      // and two-shot move the same bytes, one-shot in one round); then the two-round two-shot,
+      // which at 4 ranks over tcp loopback was best or tied with the ring from 32 KiB to 512 KiB
+      // (2 cores, noisy: docs/BENCHMARKS.md) with a third of the ring's rounds; the ring for
+      // the largest buffers (one peer at a time per direction).
+      if (bytes <= (world <= 2 ? 256 * 1024 : 16 * 1024)) return Algorithm::kOneShot;
+      return bytes <= 4 * 1024 * 1024 ? Algorithm::kTwoShot : Algorithm::kRing;
     case CollOp::kAllGather:
     case CollOp::kReduceScatter:
       return bytes * size_t(world) <= 256 * 1024 ? Algorithm::kOneShot : Algorithm::kRing;
