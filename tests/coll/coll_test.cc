@@ -414,6 +414,47 @@ TEST(Coll, OneSidedTwoShotGivesTheOneShotBits) {
   }
 }
 
+// The one-sided two-shot halves in place: all_gather with in = out + rank * count,
+// reduce_scatter with the input in out's place (null in), against the reference.
+TEST(Coll, OneSidedTwoShotAllGatherAndReduceScatterInPlace) {
+  for (int world : {2, 3, 4}) {
+    CommOptions co;
+    co.chunk_bytes = 4096;
+    Ranks rk = make_ranks(world, "shm", co);
+    ASSERT_EQ(rk.comms.size(), size_t(world));
+    ASSERT_TRUE(rk.comms[0]->twoshot_ready());
+    for (CollOp op : {CollOp::kAllGather, CollOp::kReduceScatter})
+      for (size_t count : {size_t{1}, size_t{4097}}) {
+        Case c{op, world, count};
+        CollOptions o;
+        o.algo = Algorithm::kTwoShot;
+        o.chunk_bytes = 256;
+        auto buf = std::vector<std::vector<std::byte>>(size_t(world));
+        auto st = on_all(world, [&](int r) -> Status {
+          const size_t es = dtype_size(DType::kF32);
+          std::vector<std::byte> in = test::make_buffer(DType::kF32, test::in_elems(c));
+          test::fill_case_input(c, DType::kF32, ReduceOp::kSum, r, in.data());
+          if (op == CollOp::kAllGather) {
+            buf[size_t(r)] = test::make_buffer(DType::kF32, test::out_elems(c));
+            std::memcpy(buf[size_t(r)].data() + size_t(r) * count * es, in.data(), count * es);
+            return all_gather(*rk.comms[size_t(r)], buf[size_t(r)].data() + size_t(r) * count * es,
+                              buf[size_t(r)].data(), count, DType::kF32, o);
+          }
+          buf[size_t(r)] = in;
+          std::byte* out = buf[size_t(r)].data() + size_t(r) * count * es;
+          Status s = reduce_scatter(*rk.comms[size_t(r)], nullptr, out, count, DType::kF32, ReduceOp::kSum, o);
+          std::memmove(buf[size_t(r)].data(), out, count * es);  // the checker reads out from 0
+          return s;
+        });
+        for (int r = 0; r < world; ++r) {
+          ASSERT_TRUE(st[size_t(r)].ok()) << st[size_t(r)].to_string();
+          ASSERT_EQ(test::check_output(c, DType::kF32, ReduceOp::kSum, r, buf[size_t(r)].data()), "")
+              << to_string(op) << " world " << world << " count " << count;
+        }
+      }
+  }
+}
+
 // Small buffers take the one-sided landing-zone path: survivors spin on flags, not queues.
 TEST(CollFault, RankLostMidOneSidedAllReduceFailsEverySurvivorWithPeerLost) {
   rank_lost_mid_collective(Algorithm::kOneShot, 1024);

@@ -97,6 +97,8 @@ TEST(Plan, AutoPicksOneShotForSmallAndRingForLarge) {
   EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 8192, 2, true), Algorithm::kOneShot);
   EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 64 << 10, 4, true), Algorithm::kTwoShot);
   EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 16 << 20, 4, true), Algorithm::kTwoShot);
+  EXPECT_EQ(plan::choose_algorithm(CollOp::kAllGather, 1024, 4, true), Algorithm::kTwoShot);
+  EXPECT_EQ(plan::choose_algorithm(CollOp::kReduceScatter, 1 << 20, 4, true), Algorithm::kTwoShot);
 }
 
 TEST(Plan, NewAlgorithmNamesParse) {

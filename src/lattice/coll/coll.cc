@@ -3,6 +3,7 @@
 
 #include "lattice/coll/plan/ring_route.h"
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -65,7 +66,8 @@ Status all_reduce(Communicator& comm, const void* in, void* out, size_t count, D
     return s.ok() ? s : s.with_context("all_reduce");
   }
   if (algo == Algorithm::kTwoShot && comm.twoshot_ready()) {
-    Status s = comm.all_reduce_twoshot(in_place ? out : in, out, count, dtype, op, o.chunk_bytes, deadline_of(o));
+    Status s = comm.twoshot(CollOp::kAllReduce, in_place ? out : in, out, count, dtype, op, o.chunk_bytes,
+                            deadline_of(o));
     return s.ok() ? s : s.with_context("all_reduce");
   }
   return run(comm, CollOp::kAllReduce, in_place ? out : in, out, count, dtype, op, 0, in_place, o);
@@ -75,6 +77,13 @@ Status all_gather(Communicator& comm, const void* in, void* out, size_t count, D
   if (count) LATTICE_RETURN_IF_ERROR(need(out, "out"));
   const std::byte* mine = static_cast<std::byte*>(out) + size_t(comm.rank()) * count * dtype_size(dtype);
   bool in_place = in == nullptr || in == mine;
+  LATTICE_RETURN_IF_ERROR(comm.refresh());
+  if (comm.full_mesh() && comm.twoshot_ready() &&
+      resolve_algorithm(comm, CollOp::kAllGather, count, dtype, o.algo) == Algorithm::kTwoShot) {
+    Status s = comm.twoshot(CollOp::kAllGather, in_place ? mine : in, out, count, dtype, ReduceOp::kSum, o.chunk_bytes,
+                            deadline_of(o));
+    return s.ok() ? s : s.with_context("all_gather");
+  }
   return run(comm, CollOp::kAllGather, in_place ? mine : in, out, count, dtype, ReduceOp::kSum, 0, in_place, o);
 }
 
@@ -83,7 +92,19 @@ Status reduce_scatter(Communicator& comm, const void* in, void* out, size_t coun
   if (count) LATTICE_RETURN_IF_ERROR(need(out, "out"));
   // Plans read all of `in` into scratch before writing `out`, so overlap is safe; null in
   // means the full input sits in out's place shifted back by rank * count.
-  const void* src = in ? in : static_cast<std::byte*>(out) - size_t(comm.rank()) * count * dtype_size(dtype);
+  const size_t block = count * dtype_size(dtype);
+  const void* src = in ? in : static_cast<std::byte*>(out) - size_t(comm.rank()) * block;
+  LATTICE_RETURN_IF_ERROR(comm.refresh());
+  // The one-sided path writes out chunk by chunk while it still sends from in: out must be
+  // apart from in or exactly this rank's block of it.
+  const auto in_addr = reinterpret_cast<uintptr_t>(src), out_addr = reinterpret_cast<uintptr_t>(out);
+  const bool apart = out_addr + block <= in_addr || in_addr + size_t(comm.world_size()) * block <= out_addr ||
+                     out_addr == in_addr + size_t(comm.rank()) * block;
+  if (apart && comm.full_mesh() && comm.twoshot_ready() &&
+      resolve_algorithm(comm, CollOp::kReduceScatter, count, dtype, o.algo) == Algorithm::kTwoShot) {
+    Status s = comm.twoshot(CollOp::kReduceScatter, src, out, count, dtype, op, o.chunk_bytes, deadline_of(o));
+    return s.ok() ? s : s.with_context("reduce_scatter");
+  }
   return run(comm, CollOp::kReduceScatter, src, out, count, dtype, op, 0, true, o);
 }
 

@@ -87,12 +87,15 @@ class Communicator {
   // One-shot all-reduce through one-sided writes (see CommOptions::rma_zone_bytes). Gives
   // the same bits as the two-sided one-shot plan: contributions combined in rank order.
   Status all_reduce_rma(const void* in, void* out, size_t count, DType dtype, ReduceOp op, Deadline deadline);
-  // True when the one-sided two-shot all-reduce can run (see CommOptions::twoshot_chunk_bytes);
-  // any size. Same bits as every other all-reduce here: each segment reduced in rank order.
-  // `chunk_bytes` (0: the option) shrinks the pipeline's chunk; every rank passes the same.
+  // True when the one-sided two-shot can run (see CommOptions::twoshot_chunk_bytes); any size.
+  // `op`: all_reduce (same bits as every other all-reduce here: each segment reduced in rank
+  // order), reduce_scatter (its first half) or all_gather (its second half), with coll.h's
+  // buffer conventions (count: the all_reduce buffer, else one rank's block; reduce_scatter
+  // reads all of in before writing out where they overlap). `chunk_bytes` (0: the option)
+  // shrinks the pipeline's chunk; every rank passes the same.
   bool twoshot_ready() const { return rma_capable_ && options_.twoshot_chunk_bytes > 0; }
-  Status all_reduce_twoshot(const void* in, void* out, size_t count, DType dtype, ReduceOp op, size_t chunk_bytes,
-                            Deadline deadline);
+  Status twoshot(CollOp op, const void* in, void* out, size_t count, DType dtype, ReduceOp rop, size_t chunk_bytes,
+                 Deadline deadline);
 
   Status execute(const plan::Plan& plan, DType dtype, ReduceOp op, const void* in, void* out, size_t chunk_bytes,
                  Deadline deadline);

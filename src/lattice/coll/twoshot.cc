@@ -1,5 +1,6 @@
 // The one-sided two-shot all-reduce (CommOptions::twoshot_chunk_bytes), for providers whose
 // writes land without the target's CPU (ProviderCaps::rma_write_passive: shm, RDMA NICs).
+// Its first half alone is the one-sided reduce_scatter, its second half the all_gather.
 //
 // Rank r owns segment r of the buffer (plan::segment). Each segment moves in chunks:
 //   reduce-scatter  r writes chunk j of its segment q into rank q's RS slot for r, then a flag;
@@ -28,6 +29,7 @@
 // on every survivor, like the other paths; the communicator is then sticky-failed.
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -111,20 +113,31 @@ Status Communicator::post_write_retry(int peer, LocalSlice src, RemoteSlice dst,
   }
 }
 
-Status Communicator::all_reduce_twoshot(const void* in_v, void* out_v, size_t count, DType dtype, ReduceOp op,
-                                        size_t chunk_bytes, Deadline deadline) {
+Status Communicator::twoshot(CollOp op, const void* in_v, void* out_v, size_t count, DType dtype, ReduceOp rop,
+                             size_t chunk_bytes, Deadline deadline) {
   LATTICE_RETURN_IF_ERROR(rma_begin(deadline));
   if (ts_chunk_ == 0) return Internal("coll: two-shot disabled on this communicator");
+  if (op != CollOp::kAllReduce && op != CollOp::kReduceScatter && op != CollOp::kAllGather)
+    return Internal("coll: no one-sided two-shot " + std::string(to_string(op)));
+  // all_reduce: in[count] -> out[count], segment q = plan::segment(count, w, q).
+  // reduce_scatter: in[w * count] -> out[count], segment q = block q of in (no all-gather).
+  // all_gather: in[count] -> out[w * count], segment q = block q of out (no reduce-scatter).
+  const bool rs_phase = op != CollOp::kAllGather, ag_phase = op != CollOp::kReduceScatter;
   const size_t esize = dtype_size(dtype);
   const auto* in = static_cast<const std::byte*>(in_v);
   auto* out = static_cast<std::byte*>(out_v);
   if (count == 0) return Status::Ok();
-  if (world_ == 1) {
+  const int r = rank(), w = world_;
+  const size_t in_bytes = (op == CollOp::kReduceScatter ? size_t(w) : 1) * count * esize;
+  const size_t out_bytes = (op == CollOp::kAllGather ? size_t(w) : 1) * count * esize;
+  // Where segment r's element e (segment coordinates) sits in `out`, and (all_gather) in `in`.
+  const size_t my_base = op == CollOp::kAllReduce ? 0 : size_t(r) * count;
+  auto out_at = [&](size_t e) { return out + (op == CollOp::kReduceScatter ? e - my_base : e) * esize; };
+  if (w == 1) {
     if (in != out) std::memmove(out, in, count * esize);
     return Status::Ok();
   }
   seq_ = (seq_ + 1) & kSeqMask;
-  const int r = rank(), w = world_;
   const Layout L{ts_chunk_, size_t(ts_depth_), size_t(w)};
   const uint64_t D = uint64_t(ts_depth_);
   size_t cb = chunk_bytes == 0 ? ts_chunk_ : std::min(chunk_bytes, ts_chunk_);
@@ -132,25 +145,29 @@ Status Communicator::all_reduce_twoshot(const void* in_v, void* out_v, size_t co
   std::byte* base = landing_->data() + ts_off_;
   fabric::MemoryRegion* reg = landing_.get();
   // Writes straight from the caller's buffers when the provider registers them (shm: a table
-  // entry, no copy): the input is not staged, and (out of place) the owner reduces straight
-  // into `out` and writes from there. In place, the reduce goes through a result slot (it
-  // must read the rank's own contribution before overwriting it). Else stage as above.
+  // entry, no copy): the input is not staged, and out of place the owner reduces straight
+  // into `out` (and all_reduce writes from there). When out overlaps in, the reduce goes
+  // through a result slot (it must read the rank's own contribution before overwriting it).
+  // Without registration, stage through the source and result slots.
+  const auto in_addr = reinterpret_cast<uintptr_t>(in), out_addr = reinterpret_cast<uintptr_t>(out);
+  const bool overlap = out_addr < in_addr + in_bytes && in_addr < out_addr + out_bytes;
   fabric::Provider* prov = group_->links(r == 0 ? 1 : 0).front().provider;
   std::unique_ptr<fabric::MemoryRegion> in_reg, out_reg;
-  if (auto ri = prov->register_memory(const_cast<std::byte*>(in), count * esize, fabric::kLocalRead); ri.ok()) {
+  if (auto ri = prov->register_memory(const_cast<std::byte*>(in), in_bytes, fabric::kLocalRead); ri.ok())
     in_reg = std::move(ri).value();
-    if (in != out) {
-      if (auto ro = prov->register_memory(out, count * esize, fabric::kLocalRead | fabric::kLocalWrite); ro.ok())
-        out_reg = std::move(ro).value();
-    }
+  if (op == CollOp::kAllReduce && !overlap && in_reg) {
+    if (auto ro = prov->register_memory(out, out_bytes, fabric::kLocalRead | fabric::kLocalWrite); ro.ok())
+      out_reg = std::move(ro).value();
   }
-  const bool direct_in = in_reg != nullptr, direct_out = out_reg != nullptr;
+  const bool direct_in = in_reg != nullptr;
+  // all_reduce: reduce into out and write from there; reduce_scatter: reduce into out.
+  const bool reduce_direct = op == CollOp::kAllReduce ? out_reg != nullptr : !overlap;
 
   // Segments and their chunk counts.
   std::vector<plan::Segment> seg(static_cast<size_t>(w));
   std::vector<size_t> m(static_cast<size_t>(w));
   for (int q = 0; q < w; ++q) {
-    seg[size_t(q)] = plan::segment(count, w, q);
+    seg[size_t(q)] = op == CollOp::kAllReduce ? plan::segment(count, w, q) : plan::Segment{size_t(q) * count, count};
     m[size_t(q)] = (seg[size_t(q)].size + ce - 1) / ce;
   }
   auto chunk = [&](int q, size_t j, size_t* begin) {
@@ -169,24 +186,21 @@ Status Communicator::all_reduce_twoshot(const void* in_v, void* out_v, size_t co
       if (decode(comps[i].id).seq == seq_) ++done;
     return Status::Ok();
   };
-  auto write = [&](int q, size_t src_off, size_t dst_off, size_t bytes) -> Status {
-    ++posted;
-    return post_write_retry(q, LocalSlice{reg, ts_off_ + src_off, bytes},
-                            RemoteSlice{peer_keys_[size_t(q)], ts_off_ + dst_off, bytes}, work_id(seq_, q, false, 0),
-                            deadline, &done);
-  };
   auto write_from = [&](int q, fabric::MemoryRegion* from, size_t src_off, size_t dst_off, size_t bytes) -> Status {
     ++posted;
     return post_write_retry(q, LocalSlice{from, src_off, bytes},
                             RemoteSlice{peer_keys_[size_t(q)], ts_off_ + dst_off, bytes}, work_id(seq_, q, false, 0),
                             deadline, &done);
   };
+  auto write = [&](int q, size_t src_off, size_t dst_off, size_t bytes) {
+    return write_from(q, reg, ts_off_ + src_off, dst_off, bytes);
+  };
   std::vector<const std::byte*> src(static_cast<size_t>(w));
   uint32_t idle = 0;
   for (;;) {
     bool progressed = false, finished = true;
     // 1. Reduce-scatter: my chunks of segment q into rank q's slots, while q has room.
-    for (int i = 1; i < w; ++i) {
+    for (int i = 1; i < w && rs_phase; ++i) {
       const int q = (r + i) % w;
       while (rs_next[size_t(q)] < m[size_t(q)]) {
         const uint64_t k = ts_rs_sent_[size_t(q)];
@@ -211,41 +225,69 @@ Status Communicator::all_reduce_twoshot(const void* in_v, void* out_v, size_t co
       }
       if (rs_next[size_t(q)] < m[size_t(q)]) finished = false;
     }
-    // 2. Reduce my segment's next chunks once every contribution landed and every peer has an
-    // all-gather slot free; then hand the result to everyone.
+    // 2. My segment's next chunks: once every contribution landed (reduce-scatter) and every
+    // peer has an all-gather slot free, reduce in rank order (all_gather: take my input), then
+    // hand the result to everyone.
     while (jr < m[size_t(r)]) {
       const uint64_t k = ts_rs_recv_, ka = ts_ag_sent_;
       bool ready = true;
-      for (int p = 0; p < w && ready; ++p)
-        if (p != r) ready = load_word(base + L.rs_flag(p, k)) == k + 1 && ka - load_word(base + L.ag_ack(p)) < D;
+      for (int p = 0; p < w && ready; ++p) {
+        if (p == r) continue;
+        if (rs_phase) ready = load_word(base + L.rs_flag(p, k)) == k + 1;
+        if (ready && ag_phase) ready = ka - load_word(base + L.ag_ack(p)) < D;
+      }
       if (!ready) break;
       size_t b;
       const size_t n = chunk(r, jr, &b);
-      for (int q = 0; q < w; ++q) src[size_t(q)] = q == r ? in + b * esize : base + L.rs_zone(q, k);
-      std::byte* res = direct_out ? out + b * esize : base + L.res(ka);
-      reduce_ordered(dtype, op, res, reinterpret_cast<const void* const*>(src.data()), size_t(w), n);
-      ++ts_rs_recv_;
+      const std::byte* res;  // this chunk's result
+      fabric::MemoryRegion* res_reg = reg;
+      size_t res_off = ts_off_ + L.res(ka);
+      if (rs_phase) {
+        for (int q = 0; q < w; ++q) src[size_t(q)] = q == r ? in + b * esize : base + L.rs_zone(q, k);
+        std::byte* dst = reduce_direct ? out_at(b) : base + L.res(ka);
+        reduce_ordered(dtype, rop, dst, reinterpret_cast<const void* const*>(src.data()), size_t(w), n);
+        if (reduce_direct) {
+          res_reg = out_reg.get();
+          res_off = b * esize;
+        } else {
+          std::memcpy(out_at(b), dst, n * esize);
+        }
+        res = dst;
+        ++ts_rs_recv_;
+      } else {
+        // all_gather: my block, from my input.
+        const std::byte* mine = in + (b - my_base) * esize;
+        if (direct_in) {
+          res_reg = in_reg.get();
+          res_off = (b - my_base) * esize;
+        } else {
+          std::memcpy(base + L.res(ka), mine, n * esize);
+        }
+        if (out_at(b) != mine) std::memmove(out_at(b), mine, n * esize);
+        res = mine;
+      }
+      (void)res;
       for (int i = 1; i < w; ++i) {
         const int q = (r + i) % w;
-        store_word(base + L.rs_ack_src(q), ts_rs_recv_);  // the RS slot is free again
-        Status s = write(q, L.rs_ack_src(q), L.rs_ack(r), 8);
-        if (s.ok())
-          s = direct_out ? write_from(q, out_reg.get(), b * esize, L.ag_zone(r, ka), n * esize)
-                         : write(q, L.res(ka), L.ag_zone(r, ka), n * esize);
-        if (s.ok()) {
+        Status s;
+        if (rs_phase) {
+          store_word(base + L.rs_ack_src(q), ts_rs_recv_);  // the RS slot is free again
+          s = write(q, L.rs_ack_src(q), L.rs_ack(r), 8);
+        }
+        if (s.ok() && ag_phase) s = write_from(q, res_reg, res_off, L.ag_zone(r, ka), n * esize);
+        if (s.ok() && ag_phase) {
           store_word(base + L.ag_flag_src(q, ka), ka + 1);
           s = write(q, L.ag_flag_src(q, ka), L.ag_flag(r, ka), 8);
         }
         if (!s.ok()) return fail(s);
       }
-      ++ts_ag_sent_;
-      if (!direct_out) std::memcpy(out + b * esize, res, n * esize);
+      if (ag_phase) ++ts_ag_sent_;
       ++jr;
       progressed = true;
     }
     if (jr < m[size_t(r)]) finished = false;
     // 3. All-gather: copy landed result chunks out, and give their slots back.
-    for (int i = 1; i < w; ++i) {
+    for (int i = 1; i < w && ag_phase; ++i) {
       const int p = (r - i + w) % w;
       while (ag_next[size_t(p)] < m[size_t(p)]) {
         const uint64_t k = ts_ag_recv_[size_t(p)];

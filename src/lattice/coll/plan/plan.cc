@@ -592,8 +592,10 @@ std::vector<Algorithm> algorithms_for(CollOp op) {
     case CollOp::kAllReduce:
       return {Algorithm::kOneShot, Algorithm::kTwoShot, Algorithm::kRing, Algorithm::kBidir, Algorithm::kRecursive,
               Algorithm::kHalving};
-    case CollOp::kAllGather: return {Algorithm::kOneShot, Algorithm::kRing, Algorithm::kBidir, Algorithm::kRecursive};
-    case CollOp::kReduceScatter: return {Algorithm::kOneShot, Algorithm::kRing, Algorithm::kBidir, Algorithm::kHalving};
+    case CollOp::kAllGather:
+      return {Algorithm::kOneShot, Algorithm::kTwoShot, Algorithm::kRing, Algorithm::kBidir, Algorithm::kRecursive};
+    case CollOp::kReduceScatter:
+      return {Algorithm::kOneShot, Algorithm::kTwoShot, Algorithm::kRing, Algorithm::kBidir, Algorithm::kHalving};
     case CollOp::kBroadcast: return {Algorithm::kOneShot, Algorithm::kTree};
     case CollOp::kReduce: return {Algorithm::kOneShot, Algorithm::kTree};
     case CollOp::kAllToAll: return {Algorithm::kOneShot};
@@ -627,6 +629,9 @@ Algorithm choose_algorithm(CollOp op, size_t bytes, int world, bool rma_write) {
       return bytes <= 4 * 1024 * 1024 ? Algorithm::kTwoShot : Algorithm::kRing;
     case CollOp::kAllGather:
     case CollOp::kReduceScatter:
+      // One-sided halves of the two-shot: at 4 ranks over shm best or tied with one-shot and
+      // the ring from 1 KiB to 16 MiB (the whole buffer; noisy, docs/BENCHMARKS.md).
+      if (rma_write) return Algorithm::kTwoShot;
       return bytes * size_t(world) <= 256 * 1024 ? Algorithm::kOneShot : Algorithm::kRing;
     case CollOp::kBroadcast:
     case CollOp::kReduce:
@@ -659,6 +664,9 @@ Result<Plan> build(const Shape& s, Algorithm algo) {
       if (algo == Algorithm::kOneShot) p = allgather_oneshot(s);
       else if (algo == Algorithm::kRing) p = allgather_ring(s);
       else if (algo == Algorithm::kBidir) p = allgather_bidir(s);
+      // Two-shot's all-gather half: straight from each owner, one round (one-sided on
+      // passive-write groups: Communicator::twoshot).
+      else if (algo == Algorithm::kTwoShot) p = allgather_oneshot(s);
       else if (algo == Algorithm::kRecursive) {
         if (!is_pow2(s.world)) return InvalidArgument("recursive all_gather needs a power-of-two world size");
         p = allgather_recursive(s);
@@ -668,6 +676,7 @@ Result<Plan> build(const Shape& s, Algorithm algo) {
       if (algo == Algorithm::kOneShot) p = reduce_scatter_oneshot(s);
       else if (algo == Algorithm::kRing) p = reduce_scatter_ring(s);
       else if (algo == Algorithm::kBidir) p = reduce_scatter_bidir(s);
+      else if (algo == Algorithm::kTwoShot) p = reduce_scatter_oneshot(s);  // two-shot's first half
       else if (algo == Algorithm::kHalving) {
         if (!is_pow2(s.world)) return InvalidArgument("halving reduce_scatter needs a power-of-two world size");
         p = reduce_scatter_halving(s);
