@@ -88,9 +88,9 @@ TEST(Plan, SegmentsCoverTheBufferExactly) {
     }
 }
 
-TEST(Plan, AutoPicksOneShotForSmallAndRingForLarge) {
+TEST(Plan, AutoPicksOneShotForSmallAndTwoShotForLarge) {
   EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 8192, 4, false), Algorithm::kOneShot);
-  EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 16 << 20, 4, false), Algorithm::kRing);
+  EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 16 << 20, 4, false), Algorithm::kTwoShot);
   EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 256 << 10, 4, false), Algorithm::kTwoShot);
   EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 256 << 10, 2, false), Algorithm::kOneShot);
   // With passive one-sided writes (shm, RDMA): one-shot for small, two-shot beyond.

@@ -621,12 +621,12 @@ Algorithm choose_algorithm(CollOp op, size_t bytes, int world, bool rma_write) {
       // 32 KiB to 16 MiB against one-shot, ring, bidir and halving.
       if (rma_write) return bytes <= 16 * 1024 ? Algorithm::kOneShot : Algorithm::kTwoShot;
       // Two-sided (tcp, emulated verbs): one round while the data is small (at 2 ranks one-shot
-      // and two-shot move the same bytes, one-shot in one round); then the two-round two-shot,
-      // which at 4 ranks over tcp loopback was best or tied with the ring from 32 KiB to 512 KiB
-      // (2 cores, noisy: docs/BENCHMARKS.md) with a third of the ring's rounds; the ring for
-      // the largest buffers (one peer at a time per direction).
+      // and two-shot move the same bytes, one-shot in one round); beyond, the two-round
+      // two-shot plan: at 4 ranks over tcp loopback (2 cores, load ~6, 3 alternating runs) it
+      // was faster than the ring in 3 of 3 runs at 4 MiB and at or near the best of ring,
+      // bidir and halving from 16 KiB to 1 MiB, where one-shot was 3-10x slower.
       if (bytes <= (world <= 2 ? 256 * 1024 : 16 * 1024)) return Algorithm::kOneShot;
-      return bytes <= 4 * 1024 * 1024 ? Algorithm::kTwoShot : Algorithm::kRing;
+      return Algorithm::kTwoShot;
     case CollOp::kAllGather:
     case CollOp::kReduceScatter:
       // One-sided halves of the two-shot: at 4 ranks over shm best or tied with one-shot and
