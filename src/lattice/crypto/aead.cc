@@ -192,9 +192,43 @@ class OpenSslState final : public DirectionState {
 };
 #endif
 
-std::unique_ptr<DirectionState> make_state(AeadBackend b, Cipher c, const Key& key, bool encrypt) {
 #if defined(LATTICE_CRYPTO_OPENSSL)
-  if (b == AeadBackend::kOpenSsl) return OpenSslState::create(c, key, encrypt);
+// kAuto with AES-256-GCM: frames up to kSmallFrame go through libsodium, larger ones through
+// OpenSSL. Same bytes either way (standard AES-256-GCM, one key, one nonce sequence kept by
+// SessionCipher), so peers never notice. Why: OpenSSL 3's per-call cost (IV and tag set
+// through its parameter API) dominates small frames: seal+open of an 8 B frame 653 ns vs
+// libsodium's 449 ns, of a header-only frame 588 vs 167 ns; and end to end a sealed 8 B
+// all-reduce of 4 tcp ranks on 2 cores took 116 us through OpenSSL, 78 us through libsodium
+// (plaintext: 86 us). From ~1-4 KiB up OpenSSL's wide AES-NI/VAES code is faster (4 KiB:
+// 2.8 vs 5.7 us).
+inline constexpr size_t kSmallFrame = 1024;
+
+class SplitState final : public DirectionState {
+ public:
+  SplitState(std::unique_ptr<DirectionState> small, std::unique_ptr<DirectionState> large)
+      : small_(std::move(small)), large_(std::move(large)) {}
+  bool seal(const uint8_t* in, uint8_t* p, size_t n, const uint8_t* ad, size_t ad_n, const uint8_t* nonce,
+            uint8_t* tag) override {
+    return (n <= kSmallFrame ? small_ : large_)->seal(in, p, n, ad, ad_n, nonce, tag);
+  }
+  bool open(uint8_t* p, size_t n, const uint8_t* ad, size_t ad_n, const uint8_t* nonce, const uint8_t* tag) override {
+    return (n <= kSmallFrame ? small_ : large_)->open(p, n, ad, ad_n, nonce, tag);
+  }
+
+ private:
+  std::unique_ptr<DirectionState> small_, large_;
+};
+#endif
+
+std::unique_ptr<DirectionState> make_state(AeadBackend requested, AeadBackend b, Cipher c, const Key& key,
+                                           bool encrypt) {
+#if defined(LATTICE_CRYPTO_OPENSSL)
+  if (b == AeadBackend::kOpenSsl) {
+    auto large = OpenSslState::create(c, key, encrypt);
+    if (large && requested == AeadBackend::kAuto && c == Cipher::kAes256Gcm && cpu_has_aes())
+      return std::make_unique<SplitState>(std::make_unique<SodiumState>(c, key), std::move(large));
+    return large;
+  }
 #endif
   if (b == AeadBackend::kSodium) return std::make_unique<SodiumState>(c, key);
   return nullptr;
@@ -236,8 +270,8 @@ Result<SessionCipher> SessionCipher::create(Cipher cipher, const SessionKeys& ke
   auto impl = std::make_unique<Impl>();
   impl->cipher = cipher;
   impl->backend = b;
-  impl->tx = make_state(b, cipher, keys.tx, true);
-  impl->rx = make_state(b, cipher, keys.rx, false);
+  impl->tx = make_state(backend, b, cipher, keys.tx, true);
+  impl->rx = make_state(backend, b, cipher, keys.rx, false);
   if (!impl->tx || !impl->rx) return Internal("cannot initialise " + std::string(to_string(cipher)));
   return SessionCipher(std::move(impl));
 }

@@ -50,7 +50,9 @@ inline constexpr uint64_t kMaxFrames = uint64_t{1} << 48;
 inline constexpr size_t kMaxFrameBytes = size_t{1} << 32;  // 4 GiB, below both ciphers' limits
 
 // Who does the AEAD arithmetic. Both produce identical bytes (standard AES-256-GCM and
-// ChaCha20-Poly1305 IETF); kAuto takes OpenSSL when built with it (faster here), else libsodium.
+// ChaCha20-Poly1305 IETF); kAuto takes OpenSSL when built with it (faster here), else libsodium,
+// except that with OpenSSL, AES-256-GCM frames of at most 1 KiB go through libsodium (its
+// per-call cost is lower; see aead.cc). backend() reports kOpenSsl for such a session.
 enum class AeadBackend : uint8_t { kAuto, kOpenSsl, kSodium };
 std::string_view to_string(AeadBackend b);
 bool backend_available(AeadBackend b);
