@@ -131,6 +131,20 @@ TEST(Plan, HalvingTwoShotAndBidirSendTheOptimalVolume) {
   EXPECT_EQ(ring->steps.size(), 14u);
 }
 
+// The ring plans let each step start before the previous one ends (the executor pipelines
+// them chunk by chunk); the first exchange follows a local copy, so it cannot.
+TEST(Plan, RingStepsMayOverlapTheirPredecessor) {
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kBidir}) {
+    auto p = plan::build({CollOp::kAllReduce, 1, 4, 1000, 0, false}, a);
+    ASSERT_TRUE(p.ok());
+    ASSERT_EQ(p->steps.size(), 7u);
+    EXPECT_FALSE(p->steps[0].after.empty());  // the copy in -> out
+    for (size_t i = 1; i < p->steps.size(); ++i) EXPECT_TRUE(p->steps[i].overlap_prev) << to_string(a) << " " << i;
+  }
+  auto one = plan::build({CollOp::kAllReduce, 1, 4, 1000, 0, false}, Algorithm::kOneShot);
+  for (const auto& st : one->steps) EXPECT_FALSE(st.overlap_prev);
+}
+
 // Bidir: in every step a rank sends to both neighbours (w > 2), half the data each way.
 TEST(Plan, BidirUsesBothNeighboursEveryStep) {
   auto p = plan::build({CollOp::kAllReduce, 1, 4, 1000, 0, true}, Algorithm::kBidir);

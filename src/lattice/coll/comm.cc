@@ -353,10 +353,27 @@ Status Communicator::execute(const plan::Plan& plan, DType dtype, ReduceOp op, c
   size_t chunk = chunk_bytes == 0 ? options_.chunk_bytes : std::min(chunk_bytes, options_.chunk_bytes);
   chunk = std::max<size_t>(esize, chunk / esize * esize);
   seq_ = (seq_ + 1) & kSeqMask;
-  for (const plan::Step& step : plan.steps) {
-    if (!step.sends.empty() || !step.recvs.empty())
-      LATTICE_RETURN_IF_ERROR(exchange(step, esize, dtype, op, chunk, deadline));
-    for (const plan::Local& l : step.after) {
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    const plan::Step* step = &plan.steps[i];
+    bool exchanged = false;
+    // A run of steps that may overlap (plan::Step::overlap_prev: the ring plans) is pipelined
+    // (pipeline.cc), unless its messages overlap in ways the pipeline does not track.
+    size_t j = i + 1;
+    while (j < plan.steps.size() && plan.steps[j].overlap_prev && plan.steps[j - 1].after.empty()) ++j;
+    if (j > i + 1) {
+      std::vector<const plan::Step*> run;
+      for (size_t x = i; x < j; ++x) run.push_back(&plan.steps[x]);
+      Status r;
+      if (exchange_pipelined(run, esize, dtype, op, chunk, deadline, &r)) {
+        LATTICE_RETURN_IF_ERROR(r);
+        i = j - 1;
+        step = &plan.steps[i];
+        exchanged = true;
+      }
+    }
+    if (!exchanged && (!step->sends.empty() || !step->recvs.empty()))
+      LATTICE_RETURN_IF_ERROR(exchange(*step, esize, dtype, op, chunk, deadline));
+    for (const plan::Local& l : step->after) {
       std::byte* d = resolve(l.dst, esize);
       const std::byte* a = resolve(l.a, esize);
       if (l.kind == plan::Local::kCopy) {
@@ -457,7 +474,7 @@ Status Communicator::exchange(const plan::Step& step, size_t esize, DType dtype,
       for (size_t i = 0; i < n; ++i) {
         const Completion& c = comps[i];
         Decoded d = decode(c.id);
-        if (d.seq != seq_ || d.peer >= world_ || d.slot >= k * kMaxLanes) continue;  // a leftover of a failed call
+        if (d.seq != seq_ || d.peer >= world_ || d.slot >= k * int(kMaxLanes)) continue;  // a leftover of a failed call
         PeerState& ps = peers_[size_t(d.peer + world_ * (d.slot / k))];
         d.slot %= k;
         if (!c.status.ok()) {

@@ -107,6 +107,10 @@ class Communicator {
   Status build();
   Status exchange(const plan::Step& step, size_t esize, DType dtype, ReduceOp op, size_t chunk_bytes,
                   Deadline deadline);
+  // Runs consecutive steps overlapped chunk by chunk (pipeline.cc); false (nothing sent) when
+  // the run's messages overlap in ways it does not track, else true with the outcome in *result.
+  bool exchange_pipelined(const std::vector<const plan::Step*>& run, size_t esize, DType dtype, ReduceOp op,
+                          size_t chunk_bytes, Deadline deadline, Status* result);
   std::byte* resolve(plan::Ref ref, size_t esize) const;
   Status fail(Status s);
   Status check_links();

@@ -127,6 +127,7 @@ void ring_reduce_scatter(Plan& p, int r, int w, Ref buf, size_t n, bool block_se
     Segment a = seg(mod(r - st - 1, w)), b = seg(mod(r - st - 2, w));
     step.sends.push_back({right, {buf.buf, buf.off + a.begin}, a.size});
     step.recvs.push_back({left, {buf.buf, buf.off + b.begin}, b.size, true});
+    step.overlap_prev = true;
     p.steps.push_back(std::move(step));
   }
 }
@@ -139,6 +140,7 @@ void ring_all_gather(Plan& p, int r, int w, Ref buf, size_t n, bool block_segmen
     Segment a = seg(mod(r - st, w)), b = seg(mod(r - st - 1, w));
     step.sends.push_back({right, {buf.buf, buf.off + a.begin}, a.size});
     step.recvs.push_back({left, {buf.buf, buf.off + b.begin}, b.size});
+    step.overlap_prev = true;
     p.steps.push_back(std::move(step));
   }
 }
@@ -238,6 +240,7 @@ void ring_pass(std::vector<Step>& steps, size_t first, int r, int w, int dir, Re
     Segment a = seg(ks), b = seg(kr);
     step.sends.push_back({right, {buf.buf, buf.off + a.begin}, a.size});
     step.recvs.push_back({left, {buf.buf, buf.off + b.begin}, b.size, reduce_scatter});
+    step.overlap_prev = true;
   }
 }
 

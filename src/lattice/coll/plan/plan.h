@@ -67,6 +67,10 @@ struct Local {
 struct Step {
   std::vector<Transfer> sends, recvs;
   std::vector<Local> after;
+  // May start while the previous step (whose `after` is empty) is still in flight: the executor
+  // then moves each chunk as soon as the memory it touches is ready (Communicator pipelining;
+  // the ring plans set it). The result is the same as running the steps one after the other.
+  bool overlap_prev = false;
 };
 
 struct Plan {
