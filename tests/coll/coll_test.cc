@@ -51,29 +51,6 @@ Ranks make_ranks(int world, const std::string& uri, CommOptions co = {}) {
   return r;
 }
 
-// Runs fn(rank) on one thread per rank; returns the statuses.
-std::vector<Status> on_all(int world, const std::function<Status(int)>& fn) {
-  auto st = std::vector<Status>(size_t(world));
-  std::vector<std::thread> th;
-  for (int r = 0; r < world; ++r) th.emplace_back([&, r] { st[size_t(r)] = fn(r); });
-  for (auto& t : th) t.join();
-  return st;
-}
-
-Status run_case(Communicator& comm, const Case& c, DType t, ReduceOp op, const void* in, void* out,
-                const CollOptions& o) {
-  switch (c.op) {
-    case CollOp::kAllReduce: return all_reduce(comm, in, out, c.count, t, op, o);
-    case CollOp::kAllGather: return all_gather(comm, in, out, c.count, t, o);
-    case CollOp::kReduceScatter: return reduce_scatter(comm, in, out, c.count, t, op, o);
-    case CollOp::kBroadcast: return broadcast(comm, in, out, c.count, t, c.root, o);
-    case CollOp::kReduce: return reduce(comm, in, out, c.count, t, op, c.root, o);
-    case CollOp::kAllToAll: return all_to_all(comm, in, out, c.count, t, o);
-    case CollOp::kBarrier: return barrier(comm, o);
-  }
-  return Internal("op");
-}
-
 bool is_reducing(CollOp op) {
   return op == CollOp::kAllReduce || op == CollOp::kReduceScatter || op == CollOp::kReduce;
 }
@@ -106,11 +83,11 @@ void matrix(const std::string& uri, std::initializer_list<int> worlds, std::init
               o.chunk_bytes = 256;  // many chunks per transfer even for small counts
               o.timeout = std::chrono::seconds(60);
               auto in = std::vector<std::vector<std::byte>>(size_t(world)), out = in;
-              auto st = on_all(world, [&](int r) {
+              auto st = test::on_all(world, [&](int r) {
                 in[size_t(r)] = test::make_buffer(t, test::in_elems(c));
                 out[size_t(r)] = test::make_buffer(t, test::out_elems(c));
                 test::fill_case_input(c, t, rop, r, in[size_t(r)].data());
-                return run_case(*rk.comms[size_t(r)], c, t, rop, in[size_t(r)].data(), out[size_t(r)].data(), o);
+                return test::run_op(*rk.comms[size_t(r)], c, t, rop, in[size_t(r)].data(), out[size_t(r)].data(), o);
               });
               for (int r = 0; r < world; ++r) {
                 ASSERT_TRUE(st[size_t(r)].ok()) << st[size_t(r)].to_string() << " " << to_string(op) << " "
@@ -226,11 +203,11 @@ TEST(Coll, EveryOpStripedOverTwoCablesPerPair) {
           o.algo = alg;
           o.chunk_bytes = 256;
           auto in = std::vector<std::vector<std::byte>>(size_t(world)), out = in;
-          auto st = on_all(world, [&](int r) {
+          auto st = test::on_all(world, [&](int r) {
             in[size_t(r)] = test::make_buffer(DType::kF32, test::in_elems(c));
             out[size_t(r)] = test::make_buffer(DType::kF32, test::out_elems(c));
             test::fill_case_input(c, DType::kF32, ReduceOp::kSum, r, in[size_t(r)].data());
-            return run_case(*comms[size_t(r)], c, DType::kF32, ReduceOp::kSum, in[size_t(r)].data(),
+            return test::run_op(*comms[size_t(r)], c, DType::kF32, ReduceOp::kSum, in[size_t(r)].data(),
                             out[size_t(r)].data(), o);
           });
           for (int r = 0; r < world; ++r) {
@@ -255,7 +232,7 @@ TEST(Coll, LargeOddAllReduceEveryAlgorithm) {
     auto buf = std::vector<std::vector<std::byte>>(size_t(world));
     CollOptions o;
     o.algo = a;
-    auto st = on_all(world, [&](int r) {
+    auto st = test::on_all(world, [&](int r) {
       buf[size_t(r)] = test::make_buffer(DType::kF32, n);
       test::fill_input(DType::kF32, ReduceOp::kSum, r, buf[size_t(r)].data(), n);
       return all_reduce(*rk.comms[size_t(r)], buf[size_t(r)].data(), buf[size_t(r)].data(), n, DType::kF32,
@@ -281,7 +258,7 @@ TEST(Coll, RandomFloatsGiveBitIdenticalResultsOnEveryRankAndEveryRun) {
         CollOptions o;
         o.algo = a;
         o.chunk_bytes = 1024;
-        auto st = on_all(world, [&](int r) {
+        auto st = test::on_all(world, [&](int r) {
           std::vector<std::byte> in = test::make_buffer(t, n);
           std::mt19937 rng(uint32_t(r * 977 + 1));
           std::uniform_real_distribution<double> dist(-1.0, 1.0);
@@ -309,7 +286,7 @@ TEST(Coll, SendRecvAndSingleRank) {
   const size_t n = 5000;
   std::vector<int64_t> a(n), b(n, 0);
   for (size_t i = 0; i < n; ++i) a[i] = int64_t(i * 31 - 7);
-  auto st = on_all(2, [&](int r) {
+  auto st = test::on_all(2, [&](int r) {
     if (r == 0) return send(*rk.comms[0], a.data(), n, DType::kI64, 1);
     return recv(*rk.comms[1], b.data(), n, DType::kI64, 0);
   });
@@ -337,7 +314,7 @@ void rank_lost_mid_collective(Algorithm algo, size_t n) {
   ASSERT_EQ(comms.size(), size_t(world));
   const int victim = 2;
   auto start = Clock::now();
-  auto st = on_all(world, [&](int r) -> Status {
+  auto st = test::on_all(world, [&](int r) -> Status {
     std::vector<float> buf(n, float(r));
     CollOptions o;
     o.timeout = std::chrono::seconds(30);
@@ -394,7 +371,7 @@ TEST(Coll, OneSidedTwoShotGivesTheOneShotBits) {
       CollOptions o;
       o.algo = variant == 0 ? Algorithm::kOneShot : Algorithm::kTwoShot;
       o.chunk_bytes = 1000;  // odd chunk: partial elements round down
-      auto st = on_all(world, [&](int r) {
+      auto st = test::on_all(world, [&](int r) {
         std::vector<std::byte> in = test::make_buffer(t, n);
         std::mt19937 rng(uint32_t(r * 31 + 7));
         std::uniform_real_distribution<double> dist(-1.0, 1.0);
@@ -430,7 +407,7 @@ TEST(Coll, OneSidedTwoShotAllGatherAndReduceScatterInPlace) {
         o.algo = Algorithm::kTwoShot;
         o.chunk_bytes = 256;
         auto buf = std::vector<std::vector<std::byte>>(size_t(world));
-        auto st = on_all(world, [&](int r) -> Status {
+        auto st = test::on_all(world, [&](int r) -> Status {
           const size_t es = dtype_size(DType::kF32);
           std::vector<std::byte> in = test::make_buffer(DType::kF32, test::in_elems(c));
           test::fill_case_input(c, DType::kF32, ReduceOp::kSum, r, in.data());

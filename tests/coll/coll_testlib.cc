@@ -3,8 +3,17 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <thread>
 
 namespace lattice::coll::test {
+
+std::vector<Status> on_all(int world, const std::function<Status(int)>& fn) {
+  auto st = std::vector<Status>(size_t(world));
+  std::vector<std::thread> th;
+  for (int r = 0; r < world; ++r) th.emplace_back([&, r] { st[size_t(r)] = fn(r); });
+  for (auto& t : th) t.join();
+  return st;
+}
 
 Status run_op(Communicator& comm, const Case& c, DType t, ReduceOp op, const void* in, void* out,
               const CollOptions& o) {

@@ -3,7 +3,9 @@
 // no network).
 #pragma once
 
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "lattice/coll/coll.h"
 #include "lattice/coll/reference.h"
@@ -15,6 +17,9 @@ using namespace lattice::coll::reference;
 // Calls the public collective `c.op` (root c.root) with these buffers.
 Status run_op(Communicator& comm, const Case& c, DType t, ReduceOp op, const void* in, void* out,
               const CollOptions& o);
+
+// Runs fn(rank) on one thread per rank (ranks as threads); returns each rank's status.
+std::vector<Status> on_all(int world, const std::function<Status(int)>& fn);
 
 // Runs plans of all ranks in memory; "" or the failure (deadlock, size mismatch, wrong result).
 std::string simulate(const Case& c, DType t, ReduceOp op, Algorithm algo, bool in_place);

@@ -70,14 +70,6 @@ Cabled make_cabled(const std::string& uri, const std::vector<int>& cycle, bool c
   return c;
 }
 
-std::vector<Status> on_all(int world, const std::function<Status(int)>& fn) {
-  auto st = std::vector<Status>(size_t(world));
-  std::vector<std::thread> th;
-  for (int r = 0; r < world; ++r) th.emplace_back([&, r] { st[size_t(r)] = fn(r); });
-  for (auto& t : th) t.join();
-  return st;
-}
-
 TEST(RingRoute, FindsTheIdentityACableRingOrNothing) {
   auto mesh = [](int, int) { return true; };
   EXPECT_EQ(plan::find_ring(4, mesh), (std::vector<int>{0, 1, 2, 3}));
@@ -144,7 +136,7 @@ void cabled_matrix(const std::string& uri, const std::vector<int>& cycle, std::i
           o.chunk_bytes = 512;
           o.timeout = std::chrono::seconds(60);
           auto in = std::vector<std::vector<std::byte>>(size_t(world)), out = in;
-          auto st = on_all(world, [&](int r) {
+          auto st = test::on_all(world, [&](int r) {
             in[size_t(r)] = test::make_buffer(t, test::in_elems(c));
             out[size_t(r)] = test::make_buffer(t, test::out_elems(c));
             test::fill_case_input(c, t, rop, r, in[size_t(r)].data());
@@ -201,7 +193,7 @@ TEST(RingRoute, AllToAllGoesAroundTheRouteAndMeshAlgorithmsAreRefused) {
     for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(5000)}) {
       test::Case c{CollOp::kAllToAll, 4, count, 0};
       auto in = std::vector<std::vector<std::byte>>(4), out = in;
-      auto st = on_all(4, [&](int r) {
+      auto st = test::on_all(4, [&](int r) {
         in[size_t(r)] = test::make_buffer(DType::kI32, test::in_elems(c));
         out[size_t(r)] = test::make_buffer(DType::kI32, test::out_elems(c));
         test::fill_case_input(c, DType::kI32, ReduceOp::kSum, r, in[size_t(r)].data());

@@ -14,20 +14,6 @@ namespace {
 
 using test::Case;
 
-Status run_one(Communicator& comm, const Case& c, DType t, ReduceOp op, const void* in, void* out,
-               const CollOptions& o) {
-  switch (c.op) {
-    case CollOp::kAllReduce: return all_reduce(comm, in, out, c.count, t, op, o);
-    case CollOp::kAllGather: return all_gather(comm, in, out, c.count, t, o);
-    case CollOp::kReduceScatter: return reduce_scatter(comm, in, out, c.count, t, op, o);
-    case CollOp::kBroadcast: return broadcast(comm, in, out, c.count, t, c.root, o);
-    case CollOp::kReduce: return reduce(comm, in, out, c.count, t, op, c.root, o);
-    case CollOp::kAllToAll: return all_to_all(comm, in, out, c.count, t, o);
-    case CollOp::kBarrier: return barrier(comm, o);
-  }
-  return Internal("op");
-}
-
 void every_op(const std::string& uri, int world) {
   auto g = cluster::make_local_groups(world, uri, Deadline::after(std::chrono::seconds(60)));
   ASSERT_TRUE(g.ok()) << g.status().to_string();
@@ -56,7 +42,7 @@ void every_op(const std::string& uri, int world) {
             in[size_t(r)] = test::make_buffer(DType::kF32, test::in_elems(c));
             out[size_t(r)] = test::make_buffer(DType::kF32, test::out_elems(c));
             test::fill_case_input(c, DType::kF32, ReduceOp::kSum, r, in[size_t(r)].data());
-            st[size_t(r)] = run_one(*comms[size_t(r)], c, DType::kF32, ReduceOp::kSum, in[size_t(r)].data(),
+            st[size_t(r)] = test::run_op(*comms[size_t(r)], c, DType::kF32, ReduceOp::kSum, in[size_t(r)].data(),
                                     out[size_t(r)].data(), o);
           });
         for (auto& t : th) t.join();

@@ -153,22 +153,34 @@ Plan allreduce_ring(const Shape& s) {
   return p;
 }
 
+// Worlds that are not a power of two: ranks beyond the largest power of two p2 fold their
+// buffer into partner r - p2 first, and get the result back from it at the end.
+void fold_extra_ranks(Plan& p, int r, int p2, int extra, size_t n) {
+  if (extra == 0) return;
+  Step st;
+  if (r >= p2) st.sends.push_back({r - p2, out(), n});
+  if (r < extra) {
+    st.recvs.push_back({r + p2, tmp(), n});
+    st.after.push_back(combine(out(), out(), tmp(), n));
+  }
+  p.steps.push_back(std::move(st));
+}
+
+void unfold_extra_ranks(Plan& p, int r, int p2, int extra, size_t n) {
+  if (extra == 0) return;
+  Step st;
+  if (r < extra) st.sends.push_back({r + p2, out(), n});
+  if (r >= p2) st.recvs.push_back({r - p2, out(), n});
+  p.steps.push_back(std::move(st));
+}
+
 Plan allreduce_recursive(const Shape& s) {
   Plan p;
   const size_t n = s.count;
   const int r = s.rank, w = s.world, p2 = floor_pow2(w), extra = w - p2;
   p.tmp_elems = n;
   if (!s.in_place) p.steps.push_back(local_step({copy(out(), in(), n)}));
-  // Fold the ranks beyond the largest power of two into their partners r - p2.
-  if (extra > 0) {
-    Step st;
-    if (r >= p2) st.sends.push_back({r - p2, out(), n});
-    if (r < extra) {
-      st.recvs.push_back({r + p2, tmp(), n});
-      st.after.push_back(combine(out(), out(), tmp(), n));
-    }
-    p.steps.push_back(std::move(st));
-  }
+  fold_extra_ranks(p, r, p2, extra, n);
   if (r < p2) {
     for (int mask = 1; mask < p2; mask <<= 1) {
       Step st;
@@ -180,12 +192,7 @@ Plan allreduce_recursive(const Shape& s) {
       p.steps.push_back(std::move(st));
     }
   }
-  if (extra > 0) {
-    Step st;
-    if (r < extra) st.sends.push_back({r + p2, out(), n});
-    if (r >= p2) st.recvs.push_back({r - p2, out(), n});
-    p.steps.push_back(std::move(st));
-  }
+  unfold_extra_ranks(p, r, p2, extra, n);
   return p;
 }
 
@@ -289,15 +296,7 @@ Plan allreduce_halving(const Shape& s) {
   const int r = s.rank, w = s.world, p2 = floor_pow2(w), extra = w - p2;
   p.tmp_elems = n;
   if (!s.in_place) p.steps.push_back(local_step({copy(out(), in(), n)}));
-  if (extra > 0) {
-    Step st;
-    if (r >= p2) st.sends.push_back({r - p2, out(), n});
-    if (r < extra) {
-      st.recvs.push_back({r + p2, tmp(), n});
-      st.after.push_back(combine(out(), out(), tmp(), n));
-    }
-    p.steps.push_back(std::move(st));
-  }
+  fold_extra_ranks(p, r, p2, extra, n);
   if (r < p2) {
     const std::vector<Segment> ranges = halving_ranges(r, p2, n, false, 0);
     int level = 1;
@@ -325,12 +324,7 @@ Plan allreduce_halving(const Shape& s) {
       p.steps.push_back(std::move(st));
     }
   }
-  if (extra > 0) {
-    Step st;
-    if (r < extra) st.sends.push_back({r + p2, out(), n});
-    if (r >= p2) st.recvs.push_back({r - p2, out(), n});
-    p.steps.push_back(std::move(st));
-  }
+  unfold_extra_ranks(p, r, p2, extra, n);
   return p;
 }
 
