@@ -216,6 +216,16 @@ Status Communicator::rma_begin(Deadline deadline) {
   return Status::Ok();
 }
 
+Status Communicator::reap_writes(size_t* done) {
+  Completion comps[32];
+  Status err;
+  size_t n = poll_all(comps, 32, &err);
+  if (!err.ok()) return err;
+  for (size_t i = 0; i < n; ++i)
+    if (decode(comps[i].id).seq == seq_) ++*done;
+  return Status::Ok();
+}
+
 Status Communicator::all_reduce_rma(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
                                     Deadline deadline) {
   LATTICE_RETURN_IF_ERROR(rma_begin(deadline));
@@ -229,15 +239,7 @@ Status Communicator::all_reduce_rma(const void* in, void* out, size_t count, DTy
   std::memcpy(base + src_off_, in, bytes);
   std::memcpy(base + flag_off_, &rma_seq_, 8);
   size_t writes = 0, done = 0;
-  Completion comps[32];
-  auto reap = [&]() -> Status {
-    Status err;
-    size_t n = poll_all(comps, 32, &err);
-    if (!err.ok()) return err;
-    for (size_t i = 0; i < n; ++i)
-      if (decode(comps[i].id).seq == seq_) ++done;
-    return Status::Ok();
-  };
+  auto reap = [&] { return reap_writes(&done); };
   // Write to the next ranks first so not everyone hits rank 0 at once.
   for (int i = 1; i < world_; ++i) {
     const int p = (rank() + i) % world_;

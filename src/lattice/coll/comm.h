@@ -120,6 +120,9 @@ class Communicator {
   Status post_write_retry(int peer, fabric::LocalSlice src, fabric::RemoteSlice dst, fabric::WorkId id,
                           Deadline deadline, size_t* done);
   size_t poll_all(fabric::Completion* comps, size_t cap, Status* error);
+  // Polls every queue once and counts the current call's completions into *done (one-sided
+  // writes: their completions carry nothing else); a failed one of this call is returned.
+  Status reap_writes(size_t* done);
 
   cluster::Group* group_ = nullptr;
   CommOptions options_;

@@ -97,18 +97,13 @@ size_t Communicator::twoshot_area_bytes() {
 Status Communicator::post_write_retry(int peer, LocalSlice src, RemoteSlice dst, fabric::WorkId id, Deadline deadline,
                                       size_t* done) {
   fabric::Endpoint* ep = peers_[size_t(peer)].ep;
-  Completion comps[32];
   for (;;) {
     Status s = ep->post_write(src, dst, id);
     if (s.ok()) return s;
     if (s.code() != ErrorCode::kResourceExhausted)
       return s.code() == ErrorCode::kPeerLost ? PeerLost("coll: rank " + std::to_string(peer) + " lost: " + s.message(), peer)
                                               : s.with_context("coll: write to rank " + std::to_string(peer));
-    Status err;
-    size_t n = poll_all(comps, 32, &err);
-    if (!err.ok()) return err;
-    for (size_t i = 0; i < n; ++i)
-      if (decode(comps[i].id).seq == seq_) ++*done;
+    LATTICE_RETURN_IF_ERROR(reap_writes(done));
     if (deadline.expired()) return Timeout("coll: write queue to rank " + std::to_string(peer) + " stayed full", peer);
   }
 }
@@ -177,15 +172,7 @@ Status Communicator::twoshot(CollOp op, const void* in_v, void* out_v, size_t co
   std::vector<size_t> rs_next(static_cast<size_t>(w), 0), ag_next(static_cast<size_t>(w), 0);
   size_t jr = 0;
   size_t posted = 0, done = 0;
-  Completion comps[32];
-  auto reap = [&]() -> Status {
-    Status err;
-    size_t n = poll_all(comps, 32, &err);
-    if (!err.ok()) return err;
-    for (size_t i = 0; i < n; ++i)
-      if (decode(comps[i].id).seq == seq_) ++done;
-    return Status::Ok();
-  };
+  auto reap = [&] { return reap_writes(&done); };
   auto write_from = [&](int q, fabric::MemoryRegion* from, size_t src_off, size_t dst_off, size_t bytes) -> Status {
     ++posted;
     return post_write_retry(q, LocalSlice{from, src_off, bytes},
