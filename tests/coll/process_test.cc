@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "lattice/cluster/launcher.h"
 #include "lattice/core/deadline.h"
 
 namespace {
@@ -33,8 +34,11 @@ struct Child {
 };
 
 int free_port() {
-  // Ports from the pid keep parallel test runs apart; the coordinator binds it.
-  return 20000 + int(::getpid() % 20000);
+  // A port the kernel just handed out (bound and released): tests started with consecutive
+  // pids no longer collide the way pid-derived ports did.
+  auto p = cluster::pick_free_port();
+  EXPECT_TRUE(p.ok()) << p.status().to_string();
+  return p.ok() ? int(*p) : 0;
 }
 
 std::vector<Child> start(int world, const std::string& provider, const std::string& mode, int port) {
@@ -93,7 +97,7 @@ void every_op_between_processes(const std::string& provider, int port) {
 }
 
 TEST(CollProcess, EveryOpOverShm) { every_op_between_processes("shm", free_port()); }
-TEST(CollProcess, EveryOpOverTcp) { every_op_between_processes("tcp", free_port() + 1); }
+TEST(CollProcess, EveryOpOverTcp) { every_op_between_processes("tcp", free_port()); }
 
 void killed_rank(const std::string& provider, int port) {
   const int world = 4, victim = 2;
@@ -122,7 +126,7 @@ void killed_rank(const std::string& provider, int port) {
   for (auto& k : kids) ::unlink(k.log.c_str());
 }
 
-TEST(CollProcessFault, KilledRankFailsSurvivorsWhoShrinkAndContinueShm) { killed_rank("shm", free_port() + 2); }
-TEST(CollProcessFault, KilledRankFailsSurvivorsWhoShrinkAndContinueTcp) { killed_rank("tcp", free_port() + 3); }
+TEST(CollProcessFault, KilledRankFailsSurvivorsWhoShrinkAndContinueShm) { killed_rank("shm", free_port()); }
+TEST(CollProcessFault, KilledRankFailsSurvivorsWhoShrinkAndContinueTcp) { killed_rank("tcp", free_port()); }
 
 }  // namespace

@@ -338,6 +338,7 @@ int run_rank(const DistRunArgs& a) {
     const int old_world = c.world_size();
     sess.reset();
     LATTICE_RETURN_IF_ERROR(c.shrink(Deadline::after(std::chrono::seconds(30))).with_context("shrink"));
+    const double shrink_ms = since(t_rec) * 1e3;
     nlohmann::json mine = {{"orig", rank0}, {"tokens", out}, {"draws", sampler->draws()}};
     LATTICE_ASSIGN_OR_RETURN(auto all, c.allgather(mine.dump(), Deadline::after(std::chrono::seconds(30))));
     std::vector<int> now_members;
@@ -368,10 +369,14 @@ int run_rank(const DistRunArgs& a) {
     for (int32_t t : prompt) sampler->accept(t);
     for (int32_t t : out) sampler->accept(t);
     sampler->skip_draws(best_draws);
+    const auto t_place = Clock::now();
     LATTICE_ASSIGN_OR_RETURN(sess, place(a, c, **comm, shares(), so));
+    const double place_ms = since(t_place) * 1e3;
     std::vector<int32_t> context = prompt;
     context.insert(context.end(), out.begin(), out.end());
+    const auto t_prefill = Clock::now();
     Status st = sess->prefill(context);
+    const double prefill_ms = since(t_prefill) * 1e3;
     const double ms = since(t_rec) * 1e3;
     std::string lost_text;
     for (int m : lost) lost_text += (lost_text.empty() ? "" : ",") + std::to_string(m);
@@ -381,6 +386,9 @@ int run_rank(const DistRunArgs& a) {
                           {"world_before", old_world},
                           {"world_after", c.world_size()},
                           {"recover_ms", ms},
+                          {"shrink_ms", shrink_ms},
+                          {"place_ms", place_ms},
+                          {"prefill_ms", prefill_ms},
                           {"cause", cause.to_string()}});
     // The first rank prints the text; if that was the lost one, the new first rank takes over
     // from the agreed tokens (the lost printer had shown at most those).
