@@ -2,7 +2,7 @@
 # All-reduce latency, lattice vs OpenMPI, side by side in one run on this machine.
 #
 #   bench/coll_vs_mpi.sh [BUILD_DIR]      (default: build; needs BUILD_DIR/lattice)
-#   env: TRANSPORTS="shm tcp" RANKS=4 REPS=3 MIN=8 MAX_SHM=16777216 MAX_TCP=1048576 ITERS=100 SETTLE=1 ALGO=auto
+#   env: TRANSPORTS="shm tcp tcp-plain" RANKS=4 REPS=3 MIN=8 MAX_SHM=16777216 MAX_TCP=1048576 ITERS=100 SETTLE=1 ALGO=auto
 #
 # Both sides: f32 sum, out of place, one process per rank, untimed warm-up by count and time
 # (at least 20 ms per size, 200 ms for the first), then
@@ -25,8 +25,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mpicc -O2 -o "$work/coll_mpi_bench" "$here/coll_mpi_bench.c"
 
-run_ours() {  # provider max -> "bytes median_us" lines
-  "$lattice" bench coll --procs --ranks "$RANKS" --provider "$1" --op all_reduce --min "$MIN" --max "$2" \
+run_ours() {  # provider max [--insecure] -> "bytes median_us" lines
+  "$lattice" bench coll --procs ${3:-} --ranks "$RANKS" --provider "$1" --op all_reduce --min "$MIN" --max "$2" \
     --algo "$ALGO" --iters "$ITERS" --json 2>/dev/null |
     sed -n 's/^\[rank 0\] //p' | python3 -c '
 import json, sys
@@ -38,15 +38,19 @@ run_mpi() {  # btl max
     awk '{print $1, $2}'
 }
 
-for transport in ${TRANSPORTS:-shm tcp}; do
+for transport in ${TRANSPORTS:-shm tcp tcp-plain}; do
+  # tcp: lattice as it runs by default, every frame sealed (AES-256-GCM); tcp-plain: with
+  # --insecure (authenticated, not encrypted), like OpenMPI's tcp btl.
+  provider=$transport extra=""
+  if [ "$transport" = tcp-plain ]; then provider=tcp extra=--insecure; fi
   if [ "$transport" = shm ]; then btl=self,vader; max=$MAX_SHM; else btl=self,tcp; max=$MAX_TCP; fi
   for rep in $(seq "$REPS"); do
-    run_ours "$transport" "$max" > "$work/ours.$transport.$rep"
+    run_ours "$provider" "$max" "$extra" > "$work/ours.$transport.$rep"
     sleep "$SETTLE"
     run_mpi "$btl" "$max" > "$work/mpi.$transport.$rep"
     sleep "$SETTLE"
   done
-  echo "## all_reduce f32 sum, $RANKS ranks, $transport (lattice --provider $transport vs OpenMPI btl $btl), median of $REPS runs; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "## all_reduce f32 sum, $RANKS ranks, $transport (lattice --provider $provider $extra vs OpenMPI btl $btl), median of $REPS runs; load: $(cut -d' ' -f1-3 /proc/loadavg)"
   python3 - "$work" "$transport" "$REPS" <<'PY'
 import statistics, sys
 work, tr, reps = sys.argv[1], sys.argv[2], int(sys.argv[3])

@@ -55,6 +55,7 @@ struct Args {
   bool check = false;
   bool json = false;
   bool procs = false;
+  bool insecure = false;
   double timeout_s = 120;
   int spin = 0;
   std::string twoshot_chunk = "64K";
@@ -217,8 +218,10 @@ int relaunch(const Args& a) {
   std::ifstream f("/proc/self/cmdline", std::ios::binary);
   std::vector<std::string> argv;
   for (std::string s; std::getline(f, s, '\0');) argv.push_back(s);
-  std::vector<std::string> cmd = {"/proc/self/exe", "launch", "-n", std::to_string(a.ranks), "--provider", a.provider,
-                                  "--", "/proc/self/exe"};
+  std::vector<std::string> cmd = {"/proc/self/exe", "launch", "-n", std::to_string(a.ranks), "--provider", a.provider};
+  if (a.insecure) cmd.push_back("--insecure");
+  cmd.push_back("--");
+  cmd.push_back("/proc/self/exe");
   char self[4096];
   ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n > 0) {
@@ -226,7 +229,7 @@ int relaunch(const Args& a) {
     cmd[0] = cmd.back() = self;
   }
   for (size_t i = 1; i < argv.size(); ++i)
-    if (argv[i] != "--procs") cmd.push_back(argv[i]);
+    if (argv[i] != "--procs" && argv[i] != "--insecure") cmd.push_back(argv[i]);
   std::vector<char*> cargv;
   for (auto& s : cmd) cargv.push_back(s.data());
   cargv.push_back(nullptr);
@@ -322,6 +325,8 @@ const Registrar kBenchColl{
        app.add_flag("--check", a->check, "verify every size's result against the scalar reference");
        app.add_flag("--json", a->json, "one JSON object per size");
        app.add_flag("--procs", a->procs, "one process per rank (through lattice launch)");
+       app.add_flag("--insecure", a->insecure,
+                    "with --procs: tcp traffic authenticated but not encrypted (as plaintext peers such as MPI run)");
        return [a] { return run(*a); };
      }}};
 
