@@ -89,7 +89,10 @@ TEST(Plan, SegmentsCoverTheBufferExactly) {
 }
 
 TEST(Plan, AutoPicksOneShotForSmallAndTwoShotForLarge) {
-  EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 8192, 4, false), Algorithm::kOneShot);
+  // Two-sided: recursive doubling for small buffers from 4 ranks (fewer messages), one-shot below.
+  EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 8192, 4, false), Algorithm::kRecursive);
+  EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 8192, 3, false), Algorithm::kOneShot);
+  EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 8, 2, false), Algorithm::kOneShot);
   EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 16 << 20, 4, false), Algorithm::kTwoShot);
   EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 256 << 10, 4, false), Algorithm::kTwoShot);
   EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 256 << 10, 2, false), Algorithm::kOneShot);
