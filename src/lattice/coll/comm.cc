@@ -479,19 +479,11 @@ Status Communicator::exchange(const plan::Step& step, size_t esize, DType dtype,
         if (d.seq != seq_ || d.peer >= world_ || d.slot >= k * int(kMaxLanes)) continue;  // a leftover of a failed call
         PeerState& ps = peers_[size_t(d.peer + world_ * (d.slot / k))];
         d.slot %= k;
-        if (!c.status.ok()) {
-          Status s = c.status;
-          if (s.code() == ErrorCode::kPeerLost || s.code() == ErrorCode::kCancelled)
-            return finish(PeerLost("coll: rank " + std::to_string(d.peer) + " lost: " + s.message(), d.peer));
-          return finish(s.with_context("coll: rank " + std::to_string(d.peer)));
-        }
+        if (!c.status.ok()) return finish(detail::completion_error(c.status, d.peer));
         progressed = true;
         if (d.recv) {
           const auto& m = ps.recvs[ps.recv_msg[size_t(d.slot)]];
-          if (c.bytes != m.bytes)
-            return finish(Corrupt("coll: rank " + std::to_string(d.peer) + " sent " + std::to_string(c.bytes) +
-                                      " bytes where " + std::to_string(m.bytes) + " were expected (mismatched calls?)",
-                                  d.peer));
+          if (c.bytes != m.bytes) return finish(detail::size_mismatch(d.peer, c.bytes, m.bytes));
           const std::byte* src = ps.region->data() + ps.recv_base + size_t(d.slot) * slot_bytes;
           if (m.reduce) reduce(dtype, op, m.ptr, m.ptr, src, m.bytes / esize);
           else std::memcpy(m.ptr, src, m.bytes);
@@ -507,25 +499,30 @@ Status Communicator::exchange(const plan::Step& step, size_t esize, DType dtype,
       idle = 0;
       continue;
     }
-    ++idle;
-    // Oversubscribed hosts (more ranks than cores, as on a 2-core box with 4 ranks) need the
-    // peer we wait for to run: give the core away after a short spin. On an idle core
-    // sched_yield returns at once, so this costs little when the peer is running elsewhere.
-    if (idle >= spin_before_yield_) std::this_thread::yield();
-    if ((idle & 1023) == 0) {
-      if (deadline.expired()) {
-        // Name a peer we still wait on, for the message.
-        for (int p : active) {
-          const PeerState& ps = peers_[size_t(p)];
-          if (ps.done_recv < ps.recvs.size() || ps.done_send < ps.sends.size())
-            return finish(Timeout("coll: deadline passed waiting on rank " + std::to_string(p % world_), p % world_));
-        }
-        return finish(Timeout("coll: deadline passed"));
+    Status s = after_empty_poll(&idle, deadline, [&] {
+      for (int p : active) {
+        const PeerState& ps = peers_[size_t(p)];
+        if (ps.done_recv < ps.recvs.size() || ps.done_send < ps.sends.size()) return p % world_;
       }
-      Status s = check_links();
-      if (!s.ok()) return finish(s);
-    }
+      return -1;
+    });
+    if (!s.ok()) return finish(s);
   }
+}
+
+Status Communicator::after_empty_poll(uint32_t* idle, Deadline deadline, const std::function<int()>& waiting_on) {
+  ++*idle;
+  // Oversubscribed hosts (more ranks than cores, as on a 2-core box with 4 ranks) need the
+  // peer we wait for to run: give the core away after a short spin. On an idle core
+  // sched_yield returns at once, so this costs little when the peer is running elsewhere.
+  if (*idle >= spin_before_yield_) std::this_thread::yield();
+  if ((*idle & 1023) != 0) return Status::Ok();
+  if (deadline.expired()) {
+    const int p = waiting_on();
+    return p >= 0 ? Timeout("coll: deadline passed waiting on rank " + std::to_string(p), p)
+                  : Timeout("coll: deadline passed");
+  }
+  return check_links();
 }
 
 }  // namespace lattice::coll

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -114,6 +115,10 @@ class Communicator {
   std::byte* resolve(plan::Ref ref, size_t esize) const;
   Status fail(Status s);
   Status check_links();
+  // After an empty poll of the executors: yields the core when oversubscribed; every 1024
+  // empty polls in a row checks the deadline (the timeout names waiting_on(), a rank still
+  // awaited, or none if it gives -1) and every link. Ok: keep polling.
+  Status after_empty_poll(uint32_t* idle, Deadline deadline, const std::function<int()>& waiting_on);
   Status setup_rma(Deadline deadline);
   Status rma_begin(Deadline deadline);
   size_t twoshot_area_bytes();  // also sets ts_chunk_, ts_depth_ and the counters

@@ -2,6 +2,8 @@
 // the one-sided two-shot all-reduce): how work ids name a collective, a peer and a slot.
 #pragma once
 
+#include <string>
+
 #include <cstdint>
 
 #include <memory>
@@ -29,6 +31,20 @@ inline Decoded decode(fabric::WorkId id) {
           bool((id >> kSlotBits) & 1), int(id & ((1u << kSlotBits) - 1))};
 }
 constexpr uint64_t kSeqMask = (uint64_t{1} << 40) - 1;
+
+// The error a failed completion of this call becomes: a lost or cancelled link is peer-lost.
+inline Status completion_error(const Status& s, int peer) {
+  if (s.code() == ErrorCode::kPeerLost || s.code() == ErrorCode::kCancelled)
+    return PeerLost("coll: rank " + std::to_string(peer) + " lost: " + s.message(), peer);
+  return s.with_context("coll: rank " + std::to_string(peer));
+}
+
+// A message of the wrong size: the ranks made different calls.
+inline Status size_mismatch(int peer, size_t got, size_t want) {
+  return Corrupt("coll: rank " + std::to_string(peer) + " sent " + std::to_string(got) + " bytes where " +
+                     std::to_string(want) + " were expected (mismatched calls?)",
+                 peer);
+}
 
 }  // namespace lattice::coll::detail
 

@@ -223,21 +223,12 @@ bool Communicator::exchange_pipelined(const std::vector<const plan::Step*>& run,
         Decoded d = decode(c.id);
         if (d.seq != seq_ || d.peer >= world_ || d.slot >= k * int(kMaxLanes)) continue;  // a leftover
         const int id = d.peer + world_ * (d.slot / k), slot = d.slot % k;
-        if (!c.status.ok()) {
-          Status s = c.status;
-          if (s.code() == ErrorCode::kPeerLost || s.code() == ErrorCode::kCancelled)
-            return finish(PeerLost("coll: rank " + std::to_string(d.peer) + " lost: " + s.message(), d.peer));
-          return finish(s.with_context("coll: rank " + std::to_string(d.peer)));
-        }
+        if (!c.status.ok()) return finish(detail::completion_error(c.status, d.peer));
         progressed = true;
         LaneQ& l = q[size_t(id)];
         if (d.recv) {
           const uint32_t idx = l.recv_of[size_t(slot)];
-          if (c.bytes != recvs[idx].bytes)
-            return finish(Corrupt("coll: rank " + std::to_string(d.peer) + " sent " + std::to_string(c.bytes) +
-                                      " bytes where " + std::to_string(recvs[idx].bytes) +
-                                      " were expected (mismatched calls?)",
-                                  d.peer));
+          if (c.bytes != recvs[idx].bytes) return finish(detail::size_mismatch(d.peer, c.bytes, recvs[idx].bytes));
           if (ready(recvs[idx])) apply(idx, slot);
           else unapplied.emplace_back(idx, slot);
         } else {
@@ -252,18 +243,12 @@ bool Communicator::exchange_pipelined(const std::vector<const plan::Step*>& run,
       idle = 0;
       continue;
     }
-    ++idle;
-    if (idle >= spin_before_yield_) std::this_thread::yield();
-    if ((idle & 1023) == 0) {
-      if (deadline.expired()) {
-        for (const PMsg& m : recvs)
-          if (!m.done) return finish(Timeout("coll: deadline passed waiting on rank " + std::to_string(m.lane % world_),
-                                             m.lane % world_));
-        return finish(Timeout("coll: deadline passed"));
-      }
-      Status s = check_links();
-      if (!s.ok()) return finish(s);
-    }
+    Status s = after_empty_poll(&idle, deadline, [&] {
+      for (const PMsg& m : recvs)
+        if (!m.done) return m.lane % world_;
+      return -1;
+    });
+    if (!s.ok()) return finish(s);
   }
 }
 
