@@ -193,10 +193,11 @@ size_t Communicator::poll_all(Completion* comps, size_t cap, Status* error) {
       if (c.status.ok() || !error->ok()) continue;
       Decoded d = decode(c.id);
       if (d.seq != seq_) continue;
-      if (c.status.code() == ErrorCode::kPeerLost || c.status.code() == ErrorCode::kCancelled)
-        *error = PeerLost("coll: rank " + std::to_string(d.peer) + " lost: " + c.status.message(), d.peer);
-      else
-        *error = c.status.with_context("coll: rank " + std::to_string(d.peer));
+      // One-sided writes: a landing zone that no longer exists at the target means its
+      // communicator went away mid-collective, as a lost peer's does.
+      *error = c.status.code() == ErrorCode::kAccessDenied
+                   ? PeerLost("coll: rank " + std::to_string(d.peer) + " lost: " + c.status.message(), d.peer)
+                   : detail::completion_error(c.status, d.peer);
     }
     total += n;
     if (total == cap) break;
@@ -243,22 +244,13 @@ Status Communicator::all_reduce_rma(const void* in, void* out, size_t count, DTy
   // Write to the next ranks first so not everyone hits rank 0 at once.
   for (int i = 1; i < world_; ++i) {
     const int p = (rank() + i) % world_;
-    fabric::Endpoint* ep = peers_[size_t(p)].ep;
     const uint64_t off = (uint64_t(rank()) * 2 + parity) * zone_stride_;
     const uint64_t key = peer_keys_[size_t(p)];
     for (int part = 0; part < 2; ++part) {
       LocalSlice src = part == 0 ? LocalSlice{landing_.get(), src_off_, bytes} : LocalSlice{landing_.get(), flag_off_, 8};
       fabric::RemoteSlice dst{key, part == 0 ? off : off + (zone_stride_ - 64), src.length};
-      for (;;) {
-        Status s = ep->post_write(src, dst, work_id(seq_, p, false, part));
-        if (s.ok()) break;
-        if (s.code() != ErrorCode::kResourceExhausted)
-          return fail(s.code() == ErrorCode::kPeerLost ? PeerLost("coll: rank " + std::to_string(p) + " lost: " + s.message(), p)
-                                                      : s.with_context("coll: write to rank " + std::to_string(p)));
-        Status r = reap();
-        if (!r.ok()) return fail(r);
-        if (deadline.expired()) return fail(Timeout("coll: write queue to rank " + std::to_string(p) + " stayed full", p));
-      }
+      Status s = post_write_retry(p, src, dst, work_id(seq_, p, false, part), deadline, &done);
+      if (!s.ok()) return fail(s);
       ++writes;
     }
   }

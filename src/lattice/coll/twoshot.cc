@@ -100,9 +100,12 @@ Status Communicator::post_write_retry(int peer, LocalSlice src, RemoteSlice dst,
   for (;;) {
     Status s = ep->post_write(src, dst, id);
     if (s.ok()) return s;
+    // The peer's landing zone is gone (kAccessDenied: its key no longer exists) only when its
+    // communicator went away mid-collective: it left, as a lost peer does.
+    if (s.code() == ErrorCode::kPeerLost || s.code() == ErrorCode::kAccessDenied)
+      return PeerLost("coll: rank " + std::to_string(peer) + " lost: " + s.message(), peer);
     if (s.code() != ErrorCode::kResourceExhausted)
-      return s.code() == ErrorCode::kPeerLost ? PeerLost("coll: rank " + std::to_string(peer) + " lost: " + s.message(), peer)
-                                              : s.with_context("coll: write to rank " + std::to_string(peer));
+      return s.with_context("coll: write to rank " + std::to_string(peer));
     LATTICE_RETURN_IF_ERROR(reap_writes(done));
     if (deadline.expired()) return Timeout("coll: write queue to rank " + std::to_string(peer) + " stayed full", peer);
   }
