@@ -339,32 +339,40 @@ int run_rank(const DistRunArgs& a) {
     sess.reset();
     LATTICE_RETURN_IF_ERROR(c.shrink(Deadline::after(std::chrono::seconds(30))).with_context("shrink"));
     const double shrink_ms = since(t_rec) * 1e3;
-    nlohmann::json mine = {{"orig", rank0}, {"tokens", out}, {"draws", sampler->draws()}};
+    // Every survivor's progress: the tokens it accepted and its sampler's draws. The furthest
+    // wins (its tokens may already be printed); the others must hold a prefix of them.
+    nlohmann::json mine = {{"tokens", out}, {"draws", sampler->draws()}};
     LATTICE_ASSIGN_OR_RETURN(auto all, c.allgather(mine.dump(), Deadline::after(std::chrono::seconds(30))));
-    std::vector<int> now_members;
-    std::vector<int32_t> best;
-    uint64_t best_draws = 0;
-    std::vector<std::vector<int32_t>> seen;
+    std::vector<std::vector<int32_t>> reports;
+    std::vector<uint64_t> draws;
     for (const std::string& s : all) {
       auto j = nlohmann::json::parse(s, nullptr, false);
-      if (j.is_discarded() || !j.contains("orig") || !j.contains("tokens") || !j.contains("draws"))
+      if (!j.is_object() || !j.contains("tokens") || !j["tokens"].is_array() || !j.contains("draws") ||
+          !j["draws"].is_number_unsigned())
         return Internal("a survivor sent a malformed progress report");
-      now_members.push_back(j["orig"].get<int>());
-      auto toks = j["tokens"].get<std::vector<int32_t>>();
-      if (toks.size() > best.size() || best.empty()) {
-        best = toks;
-        best_draws = j["draws"].get<uint64_t>();
+      std::vector<int32_t> toks;
+      for (const auto& t : j["tokens"]) {
+        if (!t.is_number_integer()) return Internal("a survivor sent a malformed progress report");
+        toks.push_back(t.get<int32_t>());
       }
-      seen.push_back(std::move(toks));
+      reports.push_back(std::move(toks));
+      draws.push_back(j["draws"].get<uint64_t>());
     }
-    for (const auto& t : seen)
-      if (!std::equal(t.begin(), t.end(), best.begin()))
+    if (reports.empty()) return Internal("no progress reports after the shrink");
+    size_t best = 0;
+    for (size_t i = 1; i < reports.size(); ++i)
+      if (reports[i].size() > reports[best].size()) best = i;
+    for (const auto& t : reports)
+      if (!std::equal(t.begin(), t.end(), reports[best].begin()))
         return Internal("survivors disagree on the tokens generated so far");
+    const uint64_t best_draws = draws[best];
+    // The members' first-epoch ranks, from the coordinator's plan.
+    const std::vector<int> now_members = c.origins();
     std::vector<int> lost;
     for (int m : members)
       if (std::find(now_members.begin(), now_members.end(), m) == now_members.end()) lost.push_back(m);
     members = now_members;
-    out = best;
+    out = reports[best];
     sampler = std::make_unique<engine::Sampler>(sp);
     for (int32_t t : prompt) sampler->accept(t);
     for (int32_t t : out) sampler->accept(t);
