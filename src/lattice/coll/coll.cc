@@ -141,7 +141,7 @@ Status all_to_all(Communicator& comm, const void* in, void* out, size_t count, D
     go.algo = Algorithm::kAuto;
     Status s = all_gather(comm, in_place ? out : in, all.data(), size_t(w) * count, dtype, go);
     if (!s.ok()) return s.with_context("all_to_all");
-    for (int q = 0; q < w; ++q)
+    for (int q = 0; q < w && count > 0; ++q)
       std::memcpy(static_cast<std::byte*>(out) + size_t(q) * count * es,
                   all.data() + size_t(q) * row + size_t(comm.rank()) * count * es, count * es);
     return Status::Ok();
