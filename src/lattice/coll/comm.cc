@@ -262,19 +262,14 @@ Status Communicator::all_reduce_rma(const void* in, void* out, size_t count, DTy
     std::atomic_ref<uint64_t> flag(*reinterpret_cast<uint64_t*>(base + (size_t(p) * 2 + parity) * zone_stride_ +
                                                                 zone_stride_ - 64));
     while (flag.load(std::memory_order_acquire) != rma_seq_) {
-      ++idle;
-      // Now and then only: the writes land without our help (rma_write_passive),
-      // and a provider's poll may yield the core after a run of empty polls.
-      if ((idle & 63) == 0) {
+      // Now and then only: the writes land without our help (rma_write_passive), and a
+      // provider's poll may yield the core after a run of empty polls.
+      if ((idle & 63) == 63) {
         Status r = reap();
         if (!r.ok()) return fail(r);
       }
-      if (idle >= spin_before_yield_) std::this_thread::yield();
-      if ((idle & 1023) == 0) {
-        if (deadline.expired()) return fail(Timeout("coll: deadline passed waiting on rank " + std::to_string(p), p));
-        Status s = check_links();
-        if (!s.ok()) return fail(s);
-      }
+      Status s = after_empty_poll(&idle, deadline, [p] { return p; });
+      if (!s.ok()) return fail(s);
     }
   }
   // Rank order, this rank's contribution from its copy (out may alias in).

@@ -303,24 +303,18 @@ Status Communicator::twoshot(CollOp op, const void* in_v, void* out_v, size_t co
       }
       continue;
     }
-    ++idle;
     // Now and then only: the writes land without our help (rma_write_passive), and a
     // provider's poll may yield the core after a run of empty polls.
-    if ((idle & 63) == 0) {
+    if ((idle & 63) == 63) {
       Status s = reap();
       if (!s.ok()) return fail(s);
     }
-    if (idle >= spin_before_yield_) std::this_thread::yield();
-    if ((idle & 1023) == 0) {
-      if (deadline.expired()) {
-        for (int p = 0; p < w; ++p)
-          if (p != r && (ag_next[size_t(p)] < m[size_t(p)] || rs_next[size_t(p)] < m[size_t(p)]))
-            return fail(Timeout("coll: two-shot deadline passed waiting on rank " + std::to_string(p), p));
-        return fail(Timeout("coll: two-shot deadline passed"));
-      }
-      Status s = check_links();
-      if (!s.ok()) return fail(s);
-    }
+    Status s = after_empty_poll(&idle, deadline, [&] {
+      for (int p = 0; p < w; ++p)
+        if (p != r && (ag_next[size_t(p)] < m[size_t(p)] || rs_next[size_t(p)] < m[size_t(p)])) return p;
+      return -1;
+    });
+    if (!s.ok()) return fail(s.code() == ErrorCode::kTimeout ? s.with_context("two-shot") : s);
   }
   // Every write's completion (the source slots are reused by the next call).
   while (done < posted) {
