@@ -69,6 +69,8 @@ void matrix(const std::string& uri, std::initializer_list<int> worlds, std::init
     // shm writes passively: the one-sided one-shot and two-shot paths run (tcp: the plans).
     const bool shm = uri == "shm" && world > 1;
     EXPECT_EQ(rk.comms[0]->twoshot_ready(), shm && one_sided) << uri << " world " << world;
+    std::vector<Communicator*> comms;
+    for (auto& cm : rk.comms) comms.push_back(cm.get());
     for (CollOp op : ops)
       for (Algorithm a : plan::algorithms_for(op)) {
         if (!plan::implements(op, a, world)) continue;
@@ -82,20 +84,9 @@ void matrix(const std::string& uri, std::initializer_list<int> worlds, std::init
               o.algo = a;
               o.chunk_bytes = 256;  // many chunks per transfer even for small counts
               o.timeout = std::chrono::seconds(60);
-              auto in = std::vector<std::vector<std::byte>>(size_t(world)), out = in;
-              auto st = test::on_all(world, [&](int r) {
-                in[size_t(r)] = test::make_buffer(t, test::in_elems(c));
-                out[size_t(r)] = test::make_buffer(t, test::out_elems(c));
-                test::fill_case_input(c, t, rop, r, in[size_t(r)].data());
-                return test::run_op(*rk.comms[size_t(r)], c, t, rop, in[size_t(r)].data(), out[size_t(r)].data(), o);
-              });
-              for (int r = 0; r < world; ++r) {
-                ASSERT_TRUE(st[size_t(r)].ok()) << st[size_t(r)].to_string() << " " << to_string(op) << " "
-                                                << to_string(a) << " world " << world << " rank " << r;
-                ASSERT_EQ(test::check_output(c, t, rop, r, out[size_t(r)].data()), "")
-                    << to_string(op) << " " << to_string(a) << " world " << world << " count " << count << " "
-                    << to_string(t) << " " << to_string(rop);
-              }
+              ASSERT_EQ(test::run_and_check(comms, c, t, rop, o), "")
+                  << to_string(op) << " " << to_string(a) << " world " << world << " count " << count << " "
+                  << to_string(t) << " " << to_string(rop);
             }
           }
       }

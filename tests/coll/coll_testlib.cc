@@ -15,6 +15,25 @@ std::vector<Status> on_all(int world, const std::function<Status(int)>& fn) {
   return st;
 }
 
+std::string run_and_check(const std::vector<Communicator*>& comms, const Case& c, DType t, ReduceOp op,
+                          const CollOptions& o) {
+  const int world = static_cast<int>(comms.size());
+  auto in = std::vector<std::vector<std::byte>>(size_t(world)), out = in;
+  auto st = on_all(world, [&](int r) {
+    in[size_t(r)] = make_buffer(t, in_elems(c));
+    out[size_t(r)] = make_buffer(t, out_elems(c));
+    fill_case_input(c, t, op, r, in[size_t(r)].data());
+    return run_op(*comms[size_t(r)], c, t, op, in[size_t(r)].data(), out[size_t(r)].data(), o);
+  });
+  for (int r = 0; r < world; ++r)
+    if (!st[size_t(r)].ok()) return "rank " + std::to_string(r) + ": " + st[size_t(r)].to_string();
+  for (int r = 0; r < world; ++r) {
+    std::string e = check_output(c, t, op, r, out[size_t(r)].data());
+    if (!e.empty()) return "rank " + std::to_string(r) + ": " + e;
+  }
+  return "";
+}
+
 Status run_op(Communicator& comm, const Case& c, DType t, ReduceOp op, const void* in, void* out,
               const CollOptions& o) {
   switch (c.op) {

@@ -122,6 +122,8 @@ void cabled_matrix(const std::string& uri, const std::vector<int>& cycle, std::i
   const plan::Route want = plan::find_route(world, [&](int a, int b) { return cb.views[0]->pair_linked(a, b); });
   EXPECT_EQ(cb.comms[0]->route().order, want.order);
   EXPECT_EQ(cb.comms[0]->route().cycle, closed);
+  std::vector<Communicator*> comms;
+  for (auto& cm : cb.comms) comms.push_back(cm.get());
   for (CollOp op : {CollOp::kAllReduce, CollOp::kAllGather, CollOp::kReduceScatter, CollOp::kBroadcast, CollOp::kReduce,
                     CollOp::kBarrier})
     for (size_t count : counts)
@@ -135,18 +137,8 @@ void cabled_matrix(const std::string& uri, const std::vector<int>& cycle, std::i
           CollOptions o;
           o.chunk_bytes = 512;
           o.timeout = std::chrono::seconds(60);
-          auto in = std::vector<std::vector<std::byte>>(size_t(world)), out = in;
-          auto st = test::on_all(world, [&](int r) {
-            in[size_t(r)] = test::make_buffer(t, test::in_elems(c));
-            out[size_t(r)] = test::make_buffer(t, test::out_elems(c));
-            test::fill_case_input(c, t, rop, r, in[size_t(r)].data());
-            return test::run_op(*cb.comms[size_t(r)], c, t, rop, in[size_t(r)].data(), out[size_t(r)].data(), o);
-          });
-          for (int r = 0; r < world; ++r) {
-            ASSERT_TRUE(st[size_t(r)].ok()) << st[size_t(r)].to_string() << " " << to_string(op) << " rank " << r;
-            ASSERT_EQ(test::check_output(c, t, rop, r, out[size_t(r)].data()), "")
-                << to_string(op) << " count " << count << " " << to_string(t) << " " << to_string(rop) << " rank " << r;
-          }
+          ASSERT_EQ(test::run_and_check(comms, c, t, rop, o), "")
+              << to_string(op) << " count " << count << " " << to_string(t) << " " << to_string(rop);
         }
       }
 }
