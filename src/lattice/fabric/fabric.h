@@ -54,6 +54,9 @@ struct ProviderCaps {
   size_t frame_bytes = 0;      // >0: sends are padded to whole frames of this size (Apple TB5: 4096)
   size_t max_regions = 0;      // 0: no fixed limit
   bool needs_registration_for_send = false;  // send buffers must be registered regions
+  // Endpoint::release_buffer works: a caller may post sends and receives straight from memory
+  // it frees after a failed exchange (tcp). False: post from memory that outlives the endpoint.
+  bool release_buffer = false;
 };
 
 // Access rights of a memory region. Remote rights are checked by the target on every access.
@@ -156,6 +159,19 @@ class Endpoint {
   virtual Status post_fetch_add(LocalSlice result, RemoteSlice target, uint64_t add, WorkId id) = 0;
   virtual Status post_compare_swap(LocalSlice result, RemoteSlice target, uint64_t expected,
                                    uint64_t desired, WorkId id) = 0;
+
+  // Stops the endpoint from touching the memory of the outstanding send or receive `id`, so the
+  // caller may free it: a send's bytes not yet handed to the link are copied aside and still
+  // go out (the stream stays in order); a receive keeps its place in the order, but the message
+  // it matches is dropped and it completes with kCancelled. The operation still produces its
+  // one completion. Ok (nothing to do) when `id` already completed or names no operation here.
+  // For callers whose exchange failed mid-way (a deadline, a lost neighbour) with operations
+  // posted from memory they are about to give back. kUnavailable unless
+  // ProviderCaps::release_buffer.
+  virtual Status release_buffer(WorkId id) {
+    (void)id;
+    return Unavailable("release_buffer: this provider keeps posted memory until completion");
+  }
 
   // Ok while healthy; the sticky error once the endpoint failed.
   virtual Status status() const = 0;

@@ -417,6 +417,42 @@ Status Conn::post_recv(LocalSlice dst, WorkId id) {
   return Status::Ok();
 }
 
+Status Conn::release_buffer(WorkId id) {
+  std::lock_guard lock(mu_);
+  for (TxOp& op : tx_) {
+    if (!op.completes || op.id != id) continue;
+    // Sealed frames and inline payloads already live in the op; a copied payload is the op's.
+    if (op.payload_len == 0 || op.sealed || op.released) return Status::Ok();
+    op.released = std::make_unique_for_overwrite<std::byte[]>(op.payload_len);
+    std::memcpy(op.released.get(), op.payload, op.payload_len);
+    op.payload = op.released.get();
+    return Status::Ok();
+  }
+  for (size_t i = 0; i < recvs_.size(); ++i) {
+    RecvOp& r = recvs_[i];
+    if (r.id != id || r.released) continue;
+    r.released = true;
+    // The front receive may be filling right now: the rest of its message goes elsewhere.
+    if (i == 0 && finish_ == Finish::kRecvMsg && (rx_ == Rx::kPayload || rx_ == Rx::kTrailer) && !sink_scratch_) {
+      if (cipher_) {
+        // The tag covers every byte: the message is opened aside (and dropped), so what already
+        // landed in the caller's buffer moves there too.
+        const size_t got = sink_len_ - static_cast<size_t>(sink_left_);
+        rx_scratch_.resize(sink_len_);
+        if (got) std::memcpy(rx_scratch_.data(), sink_ - got, got);
+        sink_ = rx_scratch_.data() + got;
+        sink_scratch_ = true;
+      } else {
+        discard_left_ += sink_left_;
+        sink_left_ = 0;
+        sink_ = nullptr;
+      }
+    }
+    return Status::Ok();
+  }
+  return Status::Ok();
+}
+
 Status Conn::post_write(LocalSlice src, RemoteSlice dst, uint32_t imm, bool with_imm, WorkId id) {
   LATTICE_RETURN_IF_ERROR(check_local(src, with_imm ? "post_write_with_imm" : "post_write"));
   if (dst.length != 0 && dst.length < src.length)
@@ -849,8 +885,8 @@ Status Conn::begin_frame() {
                        rank);
       if (unexpected_.empty() && !recvs_.empty()) {
         const RecvOp& r = recvs_.front();
-        sink_ = r.buf;
-        sink_len_ = static_cast<size_t>(std::min<uint64_t>(h.payload_len, r.cap));
+        sink_ = r.released ? nullptr : r.buf;
+        sink_len_ = r.released ? 0 : static_cast<size_t>(std::min<uint64_t>(h.payload_len, r.cap));
         sink_left_ = sink_len_;
         discard_left_ = h.payload_len - sink_len_;
         if (cipher_ && discard_left_ > 0) {
@@ -987,6 +1023,10 @@ void Conn::match_unexpected() {
       complete_recv_side(r.id, Opcode::kRecvImm, Status::Ok(), 0, u.imm);
       continue;
     }
+    if (r.released) {
+      complete_recv_side(r.id, Opcode::kRecv, Cancelled("receive released before its message arrived"), 0, 0);
+      continue;
+    }
     size_t n = std::min(u.data.size(), r.cap);
     if (n > 0) std::memcpy(r.buf, u.data.data(), n);
     Status s = n < u.data.size() ? Truncated("message of " + std::to_string(u.data.size()) + " bytes truncated to the " +
@@ -1009,6 +1049,12 @@ void Conn::finish_frame() {
     case Finish::kRecvMsg: {
       RecvOp r = recvs_.front();
       recvs_.pop_front();
+      if (r.released) {
+        rx_scratch_ = {};
+        sink_scratch_ = false;
+        complete_recv_side(r.id, Opcode::kRecv, Cancelled("receive released before its message arrived"), 0, 0);
+        break;
+      }
       uint64_t full = cur_.payload_len;
       Status s = full > r.cap ? Truncated("message of " + std::to_string(full) + " bytes truncated to the " +
                                               std::to_string(r.cap) + "-byte receive buffer",

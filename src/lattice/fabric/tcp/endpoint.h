@@ -88,6 +88,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   Status post_read(LocalSlice dst, RemoteSlice src, WorkId id);
   Status post_atomic(LocalSlice result, RemoteSlice target, FrameType type, uint64_t a, uint64_t b, WorkId id);
 
+  Status release_buffer(WorkId id);
   Status status() const;
   int peer_rank() const { return options_.peer_rank; }
   // The endpoint is being destroyed: cancel its work, shut the socket.
@@ -129,6 +130,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     size_t bytes = 0;
     std::unique_ptr<std::byte[]> sealed;  // sealed sessions: header tag | ciphertext | tag
     size_t sealed_cap = 0;
+    std::unique_ptr<std::byte[]> released;  // release_buffer(): the payload, copied aside
     size_t total() const { return sizeof(FrameHeader) + inline_len + payload_len; }
   };
   struct PendingOp {  // a one-sided request awaiting its response
@@ -142,6 +144,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     WorkId id;
     std::byte* buf;
     size_t cap;
+    bool released = false;  // release_buffer(): the message it matches is dropped
   };
   struct Unexpected {
     bool is_imm;
@@ -269,6 +272,7 @@ class TcpEndpoint final : public Endpoint {
                            WorkId id) override {
     return conn_->post_atomic(result, target, FrameType::kCompareSwap, expected, desired, id);
   }
+  Status release_buffer(WorkId id) override { return conn_->release_buffer(id); }
   Status status() const override { return conn_->status(); }
   int peer_rank() const override { return conn_->peer_rank(); }
 

@@ -31,11 +31,13 @@ std::optional<RegionInfo> RegionTable::find(uint64_t key) const {
 TcpMemoryRegion::TcpMemoryRegion(std::shared_ptr<RegionTable> table, std::byte* data, size_t size,
                                  uint32_t access, void* owned)
     : table_(std::move(table)), data_(data), size_(size), access_(access), owned_(owned) {
-  key_ = table_->insert(RegionInfo{data_, size_, access_});
+  // Local-only memory (no remote right) is never looked up by a peer: no key, no table entry,
+  // so registering a caller's buffer for one exchange costs an allocation, not a lock.
+  if (access_ & (kRemoteRead | kRemoteWrite | kRemoteAtomic)) key_ = table_->insert(RegionInfo{data_, size_, access_});
 }
 
 TcpMemoryRegion::~TcpMemoryRegion() {
-  table_->erase(key_);
+  if (key_ != 0) table_->erase(key_);
   std::free(owned_);
 }
 

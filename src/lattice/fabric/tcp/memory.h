@@ -56,7 +56,7 @@ class TcpMemoryRegion final : public MemoryRegion {
   size_t size_;
   uint32_t access_;
   void* owned_;
-  uint64_t key_;
+  uint64_t key_ = 0;  // 0: local-only, not in the table
 };
 
 }  // namespace lattice::fabric::tcp

@@ -46,6 +46,7 @@ Result<std::unique_ptr<TcpProvider>> TcpProvider::create(std::string_view params
   p->caps_.max_msg = kMaxMessage;
   p->caps_.max_inline = kMaxInline;
   p->caps_.rma_write = p->caps_.rma_read = p->caps_.atomics = true;
+  p->caps_.release_buffer = true;
 
   p->listen_fd_ = ::socket(spec.bind_addr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (p->listen_fd_ < 0) return ErrnoError("tcp provider: socket()", errno);
