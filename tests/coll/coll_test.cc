@@ -428,5 +428,77 @@ TEST(CollFault, RankLostMidOneSidedAllReduceFailsEverySurvivorWithPeerLost) {
   rank_lost_mid_collective(Algorithm::kOneShot, 1024);
 }
 
+// tcp lanes send from and receive into the caller's buffers directly. A collective that fails
+// while such transfers are still posted must leave nothing pointing at the caller's memory:
+// rank 0's all-gather times out (rank 1 never joins) with most of its 32 MiB send still queued
+// and its receive for rank 1's block posted into `out`. Then the caller scribbles over both
+// buffers; rank 1 must still read the bytes rank 0 had at call time, and a block rank 1 sends
+// afterwards must never land in rank 0's `out`.
+TEST(CollFault, FailedCallOnTcpLetsGoOfTheCallersBuffers) {
+  CommOptions co;
+  co.chunk_bytes = 32 << 20;  // one message: far more than the sockets buffer
+  co.slots_per_peer = 1;
+  co.rma_zone_bytes = co.twoshot_chunk_bytes = 0;
+  Ranks rk = make_ranks(2, "tcp://127.0.0.1:0", co);
+  ASSERT_EQ(rk.comms.size(), 2u);
+  const size_t n = (32 << 20) / 4, bytes = n * 4;
+  std::vector<float> in(n), out(2 * n, 0.0f);
+  for (size_t i = 0; i < n; ++i) in[i] = float(i % 100003) * 0.5f + 1.0f;
+  const std::vector<float> sent = in;
+  CollOptions o;
+  o.algo = Algorithm::kOneShot;
+  o.timeout = std::chrono::milliseconds(300);
+  Status st = all_gather(*rk.comms[0], in.data(), out.data(), n, DType::kF32, o);
+  ASSERT_EQ(st.code(), ErrorCode::kTimeout) << st.to_string();
+  std::fill(in.begin(), in.end(), -7.0f);
+  std::fill(out.begin(), out.end(), -9.0f);
+
+  // Rank 1, by hand on its link to rank 0; rank 0's queues are polled too (as its next call
+  // would), collecting what its failed call left behind.
+  cluster::Link l1 = rk.groups[1]->links(0).front(), l0 = rk.groups[0]->links(1).front();
+  std::vector<fabric::Completion> at0;
+  auto wait1 = [&](fabric::CompletionQueue* cq) {
+    fabric::Completion c[4];
+    Deadline d = Deadline::after(std::chrono::seconds(30));
+    while (!d.expired()) {
+      for (auto* q0 : {l0.send_cq, l0.recv_cq}) {
+        size_t k = q0->poll(c);
+        at0.insert(at0.end(), c, c + k);
+      }
+      if (cq->poll({c, 1}) == 1) return c[0];
+    }
+    fabric::Completion none;
+    none.status = Timeout("no completion");
+    return none;
+  };
+  auto buf = l1.provider->allocate_memory(bytes, fabric::kLocalRead | fabric::kLocalWrite);
+  ASSERT_TRUE(buf.ok());
+  ASSERT_TRUE(l1.endpoint->post_recv({buf->get(), 0, bytes}, 1).ok());
+  fabric::Completion c = wait1(l1.recv_cq);
+  ASSERT_TRUE(c.status.ok()) << c.status.to_string();
+  ASSERT_EQ(c.bytes, bytes);
+  EXPECT_EQ(0, std::memcmp((*buf)->data(), sent.data(), bytes)) << "rank 1 got bytes rank 0 wrote after the call";
+
+  for (size_t i = 0; i < n; ++i) reinterpret_cast<float*>((*buf)->data())[i] = 3.0f;
+  ASSERT_TRUE(l1.endpoint->post_send({buf->get(), 0, bytes}, 2).ok());
+  c = wait1(l1.send_cq);
+  ASSERT_TRUE(c.status.ok()) << c.status.to_string();
+  // Rank 0's released receive takes the block and drops it.
+  Deadline d = Deadline::after(std::chrono::seconds(30));
+  auto cancelled = [&] {
+    for (const auto& x : at0)
+      if (x.status.code() == ErrorCode::kCancelled) return true;
+    return false;
+  };
+  while (!cancelled() && !d.expired()) {
+    fabric::Completion cc[4];
+    size_t k = l0.recv_cq->poll(cc);
+    at0.insert(at0.end(), cc, cc + k);
+  }
+  EXPECT_TRUE(cancelled()) << "rank 0's released receive completes kCancelled";
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], -9.0f) << "rank 0's out was written at " << i;
+  EXPECT_TRUE(l0.endpoint->status().ok()) << l0.endpoint->status().to_string();
+}
+
 }  // namespace
 }  // namespace lattice::coll

@@ -4,7 +4,11 @@
 // send is copied into one, and the rank busy-polls its completion queues (poll, never wait:
 // small all-reduces are a few microseconds) until all messages of the step are done. A
 // received chunk is copied or reduced straight out of its slot, which is then re-posted for
-// the next chunk from that peer. Every 1024 polls the deadline and every link's sticky status
+// the next chunk from that peer. On providers that can take posted memory back
+// (ProviderCaps::release_buffer: tcp) a lane is direct: sends leave straight from the
+// caller's buffers and plain receives land straight in them (registered for the call), only
+// reducing receives use a slot; a failed call releases whatever is still posted before it
+// returns, so the caller may free its buffers. Every 1024 polls the deadline and every link's sticky status
 // are checked, so a dead peer fails the collective on every survivor that has a link to it,
 // even one that is only waiting on a live neighbour.
 #include "lattice/coll/comm.h"
@@ -114,6 +118,8 @@ Status Communicator::build() {
     for (int p : peers) {
       PeerState& ps = peers_[size_t(p)];
       ps.region = st->region.get();
+      ps.staging = st.get();
+      ps.direct = options_.zero_copy && prov->caps().release_buffer;
       ps.send_base = off;
       ps.recv_base = off + size_t(k) * chunk;
       off += size_t(2 * k) * chunk;
@@ -292,6 +298,59 @@ Status Communicator::all_reduce_rma(const void* in, void* out, size_t count, DTy
   return Status::Ok();
 }
 
+Status Communicator::register_user(const plan::Plan& plan, size_t esize) {
+  bool any = false;
+  for (const auto& st : staging_) any = any || (options_.zero_copy && st->provider->caps().release_buffer);
+  if (!any) return Status::Ok();
+  // How much of each buffer the plan touches (elements).
+  size_t ext[3] = {0, 0, 0};
+  auto see = [&](plan::Ref r, size_t n) {
+    if (n) ext[size_t(r.buf)] = std::max(ext[size_t(r.buf)], r.off + n);
+  };
+  for (const plan::Step& st : plan.steps) {
+    for (const auto* list : {&st.sends, &st.recvs})
+      for (const plan::Transfer& t : *list) see(t.ref, t.n);
+    for (const plan::Local& l : st.after) {
+      see(l.dst, l.n);
+      see(l.a, l.n);
+      if (l.kind == plan::Local::kReduce) see(l.b, l.n);
+    }
+  }
+  const std::byte* base[3] = {in_, out_, tmp_};
+  for (const auto& st : staging_) {
+    if (!(options_.zero_copy && st->provider->caps().release_buffer)) continue;
+    for (size_t b = 0; b < 3; ++b) {
+      if (ext[b] == 0 || base[b] == nullptr) continue;
+      // Local access only: nothing remote ever addresses a caller's buffer.
+      auto r = st->provider->register_memory(const_cast<std::byte*>(base[b]), ext[b] * esize,
+                                             fabric::kLocalRead | fabric::kLocalWrite);
+      if (!r.ok()) return r.status().with_context("coll: registering the caller's buffer");
+      st->user[b] = std::move(r).value();
+    }
+  }
+  return Status::Ok();
+}
+
+void Communicator::release_user() {
+  for (auto& st : staging_)
+    for (auto& u : st->user) u.reset();
+}
+
+void Communicator::release_direct(const std::vector<int>& lanes) {
+  const int k = options_.slots_per_peer;
+  for (int id : lanes) {
+    const PeerState& ps = peers_[size_t(id)];
+    if (!ps.direct || ps.ep == nullptr) continue;
+    const int p = id % world_, slot0 = (id / world_) * k;
+    // Every slot id of this call: the outstanding ones let go, completed ones are no-ops.
+    for (int slot = 0; slot < k; ++slot)
+      for (bool recv : {false, true}) {
+        Status s = ps.ep->release_buffer(work_id(seq_, p, recv, slot0 + slot));
+        if (!s.ok()) LATTICE_LOG_WARN("coll: releasing a buffer posted to rank {}: {}", p, s.to_string());
+      }
+  }
+}
+
 std::byte* Communicator::resolve(plan::Ref ref, size_t esize) const {
   std::byte* base = nullptr;
   switch (ref.buf) {
@@ -342,6 +401,11 @@ Status Communicator::execute(const plan::Plan& plan, DType dtype, ReduceOp op, c
   size_t chunk = chunk_bytes == 0 ? options_.chunk_bytes : std::min(chunk_bytes, options_.chunk_bytes);
   chunk = std::max<size_t>(esize, chunk / esize * esize);
   seq_ = (seq_ + 1) & kSeqMask;
+  struct Unregister {
+    Communicator* c;
+    ~Unregister() { c->release_user(); }
+  } unregister{this};
+  LATTICE_RETURN_IF_ERROR(register_user(plan, esize));
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     const plan::Step* step = &plan.steps[i];
     bool exchanged = false;
@@ -390,6 +454,7 @@ Status Communicator::exchange(const plan::Step& step, size_t esize, DType dtype,
       return Internal("coll: plan names peer " + std::to_string(t.peer));
     const size_t lanes = size_t(lanes_[size_t(t.peer)]);
     std::byte* p = resolve(t.ref, esize);
+    size_t off = t.ref.off * esize;
     size_t left = t.n * esize;
     while (left > 0) {
       size_t b = std::min(left, chunk);
@@ -398,8 +463,9 @@ Status Communicator::exchange(const plan::Step& step, size_t esize, DType dtype,
         seen[id] = 1;
         active.push_back(int(id));
       }
-      (recv ? peers_[id].recvs : peers_[id].sends).push_back({p, b, t.reduce});
+      (recv ? peers_[id].recvs : peers_[id].sends).push_back({p, b, t.reduce, t.ref.buf, off});
       p += b;
+      off += b;
       left -= b;
     }
     return Status::Ok();
@@ -417,6 +483,7 @@ Status Communicator::exchange(const plan::Step& step, size_t esize, DType dtype,
     }
   }
   auto finish = [&](Status s) {
+    if (!s.ok()) release_direct(active);
     for (int p : active) {
       peers_[size_t(p)].sends.clear();
       peers_[size_t(p)].recvs.clear();
@@ -435,7 +502,9 @@ Status Communicator::exchange(const plan::Step& step, size_t esize, DType dtype,
       // Receives first, so a peer's message finds its buffer.
       while (ps.next_recv < ps.recvs.size() && !ps.free_recv.empty()) {
         int slot = ps.free_recv.back();
-        LocalSlice dst{ps.region, ps.recv_base + size_t(slot) * slot_bytes, ps.recvs[ps.next_recv].bytes};
+        const auto& m = ps.recvs[ps.next_recv];
+        LocalSlice dst = ps.direct && !m.reduce ? ps.user_slice(m.buf, m.off, m.bytes)
+                                                : LocalSlice{ps.region, ps.recv_base + size_t(slot) * slot_bytes, m.bytes};
         Status s = ps.ep->post_recv(dst, work_id(seq_, p, true, lane_slot0 + slot));
         if (s.code() == ErrorCode::kResourceExhausted) break;
         if (!s.ok()) return finish(s.with_context("coll: receive from rank " + std::to_string(p)));
@@ -446,7 +515,8 @@ Status Communicator::exchange(const plan::Step& step, size_t esize, DType dtype,
         int slot = ps.free_send.back();
         const auto& m = ps.sends[ps.next_send];
         LocalSlice src{ps.region, ps.send_base + size_t(slot) * slot_bytes, m.bytes};
-        std::memcpy(src.data(), m.ptr, m.bytes);
+        if (ps.direct) src = ps.user_slice(m.buf, m.off, m.bytes);
+        else std::memcpy(src.data(), m.ptr, m.bytes);
         Status s = ps.ep->post_send(src, work_id(seq_, p, false, lane_slot0 + slot));
         if (s.code() == ErrorCode::kResourceExhausted) break;
         if (!s.ok()) return finish(s.with_context("coll: send to rank " + std::to_string(p)));
@@ -473,7 +543,7 @@ Status Communicator::exchange(const plan::Step& step, size_t esize, DType dtype,
           if (c.bytes != m.bytes) return finish(detail::size_mismatch(d.peer, c.bytes, m.bytes));
           const std::byte* src = ps.region->data() + ps.recv_base + size_t(d.slot) * slot_bytes;
           if (m.reduce) reduce(dtype, op, m.ptr, m.ptr, src, m.bytes / esize);
-          else std::memcpy(m.ptr, src, m.bytes);
+          else if (!ps.direct) std::memcpy(m.ptr, src, m.bytes);
           ps.free_recv.push_back(d.slot);
           ++ps.done_recv;
         } else {

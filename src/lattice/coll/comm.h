@@ -52,6 +52,11 @@ struct CommOptions {
   // (credits written back keep a writer from overwriting an unread slot). 0 disables it.
   size_t twoshot_chunk_bytes = 64 * 1024;
   int twoshot_depth = 4;
+  // Two-sided transfers on providers that can release posted memory (ProviderCaps::
+  // release_buffer: tcp) send straight from the caller's buffers and receive plain copies
+  // straight into them, skipping the staging slots (two of a byte's four copies on tcp).
+  // Reducing receives still land in a slot. False: everything goes through the slots.
+  bool zero_copy = true;
 };
 
 class Communicator {
@@ -113,6 +118,13 @@ class Communicator {
   bool exchange_pipelined(const std::vector<const plan::Step*>& run, size_t esize, DType dtype, ReduceOp op,
                           size_t chunk_bytes, Deadline deadline, Status* result);
   std::byte* resolve(plan::Ref ref, size_t esize) const;
+  // Direct transfers: registers this call's buffers (their extent in `plan`) with every
+  // provider whose lanes are direct; drops them when the call ends (release_user()).
+  Status register_user(const plan::Plan& plan, size_t esize);
+  void release_user();
+  // A failed call: the providers of direct lanes let go of the caller's memory its still
+  // outstanding sends and receives name (fabric::Endpoint::release_buffer).
+  void release_direct(const std::vector<int>& lanes);
   Status fail(Status s);
   Status check_links();
   // After an empty poll of the executors: yields the core when oversubscribed; every 1024

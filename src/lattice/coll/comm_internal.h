@@ -53,18 +53,31 @@ namespace lattice::coll {
 struct Communicator::Staging {
   fabric::Provider* provider = nullptr;
   std::unique_ptr<fabric::MemoryRegion> region;
+  // Direct transfers (CommOptions::zero_copy on a provider with release_buffer): the current
+  // call's buffers (plan::Buf order) registered for local access, for this call only.
+  std::unique_ptr<fabric::MemoryRegion> user[3];
 };
 
 struct Communicator::PeerState {
   fabric::Endpoint* ep = nullptr;
   fabric::MemoryRegion* region = nullptr;
+  Staging* staging = nullptr;
+  // Sends go straight from the caller's buffers and plain (not reducing) receives straight
+  // into them: the provider can release posted memory if the call fails (tcp).
+  bool direct = false;
   size_t send_base = 0, recv_base = 0;  // byte offsets of the peer's slots in `region`
   // Per step:
   struct Msg {
     std::byte* ptr;
     size_t bytes;
     bool reduce;
+    plan::Buf buf;
+    size_t off;  // bytes into buf
   };
+  // The slice of the caller's buffer a direct transfer uses.
+  fabric::LocalSlice user_slice(plan::Buf buf, size_t off, size_t bytes) const {
+    return {staging->user[size_t(buf)].get(), off, bytes};
+  }
   std::vector<Msg> sends, recvs;
   size_t next_send = 0, next_recv = 0, done_send = 0, done_recv = 0;
   std::vector<int> free_send, free_recv;  // slot indices

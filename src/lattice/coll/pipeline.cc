@@ -10,6 +10,9 @@
 //   a receive writes its range when it is applied (copied or reduced out of its staging slot,
 //   which it holds until then): every overlapping send of step s - 1 must have been copied into
 //   its slot, and every overlapping receive of step s - 1 applied first (a fixed order).
+// On direct lanes (comm.cc) a send holds its range until it completes, and a plain receive
+// writes its range from the moment it is posted: such a receive is posted only once its
+// dependencies are met, and a receive depending on a direct send waits for its completion.
 // A ring step sends what the previous step just reduced, chunk i after chunk i, so the ring's
 // steps overlap chunk by chunk. Runs whose steps have overlapping ranges within one list, or
 // local work between steps, are not pipelined (execute() checks).
@@ -37,6 +40,8 @@ struct PMsg {
   std::byte* ptr = nullptr;
   size_t bytes = 0;
   bool reduce = false;
+  plan::Buf buf = plan::Buf::kOut;
+  size_t off = 0;  // bytes into buf
   bool posted = false, done = false;  // send: copied into its slot / completed; receive: -, applied
   std::vector<uint32_t> dep_sends, dep_recvs;  // of the previous step: must be posted / applied
 };
@@ -83,6 +88,7 @@ bool Communicator::exchange_pipelined(const std::vector<const plan::Step*>& run,
         }
         const size_t lanes = size_t(lanes_[size_t(t.peer)]);
         std::byte* p = resolve(t.ref, esize);
+        size_t off = t.ref.off * esize;
         for (size_t left = t.n * esize; left > 0;) {
           const size_t b = std::min(left, chunk);
           PMsg m;
@@ -91,11 +97,14 @@ bool Communicator::exchange_pipelined(const std::vector<const plan::Step*>& run,
           m.ptr = p;
           m.bytes = b;
           m.reduce = t.reduce;
+          m.buf = t.ref.buf;
+          m.off = off;
           auto& list = dir ? recvs : sends;
           (dir ? recv_ranges : send_ranges)[size_t(s)].push_back(
               {reinterpret_cast<uintptr_t>(p), reinterpret_cast<uintptr_t>(p) + b, uint32_t(list.size())});
           list.push_back(std::move(m));
           p += b;
+          off += b;
           left -= b;
         }
       }
@@ -143,13 +152,18 @@ bool Communicator::exchange_pipelined(const std::vector<const plan::Step*>& run,
     while (low < nsteps && left[size_t(low)] == 0) ++low;
   };
   advance();
+  // A staged send is done with its memory once copied into its slot (posted); a direct one
+  // only when it completed.
   auto ready = [&](const PMsg& m) {
     for (uint32_t d : m.dep_recvs)
       if (!recvs[d].done) return false;
     for (uint32_t d : m.dep_sends)
-      if (!sends[d].posted) return false;
+      if (!(peers_[size_t(sends[d].lane)].direct ? sends[d].done : sends[d].posted)) return false;
     return true;
   };
+  // A direct receive (plain copy on a direct lane) writes its memory from the moment it is
+  // posted: it is posted only once ready, and applying it moves nothing.
+  auto direct_recv = [&](const PMsg& m) { return !m.reduce && peers_[size_t(m.lane)].direct; };
   const size_t slot_bytes = options_.chunk_bytes;
   std::vector<std::pair<uint32_t, int>> unapplied;  // (receive, slot) completed, waiting on their deps
   auto apply = [&](uint32_t idx, int slot) {
@@ -157,12 +171,13 @@ bool Communicator::exchange_pipelined(const std::vector<const plan::Step*>& run,
     const PeerState& ps = peers_[size_t(m.lane)];
     const std::byte* src = ps.region->data() + ps.recv_base + size_t(slot) * slot_bytes;
     if (m.reduce) reduce(dtype, op, m.ptr, m.ptr, src, m.bytes / esize);
-    else std::memcpy(m.ptr, src, m.bytes);
+    else if (!ps.direct) std::memcpy(m.ptr, src, m.bytes);
     m.done = true;
     --left[size_t(m.step)];
     q[size_t(m.lane)].free_recv.push_back(slot);
   };
   auto finish = [&](Status s) {
+    if (!s.ok()) release_direct(active);
     *result = s.ok() ? s : fail(s);
     return true;
   };
@@ -178,8 +193,12 @@ bool Communicator::exchange_pipelined(const std::vector<const plan::Step*>& run,
       while (l.next_recv < l.recv_q.size() && !l.free_recv.empty() && recvs[l.recv_q[l.next_recv]].step <= low + 1) {
         const int slot = l.free_recv.back();
         const uint32_t idx = l.recv_q[l.next_recv];
-        Status s = ps.ep->post_recv({ps.region, ps.recv_base + size_t(slot) * slot_bytes, recvs[idx].bytes},
-                                    work_id(seq_, p, true, slot0 + slot));
+        const PMsg& m = recvs[idx];
+        const bool direct = direct_recv(m);
+        if (direct && !ready(m)) break;
+        LocalSlice dst{ps.region, ps.recv_base + size_t(slot) * slot_bytes, m.bytes};
+        if (direct) dst = ps.user_slice(m.buf, m.off, m.bytes);
+        Status s = ps.ep->post_recv(dst, work_id(seq_, p, true, slot0 + slot));
         if (s.code() == ErrorCode::kResourceExhausted) break;
         if (!s.ok()) return finish(s.with_context("coll: receive from rank " + std::to_string(p)));
         l.free_recv.pop_back();
@@ -193,7 +212,8 @@ bool Communicator::exchange_pipelined(const std::vector<const plan::Step*>& run,
         if (m.step > low + 1 || !ready(m)) break;
         const int slot = l.free_send.back();
         LocalSlice src{ps.region, ps.send_base + size_t(slot) * slot_bytes, m.bytes};
-        std::memcpy(src.data(), m.ptr, m.bytes);
+        if (ps.direct) src = ps.user_slice(m.buf, m.off, m.bytes);
+        else std::memcpy(src.data(), m.ptr, m.bytes);
         Status s = ps.ep->post_send(src, work_id(seq_, p, false, slot0 + slot));
         if (s.code() == ErrorCode::kResourceExhausted) break;
         if (!s.ok()) return finish(s.with_context("coll: send to rank " + std::to_string(p)));
