@@ -428,6 +428,51 @@ TEST(CollFault, RankLostMidOneSidedAllReduceFailsEverySurvivorWithPeerLost) {
   rank_lost_mid_collective(Algorithm::kOneShot, 1024);
 }
 
+// A local group whose epoch the test moves on (as Cluster::shrink does), same links.
+class EpochView final : public cluster::Group {
+ public:
+  explicit EpochView(cluster::Group& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int world_size() const override { return inner_.world_size(); }
+  uint64_t epoch() const override { return epoch_; }
+  std::span<const cluster::Link> links(int peer) const override { return inner_.links(peer); }
+  std::span<fabric::Provider* const> providers() const override { return inner_.providers(); }
+  uint64_t epoch_ = 0;
+
+ private:
+  cluster::Group& inner_;
+};
+
+// A one-sided all-reduce that failed on one member only (the others never called it) leaves
+// that member a call ahead; after the group moves to a new epoch every member must start the
+// count again, or their flags never match and the next call hangs (seen once under load in
+// CollProcessFault.KilledRankFailsSurvivorsWhoShrinkAndContinueShm).
+TEST(CollFault, OneSidedCallsCountAgainAfterANewEpoch) {
+  const int world = 3;
+  auto g = cluster::make_local_groups(world, "shm", Deadline::after(std::chrono::seconds(60)));
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  std::vector<std::unique_ptr<cluster::Group>> views;
+  for (auto& x : *g) views.push_back(std::make_unique<EpochView>(*x));
+  std::vector<std::unique_ptr<Communicator>> comms = create_all(views, CommOptions{});
+  ASSERT_EQ(comms.size(), size_t(world));
+  std::vector<Communicator*> cs;
+  for (auto& c : comms) cs.push_back(c.get());
+  CollOptions o;
+  o.algo = Algorithm::kOneShot;
+  o.timeout = std::chrono::seconds(20);
+  Case c{CollOp::kAllReduce, world, 100, 0};
+  ASSERT_EQ(test::run_and_check(cs, c, DType::kF32, ReduceOp::kSum, o), "");
+  ASSERT_TRUE(comms[0]->rma_ready());
+  std::vector<float> in(100, 1.0f), out(100);
+  CollOptions alone = o;
+  alone.timeout = std::chrono::milliseconds(200);
+  Status st = all_reduce(*comms[0], in.data(), out.data(), 100, DType::kF32, ReduceOp::kSum, alone);
+  ASSERT_EQ(st.code(), ErrorCode::kTimeout) << st.to_string();
+  for (auto& v : views) static_cast<EpochView*>(v.get())->epoch_ = 1;
+  o.timeout = std::chrono::seconds(5);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(test::run_and_check(cs, c, DType::kF32, ReduceOp::kSum, o), "") << "call " << i;
+}
+
 // tcp lanes send from and receive into the caller's buffers directly. A collective that fails
 // while such transfers are still posted must leave nothing pointing at the caller's memory:
 // rank 0's all-gather times out (rank 1 never joins) with most of its 32 MiB send still queued

@@ -186,6 +186,9 @@ Status Communicator::setup_rma(Deadline deadline) {
     if (n == 0 && deadline.expired()) return Timeout("coll: peers did not send their landing keys in time");
   }
   landing_ = std::move(landing);
+  // The zones are fresh (zero flags) on every member: count calls from the start again. A
+  // call that failed on some members only (the rest never got that far) left the counts apart.
+  rma_seq_ = 0;
   return Status::Ok();
 }
 
