@@ -85,6 +85,47 @@ TEST(LaunchProcess, OutputIsPrefixedWithTheRank) {
   EXPECT_EQ(r.out.find("[rank 0] err"), std::string::npos);
 }
 
+TEST(Bind, BlocksOfCpusPerRankOrNone) {
+  const std::vector<int> four = {0, 1, 2, 3}, odd = {2, 5, 7};
+  using V = std::vector<std::vector<int>>;
+  EXPECT_EQ(bind_cpus(2, Bind::kAuto, four), (V{{0, 1}, {2, 3}}));
+  EXPECT_EQ(bind_cpus(3, Bind::kAuto, four), (V{{0}, {1}, {2}})) << "equal blocks, the remainder unused";
+  EXPECT_EQ(bind_cpus(3, Bind::kCores, odd), (V{{2}, {5}, {7}}));
+  EXPECT_EQ(bind_cpus(5, Bind::kAuto, four), V(5)) << "more ranks than CPUs: auto leaves them unpinned";
+  EXPECT_EQ(bind_cpus(5, Bind::kCores, odd), (V{{2}, {5}, {7}, {2}, {5}}));
+  EXPECT_EQ(bind_cpus(2, Bind::kNone, four), V(2));
+  EXPECT_EQ(bind_cpus(2, Bind::kCores, {}), V(2));
+  EXPECT_TRUE(parse_bind("auto").ok() && parse_bind("cores").ok() && parse_bind("none").ok());
+  EXPECT_EQ(parse_bind("core").status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_FALSE(usable_cpus().empty());
+}
+
+// Each rank reports the CPUs the kernel lets it run on; they must be the ones bind_cpus chose.
+TEST(LaunchProcess, RanksArePinnedAsBindSays) {
+  const std::vector<int> cpus = usable_cpus();
+  for (const char* policy : {"auto", "cores", "none"}) {
+    const int n = 2;
+    auto r = run_cmd({lattice_bin(), "launch", "-n", std::to_string(n), "--bind", policy, "--", "sh", "-c",
+                      "echo cpus $(grep Cpus_allowed_list /proc/self/status | cut -f2)"},
+                     {}, Deadline::after(kRun));
+    ASSERT_TRUE(exited_with(r.status, 0)) << r.out << r.err;
+    const auto want = bind_cpus(n, *parse_bind(policy), cpus);
+    for (int rank = 0; rank < n; ++rank) {
+      std::vector<int> got;
+      std::smatch m;
+      std::regex re("\\[rank " + std::to_string(rank) + "\\] cpus ([-0-9,]+)");
+      ASSERT_TRUE(std::regex_search(r.out, m, re)) << r.out;
+      std::istringstream list(m[1].str());
+      for (std::string part; std::getline(list, part, ',');) {
+        const auto dash = part.find('-');
+        const int lo = std::stoi(part.substr(0, dash)), hi = dash == std::string::npos ? lo : std::stoi(part.substr(dash + 1));
+        for (int c = lo; c <= hi; ++c) got.push_back(c);
+      }
+      EXPECT_EQ(got, want[size_t(rank)].empty() ? cpus : want[size_t(rank)]) << policy << " rank " << rank;
+    }
+  }
+}
+
 TEST(LaunchProcess, AFailingRankStopsTheOthersAndIsNamed) {
   auto start = Clock::now();
   auto r = run_cmd({lattice_bin(), "launch", "-n", "3", "--grace-ms", "500", "--", "sh", "-c",

@@ -37,6 +37,7 @@ struct LaunchArgs {
   bool keep_going = false;
   int heartbeat_ms = 0;
   int failure_timeout_ms = 0;
+  std::string bind = "auto";
   std::vector<std::string> command;
 };
 
@@ -75,8 +76,14 @@ int run_launch(const LaunchArgs& a) {
   lo.grace = std::chrono::milliseconds(a.grace_ms);
   lo.prefix = !a.no_prefix;
   lo.keep_going = a.keep_going;
+  auto bind = parse_bind(a.bind);
+  if (!bind.ok()) return fail(bind.status().message());
   if (a.n > 0) {
     if (a.n > 256) return fail("-n " + std::to_string(a.n) + ": at most 256 local ranks");
+    // Ranks that survive others' loss should be free to use the cores those leave: --keep-going
+    // pins only when asked to (--bind cores).
+    const Bind policy = a.keep_going && *bind == Bind::kAuto ? Bind::kNone : *bind;
+    const std::vector<std::vector<int>> cpus = bind_cpus(a.n, policy, usable_cpus());
     if (a.secret_file.empty()) {
       // Local run: a fresh secret for this run only, passed in the environment of our children.
       secret = crypto::ClusterSecret::generate();
@@ -112,6 +119,7 @@ int run_launch(const LaunchArgs& a) {
       lr.env.emplace_back("LATTICE_WORLD_SIZE", std::to_string(a.n));
       lr.env.emplace_back("LATTICE_COORDINATOR", coordinator);
       lr.env.emplace_back("LATTICE_PROVIDER", a.provider.empty() ? "shm" : a.provider);
+      lr.cpus = cpus[size_t(r)];
       lo.ranks.push_back(std::move(lr));
     }
   } else {
@@ -160,6 +168,10 @@ const Registrar kLaunch{{"launch", "start the ranks of a cluster (locally or ove
                            app.add_option("--grace-ms", a->grace_ms, "SIGTERM to SIGKILL delay when stopping ranks")
                                ->capture_default_str();
                            app.add_flag("--no-prefix", a->no_prefix, "do not prefix output lines with [rank N]");
+                           app.add_option("--bind", a->bind,
+                                          "pin local ranks to CPUs: auto (when each rank can have its own cores; "
+                                          "not with --keep-going), cores (always), none")
+                               ->capture_default_str();
                            app.add_flag("--keep-going", a->keep_going,
                                         "a failed rank does not stop the others (jobs that recover; local runs: the launcher hosts the coordinator)");
                            app.add_option("--heartbeat-ms", a->heartbeat_ms, "heartbeat interval for the ranks (default 100)");

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -152,6 +153,10 @@ class Supervisor {
     std::vector<std::string> args = r.argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    for (int cpu : r.cpus)
+      if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &cpus);
     pid_t parent = ::getpid();
     pid_t pid = ::fork();
     if (pid < 0) {
@@ -171,6 +176,10 @@ class Supervisor {
       if (devnull >= 0) ::dup2(devnull, 0);
       ::dup2(out[1], 1);
       ::dup2(err[1], 2);
+      if (!r.cpus.empty() && ::sched_setaffinity(0, sizeof cpus, &cpus) != 0) {
+        const char* msg = "lattice launch: could not pin the rank to its CPUs; it runs unpinned\n";
+        (void)!::write(2, msg, std::strlen(msg));
+      }
       ::execvpe(argv[0], argv.data(), envp.data());
       const char* msg = "lattice launch: cannot execute the command: ";
       (void)!::write(2, msg, std::strlen(msg));
@@ -425,6 +434,37 @@ std::string expand_remote(const std::string& templ, const std::string& host, con
         try_sub("{rank}", std::to_string(rank)) || try_sub("{cmd}", cmd))
       continue;
     out += templ[i++];
+  }
+  return out;
+}
+
+Result<Bind> parse_bind(std::string_view text) {
+  if (text == "auto") return Bind::kAuto;
+  if (text == "cores") return Bind::kCores;
+  if (text == "none") return Bind::kNone;
+  return InvalidArgument("--bind must be auto, cores or none (got '" + std::string(text) + "')");
+}
+
+std::vector<int> usable_cpus() {
+  std::vector<int> out;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return out;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) out.push_back(c);
+  return out;
+}
+
+std::vector<std::vector<int>> bind_cpus(int ranks, Bind bind, const std::vector<int>& cpus) {
+  std::vector<std::vector<int>> out(size_t(std::max(ranks, 0)));
+  const int n = static_cast<int>(cpus.size());
+  if (bind == Bind::kNone || ranks < 1 || n == 0) return out;
+  if (ranks <= n) {
+    const int block = n / ranks;
+    for (int r = 0; r < ranks; ++r)
+      out[size_t(r)].assign(cpus.begin() + r * block, cpus.begin() + (r + 1) * block);
+  } else if (bind == Bind::kCores) {
+    for (int r = 0; r < ranks; ++r) out[size_t(r)] = {cpus[size_t(r % n)]};
   }
   return out;
 }

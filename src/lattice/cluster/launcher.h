@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -30,7 +31,20 @@ struct LaunchRank {
   int rank = 0;
   std::vector<std::string> argv;                            // argv[0] is looked up in PATH
   std::vector<std::pair<std::string, std::string>> env;     // added to (or replacing) ours
+  std::vector<int> cpus;  // non-empty: the process is pinned to these CPUs (bind_cpus)
 };
+
+// Pinning local ranks to CPUs, as mpirun binds ranks to cores: a rank that stays on its core
+// keeps its caches and never queues behind another rank that the scheduler moved next to it.
+//   kAuto: pin when every rank can have cores of its own (ranks <= usable CPUs), else not;
+//   kCores: always (more ranks than CPUs share them round robin); kNone: never.
+enum class Bind : uint8_t { kAuto, kCores, kNone };
+Result<Bind> parse_bind(std::string_view text);  // "auto" | "cores" | "none"
+// The CPUs this process may run on (its affinity mask), ascending.
+std::vector<int> usable_cpus();
+// Per rank, the CPUs to pin it to (empty: leave it unpinned): `cpus` split into equal
+// contiguous blocks, one per rank, the remainder unused.
+std::vector<std::vector<int>> bind_cpus(int ranks, Bind bind, const std::vector<int>& cpus);
 
 struct LaunchOptions {
   std::vector<LaunchRank> ranks;
