@@ -56,6 +56,7 @@ struct Args {
   bool json = false;
   bool procs = false;
   bool insecure = false;
+  std::string bind = "auto";
   double timeout_s = 120;
   int spin = 0;
   std::string twoshot_chunk = "64K";
@@ -220,6 +221,8 @@ int relaunch(const Args& a) {
   for (std::string s; std::getline(f, s, '\0');) argv.push_back(s);
   std::vector<std::string> cmd = {"/proc/self/exe", "launch", "-n", std::to_string(a.ranks), "--provider", a.provider};
   if (a.insecure) cmd.push_back("--insecure");
+  cmd.push_back("--bind");
+  cmd.push_back(a.bind);
   cmd.push_back("--");
   cmd.push_back("/proc/self/exe");
   char self[4096];
@@ -228,8 +231,13 @@ int relaunch(const Args& a) {
     self[n] = 0;
     cmd[0] = cmd.back() = self;
   }
-  for (size_t i = 1; i < argv.size(); ++i)
-    if (argv[i] != "--procs" && argv[i] != "--insecure") cmd.push_back(argv[i]);
+  for (size_t i = 1; i < argv.size(); ++i) {
+    if (argv[i] == "--bind") {
+      ++i;  // launch's option, not the ranks'
+      continue;
+    }
+    if (argv[i] != "--procs" && argv[i] != "--insecure" && argv[i].rfind("--bind=", 0) != 0) cmd.push_back(argv[i]);
+  }
   std::vector<char*> cargv;
   for (auto& s : cmd) cargv.push_back(s.data());
   cargv.push_back(nullptr);
@@ -325,6 +333,8 @@ const Registrar kBenchColl{
        app.add_flag("--check", a->check, "verify every size's result against the scalar reference");
        app.add_flag("--json", a->json, "one JSON object per size");
        app.add_flag("--procs", a->procs, "one process per rank (through lattice launch)");
+       app.add_option("--bind", a->bind, "with --procs: lattice launch's CPU pinning (auto | cores | none)")
+           ->capture_default_str();
        app.add_flag("--insecure", a->insecure,
                     "with --procs: tcp traffic authenticated but not encrypted (as plaintext peers such as MPI run)");
        return [a] { return run(*a); };

@@ -101,6 +101,8 @@ Status Communicator::build() {
       const int id = p + world_ * lane;
       by_provider[l.provider].push_back(id);
       peers_[size_t(id)].ep = l.endpoint;
+      peers_[size_t(id)].cqs[0] = l.send_cq;
+      peers_[size_t(id)].cqs[1] = l.recv_cq;
       for (auto* cq : {l.send_cq, l.recv_cq})
         if (std::find(cqs_.begin(), cqs_.end(), cq) == cqs_.end()) cqs_.push_back(cq);
     }
@@ -495,6 +497,11 @@ Status Communicator::exchange(const plan::Step& step, size_t esize, DType dtype,
   };
 
   const size_t slot_bytes = options_.chunk_bytes;
+  // Only the queues of this step's links: on tcp every poll of a queue is a recv() per link.
+  std::vector<fabric::CompletionQueue*> step_cqs;
+  for (int id : active)
+    for (auto* cq : peers_[size_t(id)].cqs)
+      if (std::find(step_cqs.begin(), step_cqs.end(), cq) == step_cqs.end()) step_cqs.push_back(cq);
   Completion comps[32];
   uint32_t idle = 0;
   for (;;) {
@@ -531,7 +538,7 @@ Status Communicator::exchange(const plan::Step& step, size_t esize, DType dtype,
     if (all_done) return finish(Status::Ok());
 
     bool progressed = false;
-    for (fabric::CompletionQueue* cq : cqs_) {
+    for (fabric::CompletionQueue* cq : step_cqs) {
       size_t n = cq->poll(comps);
       for (size_t i = 0; i < n; ++i) {
         const Completion& c = comps[i];

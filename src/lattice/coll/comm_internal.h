@@ -60,6 +60,7 @@ struct Communicator::Staging {
 
 struct Communicator::PeerState {
   fabric::Endpoint* ep = nullptr;
+  fabric::CompletionQueue* cqs[2] = {nullptr, nullptr};  // the link's send and receive queues
   fabric::MemoryRegion* region = nullptr;
   Staging* staging = nullptr;
   // Sends go straight from the caller's buffers and plain (not reducing) receives straight

@@ -182,6 +182,10 @@ bool Communicator::exchange_pipelined(const std::vector<const plan::Step*>& run,
     return true;
   };
 
+  std::vector<fabric::CompletionQueue*> step_cqs;  // only the run's links (comm.cc, exchange)
+  for (int id : active)
+    for (auto* cq : peers_[size_t(id)].cqs)
+      if (std::find(step_cqs.begin(), step_cqs.end(), cq) == step_cqs.end()) step_cqs.push_back(cq);
   Completion comps[32];
   uint32_t idle = 0;
   for (;;) {
@@ -236,7 +240,7 @@ bool Communicator::exchange_pipelined(const std::vector<const plan::Step*>& run,
     advance();
     if (low >= nsteps) return finish(Status::Ok());
 
-    for (fabric::CompletionQueue* cq : cqs_) {
+    for (fabric::CompletionQueue* cq : step_cqs) {
       size_t n = cq->poll(comps);
       for (size_t i = 0; i < n; ++i) {
         const Completion& c = comps[i];
