@@ -2,7 +2,7 @@
 # All-reduce latency, lattice vs OpenMPI, side by side in one run on this machine.
 #
 #   bench/coll_vs_mpi.sh [BUILD_DIR]      (default: build; needs BUILD_DIR/lattice)
-#   env: TRANSPORTS="shm tcp tcp-plain" RANKS=4 REPS=3 MIN=8 MAX_SHM=16777216 MAX_TCP=1048576 ITERS=100 SETTLE=1 ALGO=auto
+#   env: TRANSPORTS="shm tcp tcp-plain" RANKS=4 REPS=3 MIN=8 MAX_SHM=16777216 MAX_TCP=4194304 ITERS=100 SETTLE=1 ALGO=auto
 #
 # Both sides: f32 sum, out of place, one process per rank, untimed warm-up by count and time
 # (at least 20 ms per size, 200 ms for the first), then
@@ -17,7 +17,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../build}
 lattice=$build/lattice
 RANKS=${RANKS:-4} REPS=${REPS:-3} ITERS=${ITERS:-100} MIN=${MIN:-8} SETTLE=${SETTLE:-1} ALGO=${ALGO:-auto}
-MAX_SHM=${MAX_SHM:-16777216} MAX_TCP=${MAX_TCP:-1048576}
+MAX_SHM=${MAX_SHM:-16777216} MAX_TCP=${MAX_TCP:-4194304}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 [ -x "$lattice" ] || { echo "no $lattice (build the lattice target)" >&2; exit 2; }
 command -v mpicc >/dev/null || { echo "mpicc missing: apt-get install openmpi-bin libopenmpi-dev" >&2; exit 2; }
