@@ -59,6 +59,7 @@ struct Args {
   std::string bind = "auto";
   double timeout_s = 120;
   int spin = 0;
+  bool staged = false;
   std::string twoshot_chunk = "64K";
   int twoshot_depth = 4;
 };
@@ -128,6 +129,7 @@ Status run_rank(cluster::Group& g, const Args& a, const Config& c) {
   CommOptions co;
   co.chunk_bytes = c.chunk;
   co.spin_before_yield = a.spin;
+  co.zero_copy = !a.staged;
   co.twoshot_chunk_bytes = c.twoshot_chunk;
   co.twoshot_depth = a.twoshot_depth;
   LATTICE_ASSIGN_OR_RETURN(auto comm, Communicator::create(g, co));
@@ -330,6 +332,7 @@ const Registrar kBenchColl{
            ->capture_default_str();
        app.add_option("--twoshot-depth", a->twoshot_depth, "two-shot landing slots per peer and phase")->capture_default_str();
        app.add_option("--spin", a->spin, "empty polls before yielding the core (0: automatic)")->capture_default_str();
+       app.add_flag("--staged", a->staged, "two-sided transfers through the staging slots even on tcp (no direct transfers)");
        app.add_flag("--check", a->check, "verify every size's result against the scalar reference");
        app.add_flag("--json", a->json, "one JSON object per size");
        app.add_flag("--procs", a->procs, "one process per rank (through lattice launch)");

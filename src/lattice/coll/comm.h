@@ -4,7 +4,8 @@
 // registered buffers for sends and receives).
 //
 // Staging layout per provider: for each peer lane on that provider, `slots_per_peer` send
-// slots then `slots_per_peer` receive slots of `chunk_bytes` each. Dedicated slots per peer keep
+// slots then `slots_per_peer` receive slots of `chunk_bytes` each (direct lanes, see
+// CommOptions::zero_copy: receive slots only, of direct_chunk_bytes). Dedicated slots per peer keep
 // the executor free of cross-peer waits: a receive posted for peer A can only wait on A. A pair
 // with several links (cables) has one lane per link (up to kMaxLanes), and the executor stripes
 // each step's messages to that peer round robin over them.
@@ -57,6 +58,9 @@ struct CommOptions {
   // straight into them, skipping the staging slots (two of a byte's four copies on tcp).
   // Reducing receives still land in a slot. False: everything goes through the slots.
   bool zero_copy = true;
+  // Message size on such direct lanes (at least chunk_bytes): their slots only take reducing
+  // receives, and larger messages cost fewer completion rounds.
+  size_t direct_chunk_bytes = 1024 * 1024;
 };
 
 class Communicator {
@@ -111,12 +115,12 @@ class Communicator {
   struct PeerState;
   Communicator() = default;
   Status build();
-  Status exchange(const plan::Step& step, size_t esize, DType dtype, ReduceOp op, size_t chunk_bytes,
-                  Deadline deadline);
+  // Transfers are split into messages of chunk_of_[peer] bytes (set by execute()).
+  Status exchange(const plan::Step& step, size_t esize, DType dtype, ReduceOp op, Deadline deadline);
   // Runs consecutive steps overlapped chunk by chunk (pipeline.cc); false (nothing sent) when
   // the run's messages overlap in ways it does not track, else true with the outcome in *result.
   bool exchange_pipelined(const std::vector<const plan::Step*>& run, size_t esize, DType dtype, ReduceOp op,
-                          size_t chunk_bytes, Deadline deadline, Status* result);
+                          Deadline deadline, Status* result);
   std::byte* resolve(plan::Ref ref, size_t esize) const;
   // Direct transfers: registers this call's buffers (their extent in `plan`) with every
   // provider whose lanes are direct; drops them when the call ends (release_user()).
@@ -156,6 +160,7 @@ class Communicator {
   static constexpr size_t kMaxLanes = 4;  // links striped per pair (work ids: slots_per_peer * lanes < 2048)
   std::vector<PeerState> peers_;          // lane l of peer p at p + world * l
   std::vector<int> lanes_;                // per peer
+  std::vector<size_t> chunk_of_;          // per peer: the current call's message size
   std::vector<fabric::CompletionQueue*> cqs_;
   // One-sided path: my landing region (peer p writes into zones (p * 2 + parity) * stride),
   // the source area + flag word I write from, and each peer's landing key.

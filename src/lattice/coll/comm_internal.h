@@ -66,7 +66,8 @@ struct Communicator::PeerState {
   // Sends go straight from the caller's buffers and plain (not reducing) receives straight
   // into them: the provider can release posted memory if the call fails (tcp).
   bool direct = false;
-  size_t send_base = 0, recv_base = 0;  // byte offsets of the peer's slots in `region`
+  size_t slot_bytes = 0;                // a slot; the largest message on this lane
+  size_t send_base = 0, recv_base = 0;  // byte offsets of the peer's slots in `region` (direct: no send slots)
   // Per step:
   struct Msg {
     std::byte* ptr;

@@ -72,7 +72,7 @@ void overlapping(const std::vector<Range>& r, uintptr_t b, uintptr_t e, std::vec
 }  // namespace
 
 bool Communicator::exchange_pipelined(const std::vector<const plan::Step*>& run, size_t esize, DType dtype,
-                                      ReduceOp op, size_t chunk, Deadline deadline, Status* result) {
+                                      ReduceOp op, Deadline deadline, Status* result) {
   const int k = options_.slots_per_peer;
   const int nsteps = int(run.size());
   std::vector<PMsg> sends, recvs;
@@ -90,7 +90,7 @@ bool Communicator::exchange_pipelined(const std::vector<const plan::Step*>& run,
         std::byte* p = resolve(t.ref, esize);
         size_t off = t.ref.off * esize;
         for (size_t left = t.n * esize; left > 0;) {
-          const size_t b = std::min(left, chunk);
+          const size_t b = std::min(left, chunk_of_[size_t(t.peer)]);
           PMsg m;
           m.step = s;
           m.lane = int(size_t(t.peer) + size_t(world_) * (n_msgs[size_t(t.peer) * 2 + size_t(dir)]++ % lanes));
@@ -164,12 +164,11 @@ bool Communicator::exchange_pipelined(const std::vector<const plan::Step*>& run,
   // A direct receive (plain copy on a direct lane) writes its memory from the moment it is
   // posted: it is posted only once ready, and applying it moves nothing.
   auto direct_recv = [&](const PMsg& m) { return !m.reduce && peers_[size_t(m.lane)].direct; };
-  const size_t slot_bytes = options_.chunk_bytes;
   std::vector<std::pair<uint32_t, int>> unapplied;  // (receive, slot) completed, waiting on their deps
   auto apply = [&](uint32_t idx, int slot) {
     PMsg& m = recvs[idx];
     const PeerState& ps = peers_[size_t(m.lane)];
-    const std::byte* src = ps.region->data() + ps.recv_base + size_t(slot) * slot_bytes;
+    const std::byte* src = ps.region->data() + ps.recv_base + size_t(slot) * ps.slot_bytes;
     if (m.reduce) reduce(dtype, op, m.ptr, m.ptr, src, m.bytes / esize);
     else if (!ps.direct) std::memcpy(m.ptr, src, m.bytes);
     m.done = true;
@@ -200,7 +199,7 @@ bool Communicator::exchange_pipelined(const std::vector<const plan::Step*>& run,
         const PMsg& m = recvs[idx];
         const bool direct = direct_recv(m);
         if (direct && !ready(m)) break;
-        LocalSlice dst{ps.region, ps.recv_base + size_t(slot) * slot_bytes, m.bytes};
+        LocalSlice dst{ps.region, ps.recv_base + size_t(slot) * ps.slot_bytes, m.bytes};
         if (direct) dst = ps.user_slice(m.buf, m.off, m.bytes);
         Status s = ps.ep->post_recv(dst, work_id(seq_, p, true, slot0 + slot));
         if (s.code() == ErrorCode::kResourceExhausted) break;
@@ -215,7 +214,7 @@ bool Communicator::exchange_pipelined(const std::vector<const plan::Step*>& run,
         PMsg& m = sends[idx];
         if (m.step > low + 1 || !ready(m)) break;
         const int slot = l.free_send.back();
-        LocalSlice src{ps.region, ps.send_base + size_t(slot) * slot_bytes, m.bytes};
+        LocalSlice src{ps.region, ps.send_base + size_t(slot) * ps.slot_bytes, m.bytes};
         if (ps.direct) src = ps.user_slice(m.buf, m.off, m.bytes);
         else std::memcpy(src.data(), m.ptr, m.bytes);
         Status s = ps.ep->post_send(src, work_id(seq_, p, false, slot0 + slot));
