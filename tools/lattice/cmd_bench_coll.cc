@@ -52,6 +52,7 @@ struct Args {
   int warmup = 10;
   double warmup_ms = 20;
   std::string chunk = "256K";
+  std::string direct_chunk = "1M";
   bool check = false;
   bool json = false;
   bool procs = false;
@@ -107,6 +108,7 @@ struct Config {
   size_t min, max, chunk;
   std::string provider;
   size_t twoshot_chunk;
+  size_t direct_chunk;
 };
 
 Status call(Communicator& comm, const Config& c, const reference::Case& k, const void* in, void* out,
@@ -128,6 +130,7 @@ Status run_rank(cluster::Group& g, const Args& a, const Config& c) {
   const int world = g.world_size(), rank = g.rank();
   CommOptions co;
   co.chunk_bytes = c.chunk;
+  co.direct_chunk_bytes = c.direct_chunk;
   co.spin_before_yield = a.spin;
   co.zero_copy = !a.staged;
   co.twoshot_chunk_bytes = c.twoshot_chunk;
@@ -268,10 +271,12 @@ int run(const Args& a) {
   if (!mn.ok()) return bad(mn.status().message());
   if (!mx.ok()) return bad(mx.status().message());
   if (!ch.ok() || *ch < 64) return bad("--chunk must be at least 64 bytes");
+  auto dc = parse_bytes(a.direct_chunk);
+  if (!dc.ok() || *dc > (size_t{1} << 30)) return bad("--direct-chunk: a size up to 1G");
   if (a.factor < 2) return bad("--factor must be at least 2");
   if (a.iters < 1 || a.warmup < 0) return bad("--iters must be >= 1 and --warmup >= 0");
   if (a.provider != "shm" && a.provider != "tcp") return bad("--provider must be shm or tcp");
-  c = Config{*op, *algo, *dt, *ro, *mn, *mx, *ch, a.provider, *tc};
+  c = Config{*op, *algo, *dt, *ro, *mn, *mx, *ch, a.provider, *tc, *dc};
   if (c.algo != Algorithm::kAuto) {
     auto algs = plan::algorithms_for(c.op);
     if (std::find(algs.begin(), algs.end(), c.algo) == algs.end())
@@ -327,6 +332,8 @@ const Registrar kBenchColl{
        app.add_option("--warmup-ms", a->warmup_ms, "warm-up rounds per size last at least this long (first size: 200 ms)")
            ->capture_default_str();
        app.add_option("--chunk", a->chunk, "staging slot size: the largest message")->capture_default_str();
+       app.add_option("--direct-chunk", a->direct_chunk, "message size on direct (tcp) lanes, at least --chunk")
+           ->capture_default_str();
        app.add_option("--timeout", a->timeout_s, "seconds for setup and for each call")->capture_default_str();
        app.add_option("--twoshot-chunk", a->twoshot_chunk, "two-shot pipeline chunk (0: no one-sided two-shot)")
            ->capture_default_str();
