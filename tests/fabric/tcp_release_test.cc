@@ -55,6 +55,15 @@ std::vector<Completion> drive(CompletionQueue& cq, CompletionQueue& other, size_
   return got;
 }
 
+// Receive 1 was released (kCancelled), receive 2 got the next message.
+void expect_released_then_delivered(const std::vector<Completion>& got) {
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].id, 1u);
+  EXPECT_EQ(got[0].status.code(), ErrorCode::kCancelled) << got[0].status.to_string();
+  EXPECT_EQ(got[1].id, 2u);
+  EXPECT_TRUE(got[1].status.ok()) << got[1].status.to_string();
+}
+
 class TcpRelease : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
@@ -113,12 +122,7 @@ TEST_P(TcpRelease, ReleasedReceiveDropsItsMessageAndKeepsTheOrder) {
   pattern(m2.mem.data(), kSmall, 3);
   ASSERT_TRUE(a_.ep->post_send({m1.region.get(), 0, kBig}, 11).ok());
   ASSERT_TRUE(a_.ep->post_send({m2.region.get(), 0, kSmall}, 12).ok());
-  auto got = drive(*b_.cq, *a_.cq, 2);
-  ASSERT_EQ(got.size(), 2u);
-  EXPECT_EQ(got[0].id, 1u);
-  EXPECT_EQ(got[0].status.code(), ErrorCode::kCancelled) << got[0].status.to_string();
-  EXPECT_EQ(got[1].id, 2u);
-  EXPECT_TRUE(got[1].status.ok()) << got[1].status.to_string();
+  expect_released_then_delivered(drive(*b_.cq, *a_.cq, 2));
   for (std::byte v : r1.mem) ASSERT_EQ(v, std::byte{0x11}) << "a released receive's buffer is never written";
   EXPECT_TRUE(r2.mem == m2.mem);
   EXPECT_TRUE(b_.ep->status().ok()) << "the link is still healthy";
@@ -152,12 +156,7 @@ TEST_P(TcpRelease, ReceiveReleasedWhileItsMessageIsLandingStopsWritingAtOnce) {
   ASSERT_TRUE(early.empty()) << "32 MiB landed at once; the test needs it mid-way";
   ASSERT_TRUE(b_.ep->release_buffer(1).ok());
   std::vector<std::byte> at_release = dst.mem;
-  auto got = drive(*b_.cq, *a_.cq, 2);
-  ASSERT_EQ(got.size(), 2u);
-  EXPECT_EQ(got[0].id, 1u);
-  EXPECT_EQ(got[0].status.code(), ErrorCode::kCancelled) << got[0].status.to_string();
-  EXPECT_EQ(got[1].id, 2u);
-  EXPECT_TRUE(got[1].status.ok()) << got[1].status.to_string();
+  expect_released_then_delivered(drive(*b_.cq, *a_.cq, 2));
   EXPECT_TRUE(dst.mem == at_release) << "nothing lands in a receive's buffer after its release";
   EXPECT_TRUE(next.mem == src2.mem) << "the next message arrives whole, in order";
   EXPECT_TRUE(b_.ep->status().ok()) << b_.ep->status().to_string();
