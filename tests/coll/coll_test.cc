@@ -545,5 +545,52 @@ TEST(CollFault, FailedCallOnTcpLetsGoOfTheCallersBuffers) {
   EXPECT_TRUE(l0.endpoint->status().ok()) << l0.endpoint->status().to_string();
 }
 
+void failed_call_leaves_nothing_posted(bool zero_copy);
+
+// The staging slots die with the communicator, but tcp keeps progressing its links on a
+// background thread: a receive a failed call left posted in a slot must be released, or a late
+// message lands in freed memory. Rank 0's ring all-reduce (its receives reduce, so they sit in
+// slots) times out alone; its communicator is destroyed; then rank 1 sends the message that
+// receive was waiting for.
+TEST(CollFault, AFailedCallLeavesNothingPostedInTheSlotsOnTcp) {
+  for (bool zero_copy : {true, false}) {
+    SCOPED_TRACE(zero_copy ? "direct lanes" : "staged lanes");
+    failed_call_leaves_nothing_posted(zero_copy);
+  }
+}
+
+void failed_call_leaves_nothing_posted(bool zero_copy) {
+  CommOptions co;
+  co.zero_copy = zero_copy;
+  co.rma_zone_bytes = co.twoshot_chunk_bytes = 0;
+  Ranks rk = make_ranks(2, "tcp://127.0.0.1:0", co);
+  ASSERT_EQ(rk.comms.size(), 2u);
+  std::vector<float> in(1000, 1.0f), out(1000);
+  CollOptions o;
+  o.algo = Algorithm::kRing;
+  o.timeout = std::chrono::milliseconds(200);
+  Status st = all_reduce(*rk.comms[0], in.data(), out.data(), in.size(), DType::kF32, ReduceOp::kSum, o);
+  ASSERT_EQ(st.code(), ErrorCode::kTimeout) << st.to_string();
+  rk.comms[0].reset();
+
+  cluster::Link l1 = rk.groups[1]->links(0).front(), l0 = rk.groups[0]->links(1).front();
+  auto buf = l1.provider->allocate_memory(2000, fabric::kLocalRead | fabric::kLocalWrite);
+  ASSERT_TRUE(buf.ok());
+  ASSERT_TRUE(l1.endpoint->post_send({buf->get(), 0, 2000}, 1).ok());
+  bool cancelled = false, landed = false;
+  Deadline d = Deadline::after(std::chrono::seconds(20));
+  while (!cancelled && !landed && !d.expired()) {
+    fabric::Completion c[4];
+    (void)l1.send_cq->poll(c);
+    const size_t n = l0.recv_cq->poll(c);
+    for (size_t i = 0; i < n; ++i) {
+      if (c[i].op != fabric::Opcode::kRecv) continue;
+      if (c[i].status.code() == ErrorCode::kCancelled) cancelled = true;
+      else landed = true;
+    }
+  }
+  EXPECT_TRUE(cancelled) << (landed ? "the message landed in a destroyed communicator's slot" : "no completion");
+}
+
 }  // namespace
 }  // namespace lattice::coll

@@ -349,11 +349,11 @@ void Communicator::release_user() {
     for (auto& u : st->user) u.reset();
 }
 
-void Communicator::release_direct(const std::vector<int>& lanes) {
+void Communicator::release_posted(const std::vector<int>& lanes) {
   const int k = options_.slots_per_peer;
   for (int id : lanes) {
     const PeerState& ps = peers_[size_t(id)];
-    if (!ps.direct || ps.ep == nullptr) continue;
+    if (ps.ep == nullptr || !ps.staging->provider->caps().release_buffer) continue;
     const int p = id % world_, slot0 = (id / world_) * k;
     // Every slot id of this call: the outstanding ones let go, completed ones are no-ops.
     for (int slot = 0; slot < k; ++slot)
@@ -504,7 +504,7 @@ Status Communicator::exchange(const plan::Step& step, size_t esize, DType dtype,
     }
   }
   auto finish = [&](Status s) {
-    if (!s.ok()) release_direct(active);
+    if (!s.ok()) release_posted(active);
     for (int p : active) {
       peers_[size_t(p)].sends.clear();
       peers_[size_t(p)].recvs.clear();

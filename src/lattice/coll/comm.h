@@ -126,9 +126,11 @@ class Communicator {
   // provider whose lanes are direct; drops them when the call ends (release_user()).
   Status register_user(const plan::Plan& plan, size_t esize);
   void release_user();
-  // A failed call: the providers of direct lanes let go of the caller's memory its still
-  // outstanding sends and receives name (fabric::Endpoint::release_buffer).
-  void release_direct(const std::vector<int>& lanes);
+  // A failed call: providers that can (fabric::Endpoint::release_buffer: tcp) let go of the
+  // memory its still outstanding sends and receives name: the caller's buffers on direct
+  // lanes, and the staging slots too, which die with the communicator while a late message
+  // could still land in them (tcp progresses on a background thread).
+  void release_posted(const std::vector<int>& lanes);
   Status fail(Status s);
   Status check_links();
   // After an empty poll of the executors: yields the core when oversubscribed; every 1024

@@ -176,7 +176,7 @@ bool Communicator::exchange_pipelined(const std::vector<const plan::Step*>& run,
     q[size_t(m.lane)].free_recv.push_back(slot);
   };
   auto finish = [&](Status s) {
-    if (!s.ok()) release_direct(active);
+    if (!s.ok()) release_posted(active);
     *result = s.ok() ? s : fail(s);
     return true;
   };
