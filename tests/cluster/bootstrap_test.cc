@@ -2,6 +2,8 @@
 // 127.0.0.1, over shm or tcp, and the tests check the result with real exchanges.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <future>
 #include <thread>
 
@@ -129,6 +131,44 @@ INSTANTIATE_TEST_SUITE_P(Sizes, JoinThreads,
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param));
                          });
+
+// The cluster hands out its own endpoints (they answer peer-lost once the membership says so);
+// release_buffer must still reach the provider through them, or a collective that fails on a
+// cluster leaves the provider writing into memory its caller frees (it did: ASan, in a rank).
+TEST(Bootstrap, ClusterLinksPassReleaseBufferToTheProvider) {
+  Threads t;
+  join_all(t, 2, "tcp");
+  ASSERT_EQ(t.ranks.size(), 2u);
+  fabric::Endpoint* ep = t.ranks[0]->endpoint(1);
+  ASSERT_NE(ep, nullptr);
+  const cluster::Link& l = t.ranks[0]->links(1).front();
+  ASSERT_TRUE(l.provider->caps().release_buffer);
+  auto buf = l.provider->allocate_memory(64, fabric::kLocalRead | fabric::kLocalWrite);
+  ASSERT_TRUE(buf.ok());
+  ASSERT_TRUE(ep->post_recv({buf->get(), 0, 64}, 7).ok());
+  Status s = ep->release_buffer(7);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  // Rank 1 sends; rank 0's released receive drops it.
+  fabric::Endpoint* ep1 = t.ranks[1]->endpoint(0);
+  auto buf1 = t.ranks[1]->links(0).front().provider->allocate_memory(64, fabric::kLocalRead | fabric::kLocalWrite);
+  ASSERT_TRUE(buf1.ok());
+  std::memset((*buf1)->data(), 0x5a, 64);
+  std::memset((*buf)->data(), 0, 64);
+  ASSERT_TRUE(ep1->post_send({buf1->get(), 0, 64}, 8).ok());
+  Deadline d = Deadline::after(kJoin);
+  Status got = Timeout("no completion");
+  while (!d.expired()) {
+    fabric::Completion c[4];
+    (void)t.ranks[1]->links(0).front().send_cq->poll(c);
+    size_t n = l.recv_cq->poll(c);
+    if (n > 0) {
+      got = c[0].status;
+      break;
+    }
+  }
+  EXPECT_EQ(got.code(), ErrorCode::kCancelled) << got.to_string();
+  for (int i = 0; i < 64; ++i) ASSERT_EQ((*buf)->data()[i], std::byte{0}) << "a released receive was written";
+}
 
 TEST(Bootstrap, SingleRankWithoutCoordinatorIsAGroupOfOne) {
   ClusterOptions o;

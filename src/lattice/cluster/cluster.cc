@@ -57,6 +57,8 @@ class GuardedEndpoint final : public fabric::Endpoint {
     LATTICE_RETURN_IF_ERROR(check());
     return inner_->post_compare_swap(r, t, e, d, id);
   }
+  // Always forwarded, lost peer or not: the caller is about to free the memory.
+  Status release_buffer(fabric::WorkId id) override { return inner_->release_buffer(id); }
   Status status() const override {
     LATTICE_RETURN_IF_ERROR(check());
     return inner_->status();

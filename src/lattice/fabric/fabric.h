@@ -167,11 +167,8 @@ class Endpoint {
   // one completion. Ok (nothing to do) when `id` already completed or names no operation here.
   // For callers whose exchange failed mid-way (a deadline, a lost neighbour) with operations
   // posted from memory they are about to give back. kUnavailable unless
-  // ProviderCaps::release_buffer.
-  virtual Status release_buffer(WorkId id) {
-    (void)id;
-    return Unavailable("release_buffer: this provider keeps posted memory until completion");
-  }
+  // ProviderCaps::release_buffer. (Pure: an endpoint wrapping another must forward it.)
+  virtual Status release_buffer(WorkId id) = 0;
 
   // Ok while healthy; the sticky error once the endpoint failed.
   virtual Status status() const = 0;

@@ -370,6 +370,9 @@ class ShmEndpoint final : public Endpoint {
   Status post_fetch_add(LocalSlice result, RemoteSlice target, uint64_t add, WorkId id) override;
   Status post_compare_swap(LocalSlice result, RemoteSlice target, uint64_t expected, uint64_t desired,
                            WorkId id) override;
+  Status release_buffer(WorkId) override {
+    return Unavailable("shm: release_buffer is not supported (posted memory is kept until completion)");
+  }
   Status status() const override;
   int peer_rank() const override { return options_.peer_rank; }
 

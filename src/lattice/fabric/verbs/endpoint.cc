@@ -220,6 +220,9 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
     return post_rma(Opcode::kCompareSwap, result, target, expected, desired, id, false);
   }
 
+  Status release_buffer(WorkId) override {
+    return Unavailable("verbs: release_buffer is not supported (posted memory is kept until completion)");
+  }
   Status status() const override {
     std::lock_guard lk(mu_);
     return state_ == kFailed ? error_ : Status();
