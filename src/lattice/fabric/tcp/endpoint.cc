@@ -543,7 +543,7 @@ void Conn::enqueue(TxOp&& op) {
     iovec iov[2];
     int n = 0;
     iov[n++] = {&op.hdr, sizeof(FrameHeader) + op.inline_len};
-    if (op.payload_len) iov[n++] = {const_cast<std::byte*>(op.payload), op.payload_len};
+    if (op.payload_len) iov[n++] = {const_cast<std::byte*>(op.payload), std::min(op.payload_len, kMaxWriteBytes)};
     msghdr m{};
     m.msg_iov = iov;
     m.msg_iovlen = static_cast<size_t>(n);
@@ -560,6 +560,13 @@ void Conn::enqueue(TxOp&& op) {
         return;
       }
       op.done = static_cast<size_t>(w);
+      if (op.done == sizeof(FrameHeader) + op.inline_len + std::min(op.payload_len, kMaxWriteBytes)) {
+        // The socket took all we offered of a large payload: write the rest now, in rounds.
+        tx_.push_back(std::move(op));
+        flush_tx();
+        if (want_write_.load()) rearm();
+        return;
+      }
     } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
       int e = errno;
       tx_.push_back(std::move(op));
@@ -657,9 +664,14 @@ void Conn::flush_tx() {
         done -= head;
       }
       if (it->payload_len > done) {
-        iov[n++] = {const_cast<std::byte*>(it->payload) + done, it->payload_len - done};
-        want += it->payload_len - done;
+        // At most kMaxWriteBytes per call: the rest of a large payload goes in the next round.
+        const size_t len = std::min(it->payload_len - done, kMaxWriteBytes - std::min(want, kMaxWriteBytes));
+        if (len == 0) break;
+        iov[n++] = {const_cast<std::byte*>(it->payload) + done, len};
+        want += len;
+        if (len < it->payload_len - done) break;  // never a later frame's bytes before this one's
       }
+      if (want >= kMaxWriteBytes) break;
     }
     msghdr m{};
     m.msg_iov = iov;

@@ -70,6 +70,11 @@ inline constexpr size_t kMaxQueuedResponses = 4096;       // target side: stop r
 inline constexpr size_t kStagingBytes = 64 * 1024;
 inline constexpr size_t kDirectReadMin = 8 * 1024;        // read payload tails this big in place
 inline constexpr size_t kSmallStageRead = 4096;           // staging read size after a large frame
+// Bytes handed to one sendmsg() at most. One call holds the socket lock while it copies: the
+// peer's acknowledgements wait behind it and the receiver's copy cannot overlap ours. Measured
+// on loopback, 1 MiB ping-pong half round trip: 380-440 us in one call, 190-210 us in 512 KiB
+// calls (256 KiB: 175-300 us, 128 KiB: worse).
+inline constexpr size_t kMaxWriteBytes = 512 * 1024;
 
 class Conn : public std::enable_shared_from_this<Conn> {
  public:
