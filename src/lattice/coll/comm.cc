@@ -8,8 +8,8 @@
 // (ProviderCaps::release_buffer: tcp) a lane is direct: sends leave straight from the
 // caller's buffers and plain receives land straight in them (registered for the call), only
 // reducing receives use a slot; a failed call releases whatever is still posted before it
-// returns, so the caller may free its buffers. Every 1024 polls the deadline and every link's sticky status
-// are checked, so a dead peer fails the collective on every survivor that has a link to it,
+// returns, so the caller may free its buffers. Every 1024 polls the deadline and every link's
+// sticky status are checked, so a dead peer fails the collective on every survivor that has a link to it,
 // even one that is only waiting on a live neighbour.
 #include "lattice/coll/comm.h"
 #include "lattice/coll/comm_internal.h"
@@ -112,7 +112,7 @@ Status Communicator::build() {
     // Direct lanes send from the caller's buffers (no send slots) and take larger messages:
     // over tcp each message costs a completion round and wake-ups (4 ranks, 2 MiB all-reduce:
     // 7.4 ms of CPU per call in 256 KiB messages, 5.3 ms in 1 MiB ones).
-    const bool direct = options_.zero_copy && prov->caps().release_buffer;
+    const bool direct = st->direct = options_.zero_copy && prov->caps().release_buffer;
     const size_t chunk = direct ? std::max(options_.chunk_bytes, options_.direct_chunk_bytes) : options_.chunk_bytes;
     const int send_slots = direct ? 0 : k;
     size_t bytes = peers.size() * size_t(send_slots + k) * chunk;
@@ -312,9 +312,7 @@ Status Communicator::all_reduce_rma(const void* in, void* out, size_t count, DTy
 }
 
 Status Communicator::register_user(const plan::Plan& plan, size_t esize) {
-  bool any = false;
-  for (const auto& st : staging_) any = any || (options_.zero_copy && st->provider->caps().release_buffer);
-  if (!any) return Status::Ok();
+  if (std::none_of(staging_.begin(), staging_.end(), [](const auto& st) { return st->direct; })) return Status::Ok();
   // How much of each buffer the plan touches (elements).
   size_t ext[3] = {0, 0, 0};
   auto see = [&](plan::Ref r, size_t n) {
@@ -331,7 +329,7 @@ Status Communicator::register_user(const plan::Plan& plan, size_t esize) {
   }
   const std::byte* base[3] = {in_, out_, tmp_};
   for (const auto& st : staging_) {
-    if (!(options_.zero_copy && st->provider->caps().release_buffer)) continue;
+    if (!st->direct) continue;
     for (size_t b = 0; b < 3; ++b) {
       if (ext[b] == 0 || base[b] == nullptr) continue;
       // Local access only: nothing remote ever addresses a caller's buffer.
@@ -347,6 +345,14 @@ Status Communicator::register_user(const plan::Plan& plan, size_t esize) {
 void Communicator::release_user() {
   for (auto& st : staging_)
     for (auto& u : st->user) u.reset();
+}
+
+std::vector<fabric::CompletionQueue*> Communicator::queues_of(const std::vector<int>& lanes) const {
+  std::vector<fabric::CompletionQueue*> out;
+  for (int id : lanes)
+    for (auto* cq : peers_[size_t(id)].cqs)
+      if (std::find(out.begin(), out.end(), cq) == out.end()) out.push_back(cq);
+  return out;
 }
 
 void Communicator::release_posted(const std::vector<int>& lanes) {
@@ -512,11 +518,7 @@ Status Communicator::exchange(const plan::Step& step, size_t esize, DType dtype,
     return s.ok() ? s : fail(s);
   };
 
-  // Only the queues of this step's links: on tcp every poll of a queue is a recv() per link.
-  std::vector<fabric::CompletionQueue*> step_cqs;
-  for (int id : active)
-    for (auto* cq : peers_[size_t(id)].cqs)
-      if (std::find(step_cqs.begin(), step_cqs.end(), cq) == step_cqs.end()) step_cqs.push_back(cq);
+  const std::vector<fabric::CompletionQueue*> step_cqs = queues_of(active);
   Completion comps[32];
   uint32_t idle = 0;
   for (;;) {

@@ -131,6 +131,9 @@ class Communicator {
   // lanes, and the staging slots too, which die with the communicator while a late message
   // could still land in them (tcp progresses on a background thread).
   void release_posted(const std::vector<int>& lanes);
+  // The completion queues of these lanes, each once: the executors poll only those (on tcp
+  // every poll of a queue is a recv() per link).
+  std::vector<fabric::CompletionQueue*> queues_of(const std::vector<int>& lanes) const;
   Status fail(Status s);
   Status check_links();
   // After an empty poll of the executors: yields the core when oversubscribed; every 1024

@@ -53,6 +53,7 @@ namespace lattice::coll {
 struct Communicator::Staging {
   fabric::Provider* provider = nullptr;
   std::unique_ptr<fabric::MemoryRegion> region;
+  bool direct = false;  // its lanes are direct (PeerState::direct)
   // Direct transfers (CommOptions::zero_copy on a provider with release_buffer): the current
   // call's buffers (plan::Buf order) registered for local access, for this call only.
   std::unique_ptr<fabric::MemoryRegion> user[3];

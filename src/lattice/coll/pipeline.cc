@@ -181,10 +181,7 @@ bool Communicator::exchange_pipelined(const std::vector<const plan::Step*>& run,
     return true;
   };
 
-  std::vector<fabric::CompletionQueue*> step_cqs;  // only the run's links (comm.cc, exchange)
-  for (int id : active)
-    for (auto* cq : peers_[size_t(id)].cqs)
-      if (std::find(step_cqs.begin(), step_cqs.end(), cq) == step_cqs.end()) step_cqs.push_back(cq);
+  const std::vector<fabric::CompletionQueue*> step_cqs = queues_of(active);
   Completion comps[32];
   uint32_t idle = 0;
   for (;;) {

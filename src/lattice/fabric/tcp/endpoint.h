@@ -9,7 +9,8 @@
 //
 // Progress (Conn::mu_ held; callers use try_lock so two threads never fight over a socket):
 //   tx: frames queue in tx_; sendmsg() gathers header + payload straight from the user's
-//       buffer (payloads <= kMaxInline are copied into the frame at post time). A send
+//       buffer (payloads <= kMaxInline are copied into the frame at post time), at most
+//       kMaxWriteBytes per call, a large payload in rounds until the socket is full. A send
 //       completes once the kernel took all its bytes; one-sided operations complete when the
 //       target's response arrives (it confirms the access was checked and applied).
 //   rx: bytes are read into a 64 KiB staging buffer and parsed there; a payload's remainder
