@@ -78,6 +78,20 @@ TEST_P(FabricConformance, CapsAreSane) {
   EXPECT_EQ(b_->ep->peer_rank(), 0);
 }
 
+TEST_P(FabricConformance, MapRemoteIsThereExactlyWhenCapsSaySo) {
+  auto target = b_->provider->allocate_memory(4096, kAllAccess);
+  ASSERT_TRUE(target.ok());
+  auto m = a_->ep->map_remote({(*target)->key(), 64, 1024}, kRemoteRead | kRemoteWrite);
+  if (!a_->provider->caps().map_remote) {
+    EXPECT_EQ(m.status().code(), ErrorCode::kUnavailable) << m.status().to_string();
+    return;
+  }
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  std::vector<std::byte> bytes = pattern(1024, 3);
+  std::memcpy((*m)->data(), bytes.data(), bytes.size());
+  EXPECT_EQ(std::memcmp((*target)->data() + 64, bytes.data(), bytes.size()), 0);
+}
+
 TEST_P(FabricConformance, SendRecvAllSizesBothWays) {
   for (size_t size : kSizes) {
     for (int dir = 0; dir < 2; ++dir) {

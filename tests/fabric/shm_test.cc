@@ -281,6 +281,55 @@ TEST(ShmProvider, DeregisteredRegionIsNoLongerReachable) {
   EXPECT_EQ(out[0].status.code(), ErrorCode::kAccessDenied) << out[0].status.to_string();
 }
 
+TEST(ShmProvider, MappedPeerRegionTakesPlainLoadsAndStores) {
+  auto pair = make_pair("shm");
+  ASSERT_TRUE(pair.ok());
+  ASSERT_TRUE(pair->a->provider->caps().map_remote);
+  auto target = pair->b->provider->allocate_memory(4096, kAllAccess);
+  auto ro = pair->b->provider->allocate_memory(64, kLocalRead | kLocalWrite | kRemoteRead);
+  ASSERT_TRUE(target.ok() && ro.ok());
+  const uint64_t key = (*target)->key();
+  auto m = pair->a->ep->map_remote({key, 128, 256}, kRemoteRead | kRemoteWrite);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  ASSERT_EQ((*m)->size(), 256u);
+  EXPECT_TRUE((*m)->live());
+  // A store through the mapping is the peer's memory, and the peer's stores are seen here.
+  std::vector<std::byte> bytes = pattern(256, 7);
+  std::memcpy((*m)->data(), bytes.data(), bytes.size());
+  EXPECT_EQ(std::memcmp((*target)->data() + 128, bytes.data(), bytes.size()), 0);
+  (*target)->data()[128] = std::byte{0x5a};
+  EXPECT_EQ((*m)->data()[0], std::byte{0x5a});
+  // Out of bounds, rights the region does not grant, bad access bits, unknown keys: refused.
+  EXPECT_EQ(pair->a->ep->map_remote({key, 4000, 200}, kRemoteWrite).status().code(), ErrorCode::kAccessDenied);
+  EXPECT_EQ(pair->a->ep->map_remote({(*ro)->key(), 0, 64}, kRemoteWrite).status().code(), ErrorCode::kAccessDenied);
+  EXPECT_TRUE(pair->a->ep->map_remote({(*ro)->key(), 0, 64}, kRemoteRead).ok());
+  EXPECT_EQ(pair->a->ep->map_remote({key, 0, 8}, kRemoteAtomic).status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(pair->a->ep->map_remote({key ^ 1, 0, 8}, kRemoteRead).status().code(), ErrorCode::kAccessDenied);
+  // The peer's caller-registered memory does not map (it is not a shared segment).
+  std::vector<std::byte> user(64);
+  auto reg = pair->b->provider->register_memory(user.data(), user.size(), kAllAccess);
+  ASSERT_TRUE(reg.ok());
+  EXPECT_EQ(pair->a->ep->map_remote({(*reg)->key(), 0, 64}, kRemoteRead).status().code(), ErrorCode::kUnavailable);
+  // The peer lets go of the region: the mapping stays usable (stores go nowhere) and says so.
+  target->reset();
+  EXPECT_FALSE((*m)->live());
+  std::memset((*m)->data(), 1, (*m)->size());
+  EXPECT_EQ(pair->a->ep->map_remote({key, 0, 8}, kRemoteRead).status().code(), ErrorCode::kAccessDenied);
+}
+
+TEST(ShmProvider, MappingOutlivesItsEndpoint) {
+  auto pair = make_pair("shm");
+  ASSERT_TRUE(pair.ok());
+  auto target = pair->b->provider->allocate_memory(64, kAllAccess);
+  ASSERT_TRUE(target.ok());
+  auto m = pair->a->ep->map_remote({(*target)->key(), 0, 64}, kRemoteWrite);
+  ASSERT_TRUE(m.ok());
+  pair->a->ep.reset();
+  std::memset((*m)->data(), 3, 64);
+  EXPECT_EQ((*target)->data()[63], std::byte{3});
+  EXPECT_TRUE((*m)->live());
+}
+
 TEST(ShmProvider, WithoutCrossMemoryAttachLargeSendsUseTheRing) {
   // As on hosts where Yama refuses process_vm_readv between siblings: large sends from caller
   // memory still arrive (through the ring), one-sided access to caller memory says why not.

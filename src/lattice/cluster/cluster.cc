@@ -59,6 +59,12 @@ class GuardedEndpoint final : public fabric::Endpoint {
   }
   // Always forwarded, lost peer or not: the caller is about to free the memory.
   Status release_buffer(fabric::WorkId id) override { return inner_->release_buffer(id); }
+  // A lost peer's memory is not mapped anew; a mapping made before stays valid (the caller's
+  // polls notice the loss through status()).
+  Result<std::unique_ptr<fabric::RemoteMapping>> map_remote(fabric::RemoteSlice s, uint32_t access) override {
+    LATTICE_RETURN_IF_ERROR(check());
+    return inner_->map_remote(s, access);
+  }
   Status status() const override {
     LATTICE_RETURN_IF_ERROR(check());
     return inner_->status();

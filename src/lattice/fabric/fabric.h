@@ -57,6 +57,9 @@ struct ProviderCaps {
   // Endpoint::release_buffer works: a caller may post sends and receives straight from memory
   // it frees after a failed exchange (tcp). False: post from memory that outlives the endpoint.
   bool release_buffer = false;
+  // Endpoint::map_remote works: a peer's region can be mapped into this process and read or
+  // written with plain loads and stores, no post and no completion (shm).
+  bool map_remote = false;
 };
 
 // Access rights of a memory region. Remote rights are checked by the target on every access.
@@ -141,6 +144,20 @@ struct EndpointOptions {
   int peer_rank = Status::kNoPeer;
 };
 
+// A peer's region (a slice of it) mapped into this process: loads and stores reach the
+// peer's memory directly. The mapping stays valid while this object lives, whatever the peer
+// does: once it deregisters the region or dies, stores go to memory nobody reads and live()
+// turns false. Ordering is the CPU's: publish data before a flag with a release store.
+class RemoteMapping {
+ public:
+  virtual ~RemoteMapping() = default;
+  virtual std::byte* data() const = 0;  // the slice's first byte
+  virtual size_t size() const = 0;      // the slice's length
+  // The peer still holds the registration this mapping was made from (one load; a poll loop
+  // may call it now and then to notice a peer that went away without dying).
+  virtual bool live() const = 0;
+};
+
 class Endpoint {
  public:
   virtual ~Endpoint() = default;
@@ -169,6 +186,11 @@ class Endpoint {
   // posted from memory they are about to give back. kUnavailable unless
   // ProviderCaps::release_buffer. (Pure: an endpoint wrapping another must forward it.)
   virtual Status release_buffer(WorkId id) = 0;
+
+  // Maps the peer's region slice `slice` for loads (kRemoteRead) and/or stores (kRemoteWrite):
+  // the region must grant those rights, as for post_read/post_write. kUnavailable unless
+  // ProviderCaps::map_remote (a network in between: post instead). (Pure, like release_buffer.)
+  virtual Result<std::unique_ptr<RemoteMapping>> map_remote(RemoteSlice slice, uint32_t access) = 0;
 
   // Ok while healthy; the sticky error once the endpoint failed.
   virtual Status status() const = 0;

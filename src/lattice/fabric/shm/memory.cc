@@ -183,6 +183,43 @@ Result<PeerRegion*> ShmEndpoint::peer_region_locked(uint64_t key, uint64_t offse
   return r;
 }
 
+namespace {
+
+// A peer's allocate_memory region, mapped: holds the mapping (and the peer's directory, to
+// tell whether the registration still stands) alive on its own.
+class ShmRemoteMapping final : public RemoteMapping {
+ public:
+  ShmRemoteMapping(std::shared_ptr<Mapping> region, std::shared_ptr<Mapping> dir, uint32_t slot, uint64_t seq,
+                   uint64_t offset, uint64_t length)
+      : region_(std::move(region)), dir_(std::move(dir)), slot_(slot), seq_(seq), offset_(offset), length_(length) {}
+  std::byte* data() const override { return region_->base() + offset_; }
+  size_t size() const override { return length_; }
+  bool live() const override {
+    const auto* entries = reinterpret_cast<const DirEntry*>(dir_->base() + (kDirOffset - kPage));
+    return std::atomic_ref<uint64_t>(const_cast<uint64_t&>(entries[slot_].seq)).load(std::memory_order_acquire) == seq_;
+  }
+
+ private:
+  std::shared_ptr<Mapping> region_, dir_;
+  uint32_t slot_;
+  uint64_t seq_, offset_, length_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<RemoteMapping>> ShmEndpoint::map_remote(RemoteSlice slice, uint32_t access) {
+  if ((access & ~uint32_t(kRemoteRead | kRemoteWrite)) != 0 || access == 0)
+    return InvalidArgument("shm: map_remote: access must be kRemoteRead and/or kRemoteWrite");
+  std::lock_guard lock(mu_);
+  LATTICE_RETURN_IF_ERROR(check_usable_locked());
+  LATTICE_ASSIGN_OR_RETURN(PeerRegion * r, peer_region_locked(slice.key, slice.offset, slice.length, access, "map_remote"));
+  if (r->kind != kKindShm)
+    return Unavailable("shm: map_remote: region " + hex_key(slice.key) +
+                       " is caller-registered memory of the peer (only allocate_memory regions map)");
+  return std::unique_ptr<RemoteMapping>(
+      new ShmRemoteMapping(r->map, peer_dir_, r->slot, r->seq, slice.offset, slice.length));
+}
+
 Status ShmEndpoint::remote_copy_locked(PeerRegion* r, uint64_t offset, std::byte* local, size_t length,
                                        bool to_remote) {
   if (length == 0) return Status::Ok();

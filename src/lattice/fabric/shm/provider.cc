@@ -38,6 +38,7 @@ Result<std::unique_ptr<ShmProvider>> ShmProvider::create(const ProviderOptions& 
   p->caps_.rma_write_passive = true;  // a write is a memcpy into the peer's mapping at post time
   p->caps_.rma_read = true;
   p->caps_.atomics = true;
+  p->caps_.map_remote = true;  // allocate_memory regions (memfds) map into peers
   p->caps_.frame_bytes = 0;
   p->caps_.max_regions = kDirEntries;
   p->caps_.needs_registration_for_send = true;

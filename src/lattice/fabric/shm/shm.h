@@ -373,6 +373,7 @@ class ShmEndpoint final : public Endpoint {
   Status release_buffer(WorkId) override {
     return Unavailable("shm: release_buffer is not supported (posted memory is kept until completion)");
   }
+  Result<std::unique_ptr<RemoteMapping>> map_remote(RemoteSlice slice, uint32_t access) override;
   Status status() const override;
   int peer_rank() const override { return options_.peer_rank; }
 
@@ -458,7 +459,7 @@ class ShmEndpoint final : public Endpoint {
   std::atomic<int> peer_pidfd_{-1};
   std::unique_ptr<Mapping> peer_seg_;       // peer endpoint segment, read-only
   std::unique_ptr<Mapping> peer_doorbell_;  // peer provider page 0, read-write
-  std::unique_ptr<Mapping> peer_dir_;       // peer provider pages 1.., read-only
+  std::shared_ptr<Mapping> peer_dir_;       // peer provider pages 1.., read-only (mappings share it)
   std::unordered_map<uint64_t, PeerRegion> peer_regions_;
 
   // transmit

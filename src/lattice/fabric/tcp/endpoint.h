@@ -279,6 +279,9 @@ class TcpEndpoint final : public Endpoint {
     return conn_->post_atomic(result, target, FrameType::kCompareSwap, expected, desired, id);
   }
   Status release_buffer(WorkId id) override { return conn_->release_buffer(id); }
+  Result<std::unique_ptr<RemoteMapping>> map_remote(RemoteSlice, uint32_t) override {
+    return Unavailable("tcp: a peer's memory cannot be mapped across a network (post_write/post_read it)");
+  }
   Status status() const override { return conn_->status(); }
   int peer_rank() const override { return conn_->peer_rank(); }
 

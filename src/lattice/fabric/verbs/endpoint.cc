@@ -223,6 +223,9 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
   Status release_buffer(WorkId) override {
     return Unavailable("verbs: release_buffer is not supported (posted memory is kept until completion)");
   }
+  Result<std::unique_ptr<RemoteMapping>> map_remote(RemoteSlice, uint32_t) override {
+    return Unavailable("verbs: a peer's memory cannot be mapped across the link (post_write/post_read it)");
+  }
   Status status() const override {
     std::lock_guard lk(mu_);
     return state_ == kFailed ? error_ : Status();
