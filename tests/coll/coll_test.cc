@@ -57,13 +57,14 @@ bool is_reducing(CollOp op) {
 
 // Every op x algorithm x dtype x reduce op for `worlds` and `counts` over `uri`.
 void matrix(const std::string& uri, std::initializer_list<int> worlds, std::initializer_list<size_t> counts,
-            bool all_dtypes, bool one_sided = true) {
+            bool all_dtypes, bool one_sided = true, bool map_peers = true) {
   const CollOp ops[] = {CollOp::kAllReduce, CollOp::kAllGather, CollOp::kReduceScatter, CollOp::kBroadcast,
                         CollOp::kReduce, CollOp::kAllToAll, CollOp::kBarrier};
   for (int world : worlds) {
     CommOptions co;
     co.chunk_bytes = 4096;
     if (!one_sided) co.rma_zone_bytes = co.twoshot_chunk_bytes = 0;
+    co.map_peers = map_peers;
     Ranks rk = make_ranks(world, uri, co);
     ASSERT_EQ(rk.comms.size(), size_t(world));
     // shm writes passively: the one-sided one-shot and two-shot paths run (tcp: the plans).
@@ -90,6 +91,8 @@ void matrix(const std::string& uri, std::initializer_list<int> worlds, std::init
             }
           }
       }
+    // After the calls: the one-sided paths stored straight into peers' zones exactly when asked.
+    for (auto& cm : rk.comms) EXPECT_EQ(cm->stores_to_peers(), shm && one_sided && map_peers) << uri << " world " << world;
   }
 }
 
@@ -98,6 +101,9 @@ TEST(Coll, EveryOpDtypeAlgorithmOverShm) { matrix("shm", {1, 2, 3, 4}, {0, 1, 7,
 TEST(Coll, EveryOpOverTcp) { matrix("tcp://127.0.0.1:0", {3}, {0, 7, 4097}, false); }
 
 // Two-sided only (no landing zones): the path providers without one-sided writes take.
+// The one-sided paths by posted writes, as on a provider that cannot map peers' memory.
+TEST(Coll, EveryOpOneSidedByPostedWrites) { matrix("shm", {2, 4}, {1, 7, 4097}, false, true, false); }
+
 TEST(Coll, EveryOpDtypeTwoSidedOnly) { matrix("shm", {2, 3}, {0, 1, 7, 4097}, true, false); }
 
 TEST(CollSlow, EveryOpDtypeAlgorithmUpTo8RanksAndLargeCounts) {
@@ -295,13 +301,15 @@ TEST(Coll, SendRecvAndSingleRank) {
   ASSERT_TRUE(barrier(**comm).ok());
 }
 
-void rank_lost_mid_collective(Algorithm algo, size_t n) {
+void rank_lost_mid_collective(Algorithm algo, size_t n, bool map_peers = true) {
   const int world = 4;
   fabric::EndpointOptions eo;
   eo.peer_timeout = std::chrono::milliseconds(1000);
   auto g = cluster::make_local_groups(world, "shm", Deadline::after(std::chrono::seconds(60)), eo);
   ASSERT_TRUE(g.ok()) << g.status().to_string();
-  auto comms = create_all(*g, {});
+  CommOptions co;
+  co.map_peers = map_peers;
+  auto comms = create_all(*g, co);
   ASSERT_EQ(comms.size(), size_t(world));
   const int victim = 2;
   auto start = Clock::now();
@@ -426,6 +434,10 @@ TEST(Coll, OneSidedTwoShotAllGatherAndReduceScatterInPlace) {
 // Small buffers take the one-sided landing-zone path: survivors spin on flags, not queues.
 TEST(CollFault, RankLostMidOneSidedAllReduceFailsEverySurvivorWithPeerLost) {
   rank_lost_mid_collective(Algorithm::kOneShot, 1024);
+}
+TEST(CollFault, RankLostMidPostedOneSidedAllReducesFailsEverySurvivorWithPeerLost) {
+  rank_lost_mid_collective(Algorithm::kOneShot, 1024, false);
+  rank_lost_mid_collective(Algorithm::kTwoShot, 1 << 18, false);
 }
 
 // A local group whose epoch the test moves on (as Cluster::shrink does), same links.

@@ -56,6 +56,7 @@ Status Communicator::build() {
   staging_.clear();
   if (landing_) retired_.push_back(std::make_unique<Staging>(Staging{nullptr, std::move(landing_)}));
   peer_keys_.clear();
+  peer_maps_.clear();  // nothing is in flight through them: every store happened at once
   epoch_ = group_->epoch();
   world_ = group_->world_size();
   broken_ = Status::Ok();
@@ -150,31 +151,19 @@ Status Communicator::build() {
   return Status::Ok();
 }
 
-// Swaps landing-zone keys with every peer over the two-sided path (8 bytes each way).
-Status Communicator::setup_rma(Deadline deadline) {
-  fabric::Provider* prov = group_->links(rank() == 0 ? 1 : 0).front().provider;
-  const size_t zone = (options_.rma_zone_bytes + 63) / 64 * 64;
-  zone_stride_ = zone + 64;  // data, then the flag word on its own cache line
-  src_off_ = size_t(world_) * 2 * zone_stride_;
-  flag_off_ = src_off_ + zone;
-  // Then the two-shot area (twoshot.cc), when enabled.
-  ts_off_ = (flag_off_ + 64 + 4095) / 4096 * 4096;
-  const size_t total = ts_off_ + twoshot_area_bytes();
-  auto region = prov->allocate_memory(total, fabric::kLocalRead | fabric::kLocalWrite | fabric::kRemoteWrite);
-  if (!region.ok()) return region.status();
-  std::unique_ptr<MemoryRegion> landing = std::move(region).value();
-  std::memset(landing->data(), 0, landing->size());
-  peer_keys_.assign(size_t(world_), 0);
+// Sends `mine` to every peer and receives theirs into (*theirs)[peer] (8 bytes each way, over
+// the two-sided path), from the still unused flag word of `fresh`: direct lanes have no send
+// slots.
+Status Communicator::swap_words(MemoryRegion* fresh, uint64_t mine, std::vector<uint64_t>* theirs, Deadline deadline) {
+  theirs->assign(size_t(world_), 0);
   seq_ = (seq_ + 1) & kSeqMask;
+  std::memcpy(fresh->data() + flag_off_, &mine, 8);
   size_t pending = 0;
   for (int p = 0; p < world_; ++p) {
     if (p == rank()) continue;
     PeerState& ps = peers_[size_t(p)];
     LATTICE_RETURN_IF_ERROR(ps.ep->post_recv({ps.region, ps.recv_base, 8}, work_id(seq_, p, true, 0)));
-    // Sent from the (not yet used) flag word of the new region: direct lanes have no send slots.
-    const uint64_t key = landing->key();
-    std::memcpy(landing->data() + flag_off_, &key, 8);
-    LATTICE_RETURN_IF_ERROR(ps.ep->post_send({landing.get(), flag_off_, 8}, work_id(seq_, p, false, 0)));
+    LATTICE_RETURN_IF_ERROR(ps.ep->post_send({fresh, flag_off_, 8}, work_id(seq_, p, false, 0)));
     pending += 2;
   }
   Completion comps[32];
@@ -187,14 +176,57 @@ Status Communicator::setup_rma(Deadline deadline) {
       if (d.seq != seq_ || d.peer >= world_) continue;
       --pending;
       if (d.recv) {
-        if (comps[i].bytes != 8) return Corrupt("coll: rank " + std::to_string(d.peer) + " sent a bad landing key", d.peer);
+        if (comps[i].bytes != 8) return Corrupt("coll: rank " + std::to_string(d.peer) + " sent a bad setup word", d.peer);
         const PeerState& ps = peers_[size_t(d.peer)];
-        std::memcpy(&peer_keys_[size_t(d.peer)], ps.region->data() + ps.recv_base, 8);
+        std::memcpy(&(*theirs)[size_t(d.peer)], ps.region->data() + ps.recv_base, 8);
       }
     }
-    if (n == 0 && deadline.expired()) return Timeout("coll: peers did not send their landing keys in time");
+    if (n == 0 && deadline.expired()) return Timeout("coll: peers did not answer the landing-zone setup in time");
   }
-  std::memset(landing->data() + flag_off_, 0, 8);
+  std::memset(fresh->data() + flag_off_, 0, 8);
+  return Status::Ok();
+}
+
+// Swaps landing-zone keys with every peer, and maps their zones where the provider can.
+Status Communicator::setup_rma(Deadline deadline) {
+  fabric::Provider* prov = group_->links(rank() == 0 ? 1 : 0).front().provider;
+  const size_t zone = (options_.rma_zone_bytes + 63) / 64 * 64;
+  zone_stride_ = zone + 64;  // data, then the flag word on its own cache line
+  src_off_ = size_t(world_) * 2 * zone_stride_;
+  flag_off_ = src_off_ + zone;
+  // Then the two-shot area (twoshot.cc), when enabled.
+  ts_off_ = (flag_off_ + 64 + 4095) / 4096 * 4096;
+  const size_t total = ts_off_ + twoshot_area_bytes();
+  auto region = prov->allocate_memory(
+      total, fabric::kLocalRead | fabric::kLocalWrite | fabric::kRemoteWrite | fabric::kRemoteRead);
+  if (!region.ok()) return region.status();
+  std::unique_ptr<MemoryRegion> landing = std::move(region).value();
+  std::memset(landing->data(), 0, landing->size());
+  // Landing keys first.
+  LATTICE_RETURN_IF_ERROR(swap_words(landing.get(), landing->key(), &peer_keys_, deadline));
+  // Then map every peer's landing region where the provider can (same layout everywhere),
+  // and agree: the calls pull from peers' zones only if every rank mapped every peer (a
+  // rank still posting writes would wait for data nobody writes).
+  peer_maps_.clear();
+  if (options_.map_peers && prov->caps().map_remote) {
+    std::vector<std::unique_ptr<fabric::RemoteMapping>> maps(static_cast<size_t>(world_));
+    uint64_t all = 1;
+    for (int p = 0; p < world_ && all; ++p) {
+      if (p == rank()) continue;
+      auto m = peers_[size_t(p)].ep->map_remote({peer_keys_[size_t(p)], 0, landing->size()},
+                                                fabric::kRemoteRead | fabric::kRemoteWrite);
+      if (m.ok()) {
+        maps[size_t(p)] = std::move(m).value();
+      } else {
+        all = 0;
+      }
+    }
+    std::vector<uint64_t> theirs;
+    LATTICE_RETURN_IF_ERROR(swap_words(landing.get(), all, &theirs, deadline));
+    for (int p = 0; p < world_; ++p)
+      if (p != rank()) all &= theirs[size_t(p)];
+    if (all == 1) peer_maps_ = std::move(maps);
+  }
   landing_ = std::move(landing);
   // The zones are fresh (zero flags) on every member: count calls from the start again. A
   // call that failed on some members only (the rest never got that far) left the counts apart.
@@ -256,34 +288,53 @@ Status Communicator::all_reduce_rma(const void* in, void* out, size_t count, DTy
   seq_ = (seq_ + 1) & kSeqMask;
   const size_t parity = rma_seq_ & 1;
   std::byte* base = landing_->data();
-  std::memcpy(base + src_off_, in, bytes);
-  std::memcpy(base + flag_off_, &rma_seq_, 8);
+  const bool mapped = !peer_maps_.empty();
+  // Mapped peers (shm): each rank copies its contribution into its own zone of its own
+  // landing region (zone (rank * 2 + parity): no peer writes there) and raises the flag; the
+  // others read it in place. A byte crosses between cores once per reader, where pushing it
+  // into each reader's zone costs the writer a line transfer per reader first. Otherwise:
+  // copy into the source area and post a data and a flag write to every peer.
+  std::byte* mine = base + (mapped ? (size_t(rank()) * 2 + parity) * zone_stride_ : src_off_);
+  std::memcpy(mine, in, bytes);
   size_t writes = 0, done = 0;
   auto reap = [&] { return reap_writes(&done); };
-  // Write to the next ranks first so not everyone hits rank 0 at once.
-  for (int i = 1; i < world_; ++i) {
-    const int p = (rank() + i) % world_;
+  auto flag_of = [&](std::byte* zone) {
+    return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(zone + zone_stride_ - 64));
+  };
+  // Where rank q's contribution to this call sits: zone (q * 2 + parity) of q's landing region
+  // (mapped) or of mine (q wrote it there).
+  auto zone_of = [&](int q) -> std::byte* {
+    if (q == rank()) return mine;
+    return (mapped ? peer_maps_[size_t(q)]->data() : base) + (size_t(q) * 2 + parity) * zone_stride_;
+  };
+  if (mapped) {
+    flag_of(mine).store(rma_seq_, std::memory_order_release);  // after the data
+  } else {
+    std::memcpy(base + flag_off_, &rma_seq_, 8);
+    // Write to the next ranks first so not everyone hits rank 0 at once.
     const uint64_t off = (uint64_t(rank()) * 2 + parity) * zone_stride_;
-    const uint64_t key = peer_keys_[size_t(p)];
-    for (int part = 0; part < 2; ++part) {
-      LocalSlice src = part == 0 ? LocalSlice{landing_.get(), src_off_, bytes} : LocalSlice{landing_.get(), flag_off_, 8};
-      fabric::RemoteSlice dst{key, part == 0 ? off : off + (zone_stride_ - 64), src.length};
-      Status s = post_write_retry(p, src, dst, work_id(seq_, p, false, part), deadline, &done);
-      if (!s.ok()) return fail(s);
-      ++writes;
+    for (int i = 1; i < world_; ++i) {
+      const int p = (rank() + i) % world_;
+      const uint64_t key = peer_keys_[size_t(p)];
+      for (int part = 0; part < 2; ++part) {
+        LocalSlice src = part == 0 ? LocalSlice{landing_.get(), src_off_, bytes} : LocalSlice{landing_.get(), flag_off_, 8};
+        fabric::RemoteSlice dst{key, part == 0 ? off : off + (zone_stride_ - 64), src.length};
+        Status s = post_write_retry(p, src, dst, work_id(seq_, p, false, part), deadline, &done);
+        if (!s.ok()) return fail(s);
+        ++writes;
+      }
     }
   }
-  // Wait for every peer's flag on local memory; poll the queues now and then (reaping our own
-  // write completions, and noticing failed links).
+  // Wait for every peer's flag; poll the queues now and then (reaping our own write
+  // completions, and noticing failed links).
   uint32_t idle = 0;
   for (int p = 0; p < world_; ++p) {
     if (p == rank()) continue;
-    std::atomic_ref<uint64_t> flag(*reinterpret_cast<uint64_t*>(base + (size_t(p) * 2 + parity) * zone_stride_ +
-                                                                zone_stride_ - 64));
+    auto flag = flag_of(zone_of(p));
     while (flag.load(std::memory_order_acquire) != rma_seq_) {
       // Now and then only: the writes land without our help (rma_write_passive), and a
       // provider's poll may yield the core after a run of empty polls.
-      if ((idle & 63) == 63) {
+      if (!mapped && (idle & 63) == 63) {
         Status r = reap();
         if (!r.ok()) return fail(r);
       }
@@ -291,17 +342,15 @@ Status Communicator::all_reduce_rma(const void* in, void* out, size_t count, DTy
       if (!s.ok()) return fail(s);
     }
   }
-  // Rank order, this rank's contribution from its copy (out may alias in).
-  auto src = [&](int q) -> const std::byte* {
-    return q == rank() ? base + src_off_ : base + (size_t(q) * 2 + parity) * zone_stride_;
-  };
+  // Rank order; this rank's contribution from its copy (out may alias in).
   if (world_ == 1) {
     std::memmove(out, in, bytes);
   } else {
-    // out may alias in (this rank's source is its staged copy): one blocked pass in rank order.
-    std::vector<const void*> srcs;
-    for (int q = 0; q < world_; ++q) srcs.push_back(src(q));
-    reduce_ordered(dtype, op, out, srcs.data(), srcs.size(), count);
+    const void* few[16];
+    std::vector<const void*> many(world_ > 16 ? size_t(world_) : 0);
+    const void** srcs = world_ > 16 ? many.data() : few;
+    for (int q = 0; q < world_; ++q) srcs[q] = zone_of(q);
+    reduce_ordered(dtype, op, out, srcs, size_t(world_), count);
   }
   while (done < writes) {
     Status r = reap();
@@ -392,6 +441,10 @@ Status Communicator::check_links() {
     // when this rank has no link to it (a ring).
     if (id < size_t(world_) && p != rank() && !group_->peer_alive(p))
       return PeerLost("coll: rank " + std::to_string(p) + " was declared dead by the cluster", p);
+    // A mapped landing zone the peer let go of: its communicator went away mid-collective
+    // (as a posted write to it would fail with kAccessDenied).
+    if (id < peer_maps_.size() && peer_maps_[id] && !peer_maps_[id]->live())
+      return PeerLost("coll: rank " + std::to_string(p) + " lost: its landing zone is gone", p);
     fabric::Endpoint* ep = peers_[id].ep;
     if (ep == nullptr) continue;
     Status s = ep->status();
@@ -594,20 +647,15 @@ Status Communicator::exchange(const plan::Step& step, size_t esize, DType dtype,
   }
 }
 
-Status Communicator::after_empty_poll(uint32_t* idle, Deadline deadline, const std::function<int()>& waiting_on) {
-  ++*idle;
-  // Oversubscribed hosts (more ranks than cores, as on a 2-core box with 4 ranks) need the
-  // peer we wait for to run: give the core away after a short spin. On an idle core
-  // sched_yield returns at once, so this costs little when the peer is running elsewhere.
-  // (Sleeping in poll() on the step's sockets instead, as OpenMPI does, was measured at 4
-  // ranks over tcp: no less CPU per call and no faster, so the executors keep spinning.)
-  if (*idle >= spin_before_yield_) std::this_thread::yield();
-  if ((*idle & 1023) != 0) return Status::Ok();
-  if (deadline.expired()) {
-    const int p = waiting_on();
-    return p >= 0 ? Timeout("coll: deadline passed waiting on rank " + std::to_string(p), p)
-                  : Timeout("coll: deadline passed");
-  }
+// Oversubscribed hosts (more ranks than cores, as on a 2-core box with 4 ranks) need the peer
+// a loop waits for to run: after_empty_poll gives the core away after a short spin. On an idle
+// core sched_yield returns at once, so this costs little when the peer is running elsewhere.
+// (Sleeping in poll() on the step's sockets instead, as OpenMPI does, was measured at 4 ranks
+// over tcp: no less CPU per call and no faster, so the executors keep spinning.)
+Status Communicator::idle_check(Deadline deadline, int waiting_on) {
+  if (deadline.expired())
+    return waiting_on >= 0 ? Timeout("coll: deadline passed waiting on rank " + std::to_string(waiting_on), waiting_on)
+                           : Timeout("coll: deadline passed");
   return check_links();
 }
 

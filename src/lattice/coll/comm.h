@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "lattice/cluster/group.h"
@@ -53,6 +54,11 @@ struct CommOptions {
   // (credits written back keep a writer from overwriting an unread slot). 0 disables it.
   size_t twoshot_chunk_bytes = 64 * 1024;
   int twoshot_depth = 4;
+  // Where the provider maps peers' memory (ProviderCaps::map_remote: shm), both one-sided paths
+  // load and store peers' landing zones directly (one-shot: each rank's contribution stays in
+  // its own zone and peers read it) instead of posting writes and reaping their completions.
+  // Every rank must map every peer, else all post. False: always post.
+  bool map_peers = true;
   // Two-sided transfers on providers that can release posted memory (ProviderCaps::
   // release_buffer: tcp) send straight from the caller's buffers and receive plain copies
   // straight into them, skipping the staging slots (two of a byte's four copies on tcp).
@@ -94,6 +100,9 @@ class Communicator {
   // its largest buffer in bytes. The first such call swaps landing-zone keys with the peers.
   bool rma_ready() const { return rma_capable_; }
   size_t rma_zone_bytes() const { return rma_capable_ ? options_.rma_zone_bytes : 0; }
+  // True once the one-sided paths store straight into peers' mapped landing zones
+  // (ProviderCaps::map_remote) instead of posting writes; set up by the first such call.
+  bool stores_to_peers() const { return !peer_maps_.empty(); }
   // One-shot all-reduce through one-sided writes (see CommOptions::rma_zone_bytes). Gives
   // the same bits as the two-sided one-shot plan: contributions combined in rank order.
   Status all_reduce_rma(const void* in, void* out, size_t count, DType dtype, ReduceOp op, Deadline deadline);
@@ -139,8 +148,19 @@ class Communicator {
   // After an empty poll of the executors: yields the core when oversubscribed; every 1024
   // empty polls in a row checks the deadline (the timeout names waiting_on(), a rank still
   // awaited, or none if it gives -1) and every link. Ok: keep polling.
-  Status after_empty_poll(uint32_t* idle, Deadline deadline, const std::function<int()>& waiting_on);
+  template <typename WaitingOn>
+  Status after_empty_poll(uint32_t* idle, Deadline deadline, const WaitingOn& waiting_on) {
+    // Inline: this runs between every two empty polls of a waiting loop.
+    ++*idle;
+    if (*idle >= spin_before_yield_) std::this_thread::yield();
+    if ((*idle & 1023) != 0) return Status::Ok();
+    return idle_check(deadline, waiting_on());
+  }
+  // The deadline and every link, now and then from a waiting loop; `waiting_on` names the
+  // rank it waits for (-1: several) in a timeout.
+  Status idle_check(Deadline deadline, int waiting_on);
   Status setup_rma(Deadline deadline);
+  Status swap_words(fabric::MemoryRegion* fresh, uint64_t mine, std::vector<uint64_t>* theirs, Deadline deadline);
   Status rma_begin(Deadline deadline);
   size_t twoshot_area_bytes();  // also sets ts_chunk_, ts_depth_ and the counters
   Status post_write_retry(int peer, fabric::LocalSlice src, fabric::RemoteSlice dst, fabric::WorkId id,
@@ -171,6 +191,10 @@ class Communicator {
   // the source area + flag word I write from, and each peer's landing key.
   std::unique_ptr<fabric::MemoryRegion> landing_;
   std::vector<uint64_t> peer_keys_;
+  // Where the provider maps peers' memory (ProviderCaps::map_remote: shm), each peer's landing
+  // region, mapped: the one-sided paths store into it instead of posting writes (no post, no
+  // completion to reap). Empty: post writes.
+  std::vector<std::unique_ptr<fabric::RemoteMapping>> peer_maps_;
   size_t zone_stride_ = 0, src_off_ = 0, flag_off_ = 0;
   uint64_t rma_seq_ = 0;
   bool rma_capable_ = false;

@@ -149,17 +149,22 @@ Status Communicator::twoshot(CollOp op, const void* in_v, void* out_v, size_t co
   // Without registration, stage through the source and result slots.
   const auto in_addr = reinterpret_cast<uintptr_t>(in), out_addr = reinterpret_cast<uintptr_t>(out);
   const bool overlap = out_addr < in_addr + in_bytes && in_addr < out_addr + out_bytes;
+  // Peers' areas mapped (stores_to_peers): every transfer is a plain copy into the peer's
+  // area, a flag a release store; nothing to register, post or reap.
+  const bool mapped = !peer_maps_.empty();
   fabric::Provider* prov = group_->links(r == 0 ? 1 : 0).front().provider;
   std::unique_ptr<fabric::MemoryRegion> in_reg, out_reg;
-  if (auto ri = prov->register_memory(const_cast<std::byte*>(in), in_bytes, fabric::kLocalRead); ri.ok())
-    in_reg = std::move(ri).value();
-  if (op == CollOp::kAllReduce && !overlap && in_reg) {
-    if (auto ro = prov->register_memory(out, out_bytes, fabric::kLocalRead | fabric::kLocalWrite); ro.ok())
-      out_reg = std::move(ro).value();
+  if (!mapped) {
+    if (auto ri = prov->register_memory(const_cast<std::byte*>(in), in_bytes, fabric::kLocalRead); ri.ok())
+      in_reg = std::move(ri).value();
+    if (op == CollOp::kAllReduce && !overlap && in_reg) {
+      if (auto ro = prov->register_memory(out, out_bytes, fabric::kLocalRead | fabric::kLocalWrite); ro.ok())
+        out_reg = std::move(ro).value();
+    }
   }
-  const bool direct_in = in_reg != nullptr;
+  const bool direct_in = mapped || in_reg != nullptr;
   // all_reduce: reduce into out and write from there; reduce_scatter: reduce into out.
-  const bool reduce_direct = op == CollOp::kAllReduce ? out_reg != nullptr : !overlap;
+  const bool reduce_direct = op == CollOp::kAllReduce ? (mapped ? !overlap : out_reg != nullptr) : !overlap;
 
   // Segments and their chunk counts.
   std::vector<plan::Segment> seg(static_cast<size_t>(w));
@@ -185,6 +190,23 @@ Status Communicator::twoshot(CollOp op, const void* in_v, void* out_v, size_t co
   auto write = [&](int q, size_t src_off, size_t dst_off, size_t bytes) {
     return write_from(q, reg, ts_off_ + src_off, dst_off, bytes);
   };
+  // `bytes` from `src` (region `from` at `src_off` when posted) into q's area at `dst_off`.
+  auto put = [&](int q, const std::byte* src, fabric::MemoryRegion* from, size_t src_off, size_t dst_off,
+                 size_t bytes) -> Status {
+    if (!mapped) return write_from(q, from, src_off, dst_off, bytes);
+    std::memcpy(peer_maps_[size_t(q)]->data() + ts_off_ + dst_off, src, bytes);
+    return Status::Ok();
+  };
+  // A flag or credit word into q's area at `dst_off`, ordered after the puts before it (posted:
+  // staged in my word at `src_off`; writes on one link land in order).
+  auto put_word = [&](int q, size_t src_off, size_t dst_off, uint64_t v) -> Status {
+    if (mapped) {
+      store_word(peer_maps_[size_t(q)]->data() + ts_off_ + dst_off, v);
+      return Status::Ok();
+    }
+    store_word(base + src_off, v);
+    return write(q, src_off, dst_off, 8);
+  };
   std::vector<const std::byte*> src(static_cast<size_t>(w));
   uint32_t idle = 0;
   for (;;) {
@@ -199,15 +221,12 @@ Status Communicator::twoshot(CollOp op, const void* in_v, void* out_v, size_t co
         const size_t n = chunk(q, rs_next[size_t(q)], &b);
         Status s;
         if (direct_in) {
-          s = write_from(q, in_reg.get(), b * esize, L.rs_zone(r, k), n * esize);
+          s = put(q, in + b * esize, in_reg.get(), b * esize, L.rs_zone(r, k), n * esize);
         } else {
           std::memcpy(base + L.src(q, k), in + b * esize, n * esize);
           s = write(q, L.src(q, k), L.rs_zone(r, k), n * esize);
         }
-        if (s.ok()) {
-          store_word(base + L.rs_flag_src(q, k), k + 1);
-          s = write(q, L.rs_flag_src(q, k), L.rs_flag(r, k), 8);  // after the data (ordered on one link)
-        }
+        if (s.ok()) s = put_word(q, L.rs_flag_src(q, k), L.rs_flag(r, k), k + 1);  // after the data
         if (!s.ok()) return fail(s);
         ++ts_rs_sent_[size_t(q)];
         ++rs_next[size_t(q)];
@@ -256,19 +275,12 @@ Status Communicator::twoshot(CollOp op, const void* in_v, void* out_v, size_t co
         if (out_at(b) != mine) std::memmove(out_at(b), mine, n * esize);
         res = mine;
       }
-      (void)res;
       for (int i = 1; i < w; ++i) {
         const int q = (r + i) % w;
         Status s;
-        if (rs_phase) {
-          store_word(base + L.rs_ack_src(q), ts_rs_recv_);  // the RS slot is free again
-          s = write(q, L.rs_ack_src(q), L.rs_ack(r), 8);
-        }
-        if (s.ok() && ag_phase) s = write_from(q, res_reg, res_off, L.ag_zone(r, ka), n * esize);
-        if (s.ok() && ag_phase) {
-          store_word(base + L.ag_flag_src(q, ka), ka + 1);
-          s = write(q, L.ag_flag_src(q, ka), L.ag_flag(r, ka), 8);
-        }
+        if (rs_phase) s = put_word(q, L.rs_ack_src(q), L.rs_ack(r), ts_rs_recv_);  // the RS slot is free again
+        if (s.ok() && ag_phase) s = put(q, res, res_reg, res_off, L.ag_zone(r, ka), n * esize);
+        if (s.ok() && ag_phase) s = put_word(q, L.ag_flag_src(q, ka), L.ag_flag(r, ka), ka + 1);
         if (!s.ok()) return fail(s);
       }
       if (ag_phase) ++ts_ag_sent_;
@@ -287,8 +299,7 @@ Status Communicator::twoshot(CollOp op, const void* in_v, void* out_v, size_t co
         std::memcpy(out + b * esize, base + L.ag_zone(p, k), n * esize);
         ++ts_ag_recv_[size_t(p)];
         ++ag_next[size_t(p)];
-        store_word(base + L.ag_ack_src(p), ts_ag_recv_[size_t(p)]);
-        Status s = write(p, L.ag_ack_src(p), L.ag_ack(r), 8);
+        Status s = put_word(p, L.ag_ack_src(p), L.ag_ack(r), ts_ag_recv_[size_t(p)]);
         if (!s.ok()) return fail(s);
         progressed = true;
       }
@@ -305,7 +316,7 @@ Status Communicator::twoshot(CollOp op, const void* in_v, void* out_v, size_t co
     }
     // Now and then only: the writes land without our help (rma_write_passive), and a
     // provider's poll may yield the core after a run of empty polls.
-    if ((idle & 63) == 63) {
+    if (!mapped && (idle & 63) == 63) {
       Status s = reap();
       if (!s.ok()) return fail(s);
     }

@@ -613,10 +613,11 @@ bool implements(CollOp op, Algorithm algo, int world) {
 Algorithm choose_algorithm(CollOp op, size_t bytes, int world, bool rma_write) {
   switch (op) {
     case CollOp::kAllReduce:
-      // Measured at 4 ranks over shm (2 cores, bench/coll_vs_mpi.sh, docs/BENCHMARKS.md): the
-      // one-sided one-shot wins up to 8 KiB, ties at 16 KiB; the one-sided two-shot wins from
-      // 32 KiB to 16 MiB against one-shot, ring, bidir and halving.
-      if (rma_write) return bytes <= 16 * 1024 ? Algorithm::kOneShot : Algorithm::kTwoShot;
+      // Measured over shm with peers' zones mapped (2 cores, bench/coll_vs_mpi.sh,
+      // docs/BENCHMARKS.md): the one-sided one-shot wins up to 8 KiB at 4 ranks (9.8 vs 13.6 us
+      // at 8 KiB) and ties there at 2; from 16 KiB to 16 MiB the one-sided two-shot wins (4
+      // ranks: 13.2 vs 15.1 us at 16 KiB) against one-shot, ring, bidir and halving.
+      if (rma_write) return bytes <= 8 * 1024 ? Algorithm::kOneShot : Algorithm::kTwoShot;
       // Two-sided (tcp, emulated verbs): one round while the data is small (at 2 ranks one-shot
       // and two-shot move the same bytes, one-shot in one round); beyond, the two-round
       // two-shot plan: at 4 ranks over tcp loopback (2 cores, load ~6, 3 alternating runs) it
