@@ -94,7 +94,9 @@ TEST(Plan, AutoPicksOneShotForSmallAndTwoShotForLarge) {
   EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 8192, 3, false), Algorithm::kOneShot);
   EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 8, 2, false), Algorithm::kOneShot);
   EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 16 << 20, 4, false), Algorithm::kTwoShot);
-  EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 256 << 10, 4, false), Algorithm::kTwoShot);
+  EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 256 << 10, 4, false), Algorithm::kHalving);
+  EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 256 << 10, 3, false), Algorithm::kTwoShot);
+  EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 1 << 20, 4, false), Algorithm::kTwoShot);
   EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 256 << 10, 2, false), Algorithm::kOneShot);
   // With passive one-sided writes (shm, RDMA): one-shot for small, two-shot beyond.
   EXPECT_EQ(plan::choose_algorithm(CollOp::kAllReduce, 8192, 2, true), Algorithm::kOneShot);

@@ -411,7 +411,7 @@ Status Conn::post_recv(LocalSlice dst, WorkId id) {
       fail(s, true);
     } else if (rx_ != Rx::kStalled) {
       progress_locked(Clock::now());
-      rearm();
+      arm_for_background();
     }
   }
   return Status::Ok();
@@ -564,7 +564,7 @@ void Conn::enqueue(TxOp&& op) {
         // The socket took all we offered of a large payload: write the rest now, in rounds.
         tx_.push_back(std::move(op));
         flush_tx();
-        if (want_write_.load()) rearm();
+        if (want_write_.load()) arm_for_background();
         return;
       }
     } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
@@ -576,7 +576,7 @@ void Conn::enqueue(TxOp&& op) {
     }
   }
   tx_.push_back(std::move(op));
-  if (!want_write_.exchange(true)) rearm();
+  if (!want_write_.exchange(true)) arm_for_background();
 }
 
 Status Conn::seal_op(TxOp& op) {

@@ -287,6 +287,17 @@ Clock::time_point TcpProvider::housekeeping(Clock::time_point now) {
   return now + tick;
 }
 
+namespace {
+// The background thread takes an endpoint off its recheck list: progress it and re-arm its
+// socket (callers may re-arm it too from now on). False: still busy, keep it parked.
+bool unpark_and_progress(Conn& c, uint32_t events) {
+  c.parked.store(false);
+  if (c.progress_from_background(events)) return true;
+  c.parked.store(true);
+  return false;
+}
+}  // namespace
+
 void TcpProvider::run() {
   constexpr int kMaxEvents = 64;
   epoll_event evs[kMaxEvents];
@@ -330,8 +341,9 @@ void TcpProvider::run() {
         }
       }
       if (c->caller_active()) {
+        c->parked.store(true);
         deferred_.emplace_back(id, now + (c->sleepers.load() > 0 ? kRecheckSleeper : kRecheckActive));
-      } else if (!c->progress_from_background(evs[i].events)) {
+      } else if (!unpark_and_progress(*c, evs[i].events)) {
         deferred_.emplace_back(id, now + kRecheckActive);
       }
     }
@@ -351,7 +363,7 @@ void TcpProvider::run() {
       } else if (c->caller_active()) {
         it->second = now + (c->sleepers.load() > 0 ? kRecheckSleeper : kRecheckActive);
         ++it;
-      } else if (c->progress_from_background(0)) {
+      } else if (unpark_and_progress(*c, 0)) {
         it = deferred_.erase(it);
       } else {
         it->second = now + kRecheckActive;
