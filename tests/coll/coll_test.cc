@@ -485,6 +485,41 @@ TEST(CollFault, OneSidedCallsCountAgainAfterANewEpoch) {
   for (int i = 0; i < 3; ++i) ASSERT_EQ(test::run_and_check(cs, c, DType::kF32, ReduceOp::kSum, o), "") << "call " << i;
 }
 
+// Plans come from a per-communicator cache: the same shape gets the same plan object, other
+// shapes their own, and a new epoch builds afresh (ranks or links may have changed).
+TEST(Coll, PlansAreCachedPerShapeUntilTheEpochMoves) {
+  auto g = cluster::make_local_groups(2, "shm", Deadline::after(std::chrono::seconds(60)));
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  EpochView view(*(*g)[0]);
+  auto comm = Communicator::create(view, CommOptions{});
+  ASSERT_TRUE(comm.ok()) << comm.status().to_string();
+  plan::Shape a{CollOp::kAllReduce, 0, 2, 1000, 0, false}, b = a;
+  b.count = 1001;
+  auto pa = (*comm)->plan_for(a, Algorithm::kRing);
+  auto pb = (*comm)->plan_for(b, Algorithm::kRing);
+  ASSERT_TRUE(pa.ok() && pb.ok());
+  EXPECT_NE(*pa, *pb);
+  EXPECT_EQ(*(*comm)->plan_for(a, Algorithm::kRing), *pa) << "same shape, same plan";
+  EXPECT_NE(*(*comm)->plan_for(a, Algorithm::kTwoShot), *pa) << "another algorithm is another plan";
+  // The cached plan is the one plan::build makes, and its extents are the plan's.
+  auto fresh = plan::build(a, Algorithm::kRing);
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_EQ((*pa)->steps.size(), fresh->steps.size());
+  EXPECT_EQ(plan::extents(**pa).of[size_t(plan::Buf::kOut)], 1000u);
+  // More shapes than the cache holds: still right, each call.
+  for (size_t n = 1; n < 40; ++n) {
+    plan::Shape s = a;
+    s.count = n;
+    auto p = (*comm)->plan_for(s, Algorithm::kRing);
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(plan::extents(**p).of[size_t(plan::Buf::kOut)], n);
+  }
+  view.epoch_ = 1;
+  auto pc = (*comm)->plan_for(a, Algorithm::kRing);
+  ASSERT_TRUE(pc.ok()) << pc.status().to_string();
+  EXPECT_EQ(plan::extents(**pc).of[size_t(plan::Buf::kOut)], 1000u);
+}
+
 // tcp lanes send from and receive into the caller's buffers directly. A collective that fails
 // while such transfers are still posted must leave nothing pointing at the caller's memory:
 // rank 0's all-gather times out (rank 1 never joins) with most of its 32 MiB send still queued

@@ -13,18 +13,6 @@ namespace {
 
 Deadline deadline_of(const CollOptions& o) { return o.deadline ? *o.deadline : Deadline::after(o.timeout); }
 
-Result<plan::Plan> make_plan(const Communicator& comm, const plan::Shape& shape, Algorithm algo) {
-  if (comm.full_mesh()) return plan::build(shape, algo);
-  // A partial mesh: everything goes along a route through the linked pairs.
-  if (comm.route().order.empty())
-    return Unavailable(std::string("coll: ") + std::string(to_string(shape.op)) +
-                       ": the topology has no ring or path through every rank over its links");
-  if (algo != Algorithm::kRing)
-    return InvalidArgument("coll: algorithm " + std::string(to_string(algo)) +
-                           " needs a full mesh; this topology only allows ring");
-  return plan::build_on_route(shape, comm.route());
-}
-
 Status run(Communicator& comm, CollOp op, const void* in, void* out, size_t count, DType dtype, ReduceOp rop,
            int root, bool in_place, const CollOptions& o) {
   if (root < 0 || root >= comm.world_size())
@@ -34,9 +22,9 @@ Status run(Communicator& comm, CollOp op, const void* in, void* out, size_t coun
   LATTICE_RETURN_IF_ERROR(comm.refresh());
   plan::Shape shape{op, comm.rank(), comm.world_size(), count, root, in_place};
   Algorithm algo = resolve_algorithm(comm, op, count, dtype, o.algo);
-  auto p = make_plan(comm, shape, algo);
+  auto p = comm.plan_for(shape, algo);
   if (!p.ok()) return p.status();
-  Status s = comm.execute(*p, dtype, rop, in, out, o.chunk_bytes, deadline_of(o));
+  Status s = comm.execute(**p, dtype, rop, in, out, o.chunk_bytes, deadline_of(o));
   return s.ok() ? s : s.with_context(std::string(to_string(op)));
 }
 

@@ -57,6 +57,7 @@ Status Communicator::build() {
   if (landing_) retired_.push_back(std::make_unique<Staging>(Staging{nullptr, std::move(landing_)}));
   peer_keys_.clear();
   peer_maps_.clear();  // nothing is in flight through them: every store happened at once
+  for (CachedPlan& c : plans_) c.used = false;  // ranks and topology may have changed
   epoch_ = group_->epoch();
   world_ = group_->world_size();
   broken_ = Status::Ok();
@@ -360,22 +361,47 @@ Status Communicator::all_reduce_rma(const void* in, void* out, size_t count, DTy
   return Status::Ok();
 }
 
+Result<const plan::Plan*> Communicator::plan_for(const plan::Shape& shape, Algorithm algo) {
+  LATTICE_RETURN_IF_ERROR(refresh());
+  auto same = [&](const CachedPlan& c) {
+    return c.used && c.algo == algo && c.shape.op == shape.op && c.shape.rank == shape.rank &&
+           c.shape.world == shape.world && c.shape.count == shape.count && c.shape.root == shape.root &&
+           c.shape.in_place == shape.in_place;
+  };
+  for (const CachedPlan& c : plans_)
+    if (same(c)) return &c.plan;
+  Result<plan::Plan> p = plan::Plan{};
+  if (full_mesh_) {
+    p = plan::build(shape, algo);
+  } else if (route_.order.empty()) {
+    // A partial mesh: everything goes along a route through the linked pairs.
+    return Unavailable(std::string("coll: ") + std::string(to_string(shape.op)) +
+                       ": the topology has no ring or path through every rank over its links");
+  } else if (algo != Algorithm::kRing) {
+    return InvalidArgument("coll: algorithm " + std::string(to_string(algo)) +
+                           " needs a full mesh; this topology only allows ring");
+  } else {
+    p = plan::build_on_route(shape, route_);
+  }
+  if (!p.ok()) return p.status();
+  CachedPlan& c = plans_[plans_next_++ % kCachedPlans];
+  c.shape = shape;
+  c.algo = algo;
+  c.plan = std::move(p).value();
+  c.extents = plan::extents(c.plan);
+  c.used = true;
+  return &c.plan;
+}
+
 Status Communicator::register_user(const plan::Plan& plan, size_t esize) {
   if (std::none_of(staging_.begin(), staging_.end(), [](const auto& st) { return st->direct; })) return Status::Ok();
-  // How much of each buffer the plan touches (elements).
-  size_t ext[3] = {0, 0, 0};
-  auto see = [&](plan::Ref r, size_t n) {
-    if (n) ext[size_t(r.buf)] = std::max(ext[size_t(r.buf)], r.off + n);
-  };
-  for (const plan::Step& st : plan.steps) {
-    for (const auto* list : {&st.sends, &st.recvs})
-      for (const plan::Transfer& t : *list) see(t.ref, t.n);
-    for (const plan::Local& l : st.after) {
-      see(l.dst, l.n);
-      see(l.a, l.n);
-      if (l.kind == plan::Local::kReduce) see(l.b, l.n);
-    }
-  }
+  // How much of each buffer the plan touches (elements): known for cached plans.
+  plan::Extents e;
+  const CachedPlan* cached = nullptr;
+  for (const CachedPlan& c : plans_)
+    if (c.used && &c.plan == &plan) cached = &c;
+  e = cached ? cached->extents : plan::extents(plan);
+  const size_t* ext = e.of;
   const std::byte* base[3] = {in_, out_, tmp_};
   for (const auto& st : staging_) {
     if (!st->direct) continue;
@@ -396,12 +422,11 @@ void Communicator::release_user() {
     for (auto& u : st->user) u.reset();
 }
 
-std::vector<fabric::CompletionQueue*> Communicator::queues_of(const std::vector<int>& lanes) const {
-  std::vector<fabric::CompletionQueue*> out;
+void Communicator::queues_of(const std::vector<int>& lanes, std::vector<fabric::CompletionQueue*>* out) const {
+  out->clear();
   for (int id : lanes)
     for (auto* cq : peers_[size_t(id)].cqs)
-      if (std::find(out.begin(), out.end(), cq) == out.end()) out.push_back(cq);
-  return out;
+      if (std::find(out->begin(), out->end(), cq) == out->end()) out->push_back(cq);
 }
 
 void Communicator::release_posted(const std::vector<int>& lanes) {
@@ -526,9 +551,13 @@ Status Communicator::exchange(const plan::Step& step, size_t esize, DType dtype,
   // them round robin over its lanes (message i on lane i % lanes: both ends split the same
   // transfers the same way, and each lane is ordered, so they still match without tags).
   // `active` holds lane ids (peer + world * lane).
-  std::vector<int> active;
-  std::vector<char> seen(peers_.size(), 0);
-  std::vector<size_t> n_msgs(size_t(world_) * 2, 0);  // per peer and direction
+  // Scratch kept across calls (a decode step makes a few hundred of these a second).
+  std::vector<int>& active = ex_active_;
+  std::vector<char>& seen = ex_seen_;
+  std::vector<size_t>& n_msgs = ex_msgs_;  // per peer and direction
+  active.clear();
+  seen.assign(peers_.size(), 0);
+  n_msgs.assign(size_t(world_) * 2, 0);
   auto add = [&](const plan::Transfer& t, bool recv) -> Status {
     if (t.peer < 0 || t.peer >= world_ || t.peer == rank() || peers_[size_t(t.peer)].ep == nullptr)
       return Internal("coll: plan names peer " + std::to_string(t.peer));
@@ -571,7 +600,8 @@ Status Communicator::exchange(const plan::Step& step, size_t esize, DType dtype,
     return s.ok() ? s : fail(s);
   };
 
-  const std::vector<fabric::CompletionQueue*> step_cqs = queues_of(active);
+  queues_of(active, &ex_cqs_);
+  const std::vector<fabric::CompletionQueue*>& step_cqs = ex_cqs_;
   Completion comps[32];
   uint32_t idle = 0;
   for (;;) {

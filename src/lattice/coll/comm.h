@@ -88,6 +88,10 @@ class Communicator {
   // when the topology has neither.
   bool full_mesh() const { return full_mesh_; }
   const plan::Route& route() const { return route_; }
+  // The plan for `shape` with `algo` on this epoch's topology (full mesh: plan::build; else
+  // along route()), from a small cache: plans are plain data, and a decode loop issues the
+  // same few shapes call after call. Valid until the next plan_for() or epoch change.
+  Result<const plan::Plan*> plan_for(const plan::Shape& shape, Algorithm algo);
   // Rebuilds for the group's current epoch if it moved on (shrink); every collective calls it.
   Status refresh() {
     return group_->epoch() != epoch_ || group_->world_size() != world_ ? build() : Status::Ok();
@@ -134,6 +138,16 @@ class Communicator {
   // Direct transfers: registers this call's buffers (their extent in `plan`) with every
   // provider whose lanes are direct; drops them when the call ends (release_user()).
   Status register_user(const plan::Plan& plan, size_t esize);
+  struct CachedPlan {
+    plan::Shape shape;
+    Algorithm algo = Algorithm::kAuto;
+    plan::Plan plan;
+    plan::Extents extents;
+    bool used = false;
+  };
+  static constexpr size_t kCachedPlans = 8;
+  CachedPlan plans_[kCachedPlans];
+  size_t plans_next_ = 0;  // round-robin victim
   void release_user();
   // A failed call: providers that can (fabric::Endpoint::release_buffer: tcp) let go of the
   // memory its still outstanding sends and receives name: the caller's buffers on direct
@@ -142,7 +156,7 @@ class Communicator {
   void release_posted(const std::vector<int>& lanes);
   // The completion queues of these lanes, each once: the executors poll only those (on tcp
   // every poll of a queue is a recv() per link).
-  std::vector<fabric::CompletionQueue*> queues_of(const std::vector<int>& lanes) const;
+  void queues_of(const std::vector<int>& lanes, std::vector<fabric::CompletionQueue*>* out) const;
   Status fail(Status s);
   Status check_links();
   // After an empty poll of the executors: yields the core when oversubscribed; every 1024
@@ -186,6 +200,11 @@ class Communicator {
   std::vector<PeerState> peers_;          // lane l of peer p at p + world * l
   std::vector<int> lanes_;                // per peer
   std::vector<size_t> chunk_of_;          // per peer: the current call's message size
+  // exchange()'s scratch: lanes of the step, lanes seen, messages per peer and direction, queues.
+  std::vector<int> ex_active_;
+  std::vector<char> ex_seen_;
+  std::vector<size_t> ex_msgs_;
+  std::vector<fabric::CompletionQueue*> ex_cqs_;
   std::vector<fabric::CompletionQueue*> cqs_;
   // One-sided path: my landing region (peer p writes into zones (p * 2 + parity) * stride),
   // the source area + flag word I write from, and each peer's landing key.

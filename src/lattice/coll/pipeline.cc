@@ -181,7 +181,8 @@ bool Communicator::exchange_pipelined(const std::vector<const plan::Step*>& run,
     return true;
   };
 
-  const std::vector<fabric::CompletionQueue*> step_cqs = queues_of(active);
+  std::vector<fabric::CompletionQueue*> step_cqs;
+  queues_of(active, &step_cqs);
   Completion comps[32];
   uint32_t idle = 0;
   for (;;) {

@@ -651,6 +651,23 @@ Algorithm choose_algorithm(CollOp op, size_t bytes, int world, bool rma_write) {
   return Algorithm::kOneShot;
 }
 
+Extents extents(const Plan& p) {
+  Extents e;
+  auto see = [&](Ref r, size_t n) {
+    if (n) e.of[size_t(r.buf)] = std::max(e.of[size_t(r.buf)], r.off + n);
+  };
+  for (const Step& st : p.steps) {
+    for (const auto* list : {&st.sends, &st.recvs})
+      for (const Transfer& t : *list) see(t.ref, t.n);
+    for (const Local& l : st.after) {
+      see(l.dst, l.n);
+      see(l.a, l.n);
+      if (l.kind == Local::kReduce) see(l.b, l.n);
+    }
+  }
+  return e;
+}
+
 Result<Plan> build(const Shape& s, Algorithm algo) {
   if (s.world < 1 || s.rank < 0 || s.rank >= s.world) return InvalidArgument("plan: rank out of range");
   if (s.root < 0 || s.root >= s.world) return InvalidArgument("plan: root " + std::to_string(s.root) + " out of range");

@@ -79,6 +79,12 @@ struct Plan {
   std::vector<Step> steps;
 };
 
+// How many elements of each buffer (indexed by Buf) the plan touches: [0, extent).
+struct Extents {
+  size_t of[3] = {0, 0, 0};
+};
+Extents extents(const Plan& p);
+
 struct Shape {
   CollOp op = CollOp::kAllReduce;
   int rank = 0;
