@@ -2,7 +2,7 @@
 # All-reduce latency, lattice vs OpenMPI, side by side in one run on this machine.
 #
 #   bench/coll_vs_mpi.sh [BUILD_DIR]      (default: build; needs BUILD_DIR/lattice)
-#   env: TRANSPORTS="shm tcp tcp-plain" RANKS=4 REPS=3 MIN=8 MAX_SHM=16777216 MAX_TCP=4194304 ITERS=100 SETTLE=1 ALGO=auto
+#   env: TRANSPORTS="shm tcp tcp-plain" RANKS=4 REPS=3 MIN=8 MAX_SHM=16777216 MAX_TCP=16777216 ITERS=100 SETTLE=1 ALGO=auto
 #        FLOOR=1: tcp rows also get a "floor" column, bench/tcp_floor.c run in turn with the two
 #        (the same bytes moved between RANKS processes over loopback TCP, nothing else: no
 #        reduction, framing or bookkeeping; what no implementation on this machine can beat)
@@ -20,7 +20,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../build}
 lattice=$build/lattice
 RANKS=${RANKS:-4} REPS=${REPS:-3} ITERS=${ITERS:-100} MIN=${MIN:-8} SETTLE=${SETTLE:-1} ALGO=${ALGO:-auto}
-MAX_SHM=${MAX_SHM:-16777216} MAX_TCP=${MAX_TCP:-4194304}
+MAX_SHM=${MAX_SHM:-16777216} MAX_TCP=${MAX_TCP:-16777216}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 [ -x "$lattice" ] || { echo "no $lattice (build the lattice target)" >&2; exit 2; }
 command -v mpicc >/dev/null || { echo "mpicc missing: apt-get install openmpi-bin libopenmpi-dev" >&2; exit 2; }

@@ -242,6 +242,42 @@ TEST(Coll, LargeOddAllReduceEveryAlgorithm) {
   }
 }
 
+// Two-sided all-reduces above CommOptions::slice_bytes run slice by slice: the same bits as
+// the whole buffer at once (every element still combined in rank order), in place or not,
+// with a count that does not divide evenly.
+TEST(Coll, SlicedAllReduceGivesTheWholeBuffersBits) {
+  const int world = 3;
+  CommOptions whole, sliced;
+  whole.slice_bytes = 0;
+  sliced.slice_bytes = 4096;
+  Ranks a = make_ranks(world, "tcp://127.0.0.1:0", whole);
+  Ranks b = make_ranks(world, "tcp://127.0.0.1:0", sliced);
+  ASSERT_EQ(a.comms.size(), size_t(world));
+  ASSERT_EQ(b.comms.size(), size_t(world));
+  const size_t n = 10 * 1024 + 7;  // 11 slices of at most 1024 floats
+  for (bool in_place : {false, true}) {
+    std::vector<std::vector<float>> res[2];
+    for (int v = 0; v < 2; ++v) {
+      res[v].resize(size_t(world));
+      auto st = test::on_all(world, [&](int r) {
+        std::vector<float> in(n);
+        std::mt19937 rng(uint32_t(r * 131 + 5));
+        std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+        for (float& x : in) x = dist(rng) * 1000.0f;
+        res[v][size_t(r)] = in_place ? in : std::vector<float>(n, -1.0f);
+        Communicator& c = v == 0 ? *a.comms[size_t(r)] : *b.comms[size_t(r)];
+        return all_reduce(c, in_place ? nullptr : in.data(), res[v][size_t(r)].data(), n, DType::kF32, ReduceOp::kSum,
+                          CollOptions{});
+      });
+      for (int r = 0; r < world; ++r) ASSERT_TRUE(st[size_t(r)].ok()) << st[size_t(r)].to_string();
+    }
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(std::memcmp(res[1][size_t(r)].data(), res[0][0].data(), n * sizeof(float)), 0)
+          << "rank " << r << (in_place ? " in place" : "");
+    }
+  }
+}
+
 TEST(Coll, RandomFloatsGiveBitIdenticalResultsOnEveryRankAndEveryRun) {
   const int world = 4;
   Ranks rk = make_ranks(world, "shm");

@@ -53,6 +53,7 @@ struct Args {
   double warmup_ms = 20;
   std::string chunk = "256K";
   std::string direct_chunk = "1M";
+  std::string slice = "1M";
   bool check = false;
   bool json = false;
   bool procs = false;
@@ -109,6 +110,7 @@ struct Config {
   std::string provider;
   size_t twoshot_chunk;
   size_t direct_chunk;
+  size_t slice;
 };
 
 Status call(Communicator& comm, const Config& c, const reference::Case& k, const void* in, void* out,
@@ -131,6 +133,7 @@ Status run_rank(cluster::Group& g, const Args& a, const Config& c) {
   CommOptions co;
   co.chunk_bytes = c.chunk;
   co.direct_chunk_bytes = c.direct_chunk;
+  co.slice_bytes = c.slice;
   co.spin_before_yield = a.spin;
   co.zero_copy = !a.staged;
   co.twoshot_chunk_bytes = c.twoshot_chunk;
@@ -273,10 +276,12 @@ int run(const Args& a) {
   if (!ch.ok() || *ch < 64) return bad("--chunk must be at least 64 bytes");
   auto dc = parse_bytes(a.direct_chunk);
   if (!dc.ok() || *dc > (size_t{1} << 30)) return bad("--direct-chunk: a size up to 1G");
+  auto sl = parse_bytes(a.slice);
+  if (!sl.ok() || *sl > (size_t{1} << 40)) return bad("--slice: a size (0: whole buffers)");
   if (a.factor < 2) return bad("--factor must be at least 2");
   if (a.iters < 1 || a.warmup < 0) return bad("--iters must be >= 1 and --warmup >= 0");
   if (a.provider != "shm" && a.provider != "tcp") return bad("--provider must be shm or tcp");
-  c = Config{*op, *algo, *dt, *ro, *mn, *mx, *ch, a.provider, *tc, *dc};
+  c = Config{*op, *algo, *dt, *ro, *mn, *mx, *ch, a.provider, *tc, *dc, *sl};
   if (c.algo != Algorithm::kAuto) {
     auto algs = plan::algorithms_for(c.op);
     if (std::find(algs.begin(), algs.end(), c.algo) == algs.end())
@@ -333,6 +338,8 @@ const Registrar kBenchColl{
            ->capture_default_str();
        app.add_option("--chunk", a->chunk, "staging slot size: the largest message")->capture_default_str();
        app.add_option("--direct-chunk", a->direct_chunk, "message size on direct (tcp) lanes, at least --chunk")
+           ->capture_default_str();
+       app.add_option("--slice", a->slice, "two-sided all_reduce: buffers above this run as slices of it (0: whole)")
            ->capture_default_str();
        app.add_option("--timeout", a->timeout_s, "seconds for setup and for each call")->capture_default_str();
        app.add_option("--twoshot-chunk", a->twoshot_chunk, "two-shot pipeline chunk (0: no one-sided two-shot)")
