@@ -3,9 +3,6 @@
 #
 #   bench/coll_vs_mpi.sh [BUILD_DIR]      (default: build; needs BUILD_DIR/lattice)
 #   env: TRANSPORTS="shm tcp tcp-plain" RANKS=4 REPS=3 MIN=8 MAX_SHM=16777216 MAX_TCP=16777216 ITERS=100 SETTLE=1 ALGO=auto
-#        FLOOR=1: tcp rows also get a "floor" column, bench/tcp_floor.c run in turn with the two
-#        (the same bytes moved between RANKS processes over loopback TCP, nothing else: no
-#        reduction, framing or bookkeeping; what no implementation on this machine can beat)
 #
 # Both sides: f32 sum, out of place, one process per rank, untimed warm-up by count and time
 # (at least 20 ms per size, 200 ms for the first), then
@@ -27,8 +24,6 @@ command -v mpicc >/dev/null || { echo "mpicc missing: apt-get install openmpi-bi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mpicc -O2 -o "$work/coll_mpi_bench" "$here/coll_mpi_bench.c"
-FLOOR=${FLOOR:-0}
-[ "$FLOOR" = 1 ] && cc -O2 -o "$work/tcp_floor" "$here/tcp_floor.c"
 
 run_ours() {  # provider max [--insecure] -> "bytes median_us" lines
   "$lattice" bench coll --procs ${3:-} --ranks "$RANKS" --provider "$1" --op all_reduce --min "$MIN" --max "$2" \
@@ -54,10 +49,6 @@ for transport in ${TRANSPORTS:-shm tcp tcp-plain}; do
     sleep "$SETTLE"
     run_mpi "$btl" "$max" > "$work/mpi.$transport.$rep"
     sleep "$SETTLE"
-    if [ "$FLOOR" = 1 ] && [ "$transport" != shm ]; then
-      "$work/tcp_floor" "$RANKS" "$MIN" "$max" "$ITERS" | awk '{print $1, $2}' > "$work/floor.$transport.$rep"
-      sleep "$SETTLE"
-    fi
   done
   echo "## all_reduce f32 sum, $RANKS ranks, $transport (lattice --provider $provider $extra vs OpenMPI btl $btl), median of $REPS runs; load: $(cut -d' ' -f1-3 /proc/loadavg)"
   python3 - "$work" "$transport" "$REPS" <<'PY'
@@ -71,16 +62,9 @@ def load(kind):
             runs.setdefault(int(f[0]), []).append((float(f[1]), f[2] if len(f) > 2 else ""))
     return runs
 ours, theirs = load("ours"), load("mpi")
-import os
-floor = load("floor") if os.path.exists(f"{work}/floor.{tr}.1") else {}
-print(f"{'bytes':>10} {'lattice us':>11} {'algo':>8} {'OpenMPI us':>11} {'ratio':>7}" +
-      (f" {'floor us':>9} {'ours/floor':>10} {'MPI/floor':>9}" if floor else ""))
+print(f"{'bytes':>10} {'lattice us':>11} {'algo':>8} {'OpenMPI us':>11} {'ratio':>7}")
 for b in sorted(set(ours) & set(theirs)):
     o = statistics.median(t for t, _ in ours[b]); m = statistics.median(t for t, _ in theirs[b])
-    row = f"{b:>10} {o:>11.2f} {ours[b][0][1]:>8} {m:>11.2f} {o / m:>7.2f}"
-    if b in floor:
-        f = statistics.median(t for t, _ in floor[b])
-        row += f" {f:>9.2f} {o / f:>10.2f} {m / f:>9.2f}"
-    print(row)
+    print(f"{b:>10} {o:>11.2f} {ours[b][0][1]:>8} {m:>11.2f} {o / m:>7.2f}")
 PY
 done
