@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "lattice/fabric/tcp/endpoint.h"
 #include "tcp_testutil.h"
 
 namespace lattice::fabric::tcp::testing {
@@ -112,6 +113,33 @@ TEST(TcpEndpoint, SendRecvAllPathsAndSizes) {
       }
       EXPECT_EQ(0, std::memcmp(src->data(), dst->data(), n));
     }
+  }
+}
+
+// Completed sends stop counting against kMaxOutstanding: an endpoint takes any number of
+// sends in its life (it used to refuse every post after 65536, stalling long runs).
+TEST(TcpEndpoint, CompletedSendsNoLongerCountAsOutstanding) {
+  auto p = must_provider();
+  Side a = make_side(*p, 1), b = make_side(*p, 0);
+  connect_pair(a, b);
+  auto src = must_alloc(*p, 64), dst = must_alloc(*p, 64 * 256);
+  const size_t total = 2 * kMaxOutstanding + 10, batch = 256;
+  Completion comps[64];
+  for (size_t done = 0; done < total;) {
+    const size_t n = std::min(batch, total - done);
+    for (size_t i = 0; i < n; ++i) ASSERT_TRUE(b.ep->post_recv({dst.get(), i * 64, 64}, 1).ok());
+    for (size_t i = 0; i < n; ++i) {
+      Status s = a.ep->post_send({src.get(), 0, 8}, 2);
+      ASSERT_TRUE(s.ok()) << "send " << done + i << ": " << s.to_string();
+    }
+    size_t sends = 0, recvs = 0;
+    const Deadline deadline = Deadline::after(std::chrono::seconds(20));
+    while (sends < n || recvs < n) {
+      for (size_t k = a.cq->poll(comps), i = 0; i < k; ++i, ++sends) ASSERT_TRUE(comps[i].status.ok());
+      for (size_t k = b.cq->poll(comps), i = 0; i < k; ++i, ++recvs) ASSERT_TRUE(comps[i].status.ok());
+      ASSERT_FALSE(deadline.expired()) << "batch from " << done << ": " << sends << " sends, " << recvs << " receives";
+    }
+    done += n;
   }
 }
 

@@ -673,6 +673,19 @@ Status Communicator::exchange(const plan::Step& step, size_t esize, DType dtype,
       }
       return -1;
     });
+    if (s.code() == ErrorCode::kTimeout) {
+      // Say how far each link got: a send never completing and a message never arriving
+      // are different stories.
+      std::string where;
+      for (int p : active) {
+        const PeerState& ps = peers_[size_t(p)];
+        where += (where.empty() ? "" : "; ") + std::string("rank ") + std::to_string(p % world_) + ": sent " +
+                 std::to_string(ps.done_send) + "/" + std::to_string(ps.sends.size()) + " (posted " +
+                 std::to_string(ps.next_send) + "), received " + std::to_string(ps.done_recv) + "/" +
+                 std::to_string(ps.recvs.size()) + " (posted " + std::to_string(ps.next_recv) + ")";
+      }
+      s = s.with_context("step messages: " + where);
+    }
     if (!s.ok()) return finish(s);
   }
 }

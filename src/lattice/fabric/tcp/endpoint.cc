@@ -1123,6 +1123,11 @@ void Conn::finish_frame() {
 // ---- failure, completion, progress ----------------------------------------------------------
 
 void Conn::complete_send_side(WorkId id, Opcode op, Status s, size_t bytes) {
+  // A send is outstanding until it completes here (one-sided operations until their response
+  // arrives, where they are counted off). Without this an endpoint took kMaxOutstanding sends
+  // in its life and then refused every post: a long decode or bench run stalled until its
+  // deadline.
+  if (op == Opcode::kSend && outstanding_send_side_ > 0) --outstanding_send_side_;
   send_cq_->push(Completion{id, op, std::move(s), bytes, 0});
 }
 
