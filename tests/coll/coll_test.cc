@@ -521,6 +521,37 @@ TEST(CollFault, OneSidedCallsCountAgainAfterANewEpoch) {
   for (int i = 0; i < 3; ++i) ASSERT_EQ(test::run_and_check(cs, c, DType::kF32, ReduceOp::kSum, o), "") << "call " << i;
 }
 
+// Mapping peers' zones is all or nothing: one rank that will not map (here: map_peers off on
+// rank 2 only) makes every rank post its writes, and the one-sided calls still agree.
+TEST(Coll, OneRankThatDoesNotMapMakesEveryRankPost) {
+  const int world = 4;
+  auto g = cluster::make_local_groups(world, "shm", Deadline::after(std::chrono::seconds(60)));
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  std::vector<std::unique_ptr<Communicator>> comms(world);
+  std::vector<std::thread> th;
+  for (int r = 0; r < world; ++r)
+    th.emplace_back([&, r] {
+      CommOptions co;
+      co.map_peers = r != 2;
+      auto c = Communicator::create(*(*g)[size_t(r)], co);
+      if (c.ok()) comms[size_t(r)] = std::move(*c);
+    });
+  for (auto& t : th) t.join();
+  std::vector<Communicator*> cs;
+  for (auto& c : comms) {
+    ASSERT_TRUE(c);
+    cs.push_back(c.get());
+  }
+  for (Algorithm a : {Algorithm::kOneShot, Algorithm::kTwoShot}) {
+    CollOptions o;
+    o.algo = a;
+    o.timeout = std::chrono::seconds(20);
+    Case c{CollOp::kAllReduce, world, 3001, 0};
+    ASSERT_EQ(test::run_and_check(cs, c, DType::kF32, ReduceOp::kSum, o), "") << to_string(a);
+  }
+  for (auto& c : comms) EXPECT_FALSE(c->stores_to_peers());
+}
+
 // Plans come from a per-communicator cache: the same shape gets the same plan object, other
 // shapes their own, and a new epoch builds afresh (ranks or links may have changed).
 TEST(Coll, PlansAreCachedPerShapeUntilTheEpochMoves) {

@@ -209,9 +209,9 @@ Status Communicator::setup_rma(Deadline deadline) {
   // and agree: the calls pull from peers' zones only if every rank mapped every peer (a
   // rank still posting writes would wait for data nobody writes).
   peer_maps_.clear();
-  if (options_.map_peers && prov->caps().map_remote) {
+  if (prov->caps().map_remote) {  // the same provider everywhere: every rank takes part
     std::vector<std::unique_ptr<fabric::RemoteMapping>> maps(static_cast<size_t>(world_));
-    uint64_t all = 1;
+    uint64_t all = options_.map_peers ? 1 : 0;
     for (int p = 0; p < world_ && all; ++p) {
       if (p == rank()) continue;
       auto m = peers_[size_t(p)].ep->map_remote({peer_keys_[size_t(p)], 0, landing->size()},
