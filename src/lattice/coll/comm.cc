@@ -339,6 +339,11 @@ Status Communicator::all_reduce_rma(const void* in, void* out, size_t count, DTy
         Status r = reap();
         if (!r.ok()) return fail(r);
       }
+      if (mapped && (idle & 1023) == 1023) {
+        // Gone, and its flag still not raised (read again after seeing it gone): never will be.
+        Status z = zone_gone(p);
+        if (!z.ok() && flag.load(std::memory_order_acquire) != rma_seq_) return fail(z);
+      }
       Status s = after_empty_poll(&idle, deadline, [p] { return p; });
       if (!s.ok()) return fail(s);
     }
@@ -466,10 +471,6 @@ Status Communicator::check_links() {
     // when this rank has no link to it (a ring).
     if (id < size_t(world_) && p != rank() && !group_->peer_alive(p))
       return PeerLost("coll: rank " + std::to_string(p) + " was declared dead by the cluster", p);
-    // A mapped landing zone the peer let go of: its communicator went away mid-collective
-    // (as a posted write to it would fail with kAccessDenied).
-    if (id < peer_maps_.size() && peer_maps_[id] && !peer_maps_[id]->live())
-      return PeerLost("coll: rank " + std::to_string(p) + " lost: its landing zone is gone", p);
     fabric::Endpoint* ep = peers_[id].ep;
     if (ep == nullptr) continue;
     Status s = ep->status();
@@ -479,6 +480,16 @@ Status Communicator::check_links() {
       return Status(s.code(), "coll: link to rank " + std::to_string(p) + ": " + s.message(), p);
     }
   }
+  return Status::Ok();
+}
+
+// A peer whose mapped landing zone is gone let go of its communicator. Only a peer this rank
+// still awaits something from is lost that way (as a posted write to the zone would fail with
+// kAccessDenied): one that finished the call may leave before we read what it left us, and
+// that stays readable through our mapping.
+Status Communicator::zone_gone(int peer) const {
+  if (size_t(peer) < peer_maps_.size() && peer_maps_[size_t(peer)] && !peer_maps_[size_t(peer)]->live())
+    return PeerLost("coll: rank " + std::to_string(peer) + " lost: its landing zone is gone mid-call", peer);
   return Status::Ok();
 }
 

@@ -164,6 +164,7 @@ class Communicator {
   void queues_of(const std::vector<int>& lanes, std::vector<fabric::CompletionQueue*>* out) const;
   Status fail(Status s);
   Status check_links();
+  Status zone_gone(int peer) const;
   // After an empty poll of the executors: yields the core when oversubscribed; every 1024
   // empty polls in a row checks the deadline (the timeout names waiting_on(), a rank still
   // awaited, or none if it gives -1) and every link. Ok: keep polling.

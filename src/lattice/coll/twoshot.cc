@@ -320,6 +320,21 @@ Status Communicator::twoshot(CollOp op, const void* in_v, void* out_v, size_t co
       Status s = reap();
       if (!s.ok()) return fail(s);
     }
+    if (mapped && (idle & 1023) == 1023) {
+      // A peer whose zone is gone is lost if we still owe it chunks (it cannot have finished
+      // without them) or still wait for one of its chunks (checked after seeing it gone).
+      for (int p = 0; p < w; ++p) {
+        if (p == r) continue;
+        Status z = zone_gone(p);
+        if (z.ok()) continue;
+        const bool owe = (rs_phase && rs_next[size_t(p)] < m[size_t(p)]) || (ag_phase && jr < m[size_t(r)]);
+        const bool want_rs = rs_phase && jr < m[size_t(r)] &&
+                             load_word(base + L.rs_flag(p, ts_rs_recv_)) != ts_rs_recv_ + 1;
+        const bool want_ag = ag_phase && ag_next[size_t(p)] < m[size_t(p)] &&
+                             load_word(base + L.ag_flag(p, ts_ag_recv_[size_t(p)])) != ts_ag_recv_[size_t(p)] + 1;
+        if (owe || want_rs || want_ag) return fail(z);
+      }
+    }
     Status s = after_empty_poll(&idle, deadline, [&] {
       for (int p = 0; p < w; ++p)
         if (p != r && (ag_next[size_t(p)] < m[size_t(p)] || rs_next[size_t(p)] < m[size_t(p)])) return p;
