@@ -277,7 +277,7 @@ int run(const Args& a) {
   auto dc = parse_bytes(a.direct_chunk);
   if (!dc.ok() || *dc > (size_t{1} << 30)) return bad("--direct-chunk: a size up to 1G");
   auto sl = parse_bytes(a.slice);
-  if (!sl.ok() || *sl > (size_t{1} << 40)) return bad("--slice: a size (0: whole buffers)");
+  if (!sl.ok()) return bad("--slice: " + sl.status().message() + " (0: whole buffers)");
   if (a.factor < 2) return bad("--factor must be at least 2");
   if (a.iters < 1 || a.warmup < 0) return bad("--iters must be >= 1 and --warmup >= 0");
   if (a.provider != "shm" && a.provider != "tcp") return bad("--provider must be shm or tcp");

@@ -58,18 +58,17 @@ Status all_reduce(Communicator& comm, const void* in, void* out, size_t count, D
                             deadline_of(o));
     return s.ok() ? s : s.with_context("all_reduce");
   }
+  const auto* src = static_cast<const std::byte*>(in_place ? out : in);
   const size_t es = dtype_size(dtype), slice = comm.options().slice_bytes / es;
-  if (slice == 0 || count <= slice) return run(comm, CollOp::kAllReduce, in_place ? out : in, out, count, dtype, op, 0, in_place, o);
-  // Slices, one deadline for all of them (slices of equal size share one cached plan).
+  if (slice == 0 || count <= slice) return run(comm, CollOp::kAllReduce, src, out, count, dtype, op, 0, in_place, o);
+  // Near-equal slices (equal ones share one cached plan) under one deadline for them all.
   CollOptions so = o;
   so.deadline = deadline_of(o);
-  const auto* src = static_cast<const std::byte*>(in_place ? out : in);
   auto* dst = static_cast<std::byte*>(out);
-  for (size_t done = 0; done < count;) {
-    // Even slices: n elements split into ceil(n / slice) near-equal parts.
-    const size_t parts = (count + slice - 1) / slice, n = std::min(count - done, (count + parts - 1) / parts);
+  const size_t parts = (count + slice - 1) / slice, per = (count + parts - 1) / parts;
+  for (size_t done = 0; done < count; done += per) {
+    const size_t n = std::min(per, count - done);
     LATTICE_RETURN_IF_ERROR(run(comm, CollOp::kAllReduce, src + done * es, dst + done * es, n, dtype, op, 0, in_place, so));
-    done += n;
   }
   return Status::Ok();
 }

@@ -401,11 +401,10 @@ Result<const plan::Plan*> Communicator::plan_for(const plan::Shape& shape, Algor
 Status Communicator::register_user(const plan::Plan& plan, size_t esize) {
   if (std::none_of(staging_.begin(), staging_.end(), [](const auto& st) { return st->direct; })) return Status::Ok();
   // How much of each buffer the plan touches (elements): known for cached plans.
-  plan::Extents e;
   const CachedPlan* cached = nullptr;
   for (const CachedPlan& c : plans_)
     if (c.used && &c.plan == &plan) cached = &c;
-  e = cached ? cached->extents : plan::extents(plan);
+  const plan::Extents e = cached ? cached->extents : plan::extents(plan);
   const size_t* ext = e.of;
   const std::byte* base[3] = {in_, out_, tmp_};
   for (const auto& st : staging_) {

@@ -143,16 +143,6 @@ class Communicator {
   // Direct transfers: registers this call's buffers (their extent in `plan`) with every
   // provider whose lanes are direct; drops them when the call ends (release_user()).
   Status register_user(const plan::Plan& plan, size_t esize);
-  struct CachedPlan {
-    plan::Shape shape;
-    Algorithm algo = Algorithm::kAuto;
-    plan::Plan plan;
-    plan::Extents extents;
-    bool used = false;
-  };
-  static constexpr size_t kCachedPlans = 8;
-  CachedPlan plans_[kCachedPlans];
-  size_t plans_next_ = 0;  // round-robin victim
   void release_user();
   // A failed call: providers that can (fabric::Endpoint::release_buffer: tcp) let go of the
   // memory its still outstanding sends and receives name: the caller's buffers on direct
@@ -211,6 +201,17 @@ class Communicator {
   std::vector<char> ex_seen_;
   std::vector<size_t> ex_msgs_;
   std::vector<fabric::CompletionQueue*> ex_cqs_;
+  // plan_for()'s cache: recent plans with the buffer extents register_user() needs.
+  struct CachedPlan {
+    plan::Shape shape;
+    Algorithm algo = Algorithm::kAuto;
+    plan::Plan plan;
+    plan::Extents extents;
+    bool used = false;
+  };
+  static constexpr size_t kCachedPlans = 8;
+  CachedPlan plans_[kCachedPlans];
+  size_t plans_next_ = 0;  // round-robin victim
   std::vector<fabric::CompletionQueue*> cqs_;
   // One-sided path: my landing region (peer p writes into zones (p * 2 + parity) * stride),
   // the source area + flag word I write from, and each peer's landing key.
