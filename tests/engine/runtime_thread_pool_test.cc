@@ -3,7 +3,7 @@
 #include <atomic>
 #include <vector>
 
-#include "lattice/engine/runtime/thread_pool.h"
+#include "lattice/engine/ops/thread_pool.h"
 
 namespace lattice::engine {
 namespace {

@@ -1,7 +1,10 @@
 // `lattice bench engine`: llama-bench style throughput of the engine on one GGUF file.
 // For every thread count: pp<N> (prefill N tokens from an empty cache, one batch pass) and
 // tg<N> (N single-token decode steps from an empty cache), each repeated -r times after one
-// warm-up run; the table reports tokens/s as mean +- sd over the repetitions.
+// warm-up run; the table reports tokens/s as mean +- sd over the repetitions. With
+// --batch B1,B2,..., each tg<N> also runs B sequences at once (batched decode: one forward
+// step advances all B, each with its own cache and position) and reports the aggregate
+// tokens/s of all B, as tg<N>@b<B>.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -17,7 +20,7 @@
 
 #include "command.h"
 #include "engine_cli.h"
-#include "lattice/engine/runtime/session.h"
+#include "lattice/engine/runtime/forward.h"
 
 namespace lattice::cli {
 namespace {
@@ -28,7 +31,8 @@ struct BenchArgs {
   std::string gens = "128";
   std::string threads = "1";
   int reps = 5;
-  int batch = 512;
+  int batch = 512;           // tokens per prefill pass
+  std::string seqs = "1";    // sequences decoded together (--batch)
   bool json = false, no_pack = false;
 };
 
@@ -85,6 +89,9 @@ int run(const BenchArgs& a) {
   if (!threads.ok() || threads->empty()) return fail(threads.ok() ? "-t: no thread count" : threads.status().message());
   if (a.reps < 1) return fail("-r must be >= 1");
   if (a.batch < 1) return fail("-b must be >= 1");
+  auto seqs = parse_list(a.seqs, "--batch", 1, 256);
+  if (!seqs.ok() || seqs->empty()) return fail(seqs.ok() ? "--batch: no batch size" : seqs.status().message());
+  const int max_b = *std::max_element(seqs->begin(), seqs->end());
 
   auto model = load_model_with_progress(a.model, !a.no_pack, a.json);
   if (!model.ok()) return fail(model.status().to_string());
@@ -108,37 +115,63 @@ int run(const BenchArgs& a) {
   }
   using Clock = std::chrono::steady_clock;
   for (int t : *threads) {
-    auto session = engine::Session::create(
-        m, {.n_ctx = n_ctx, .n_threads = static_cast<uint32_t>(t), .n_batch = static_cast<uint32_t>(a.batch)});
-    if (!session.ok()) return fail(session.status().to_string());
-    engine::Session& s = **session;
+    engine::SoloGroup solo;
+    engine::ForwardOptions fo;
+    fo.n_ctx = n_ctx;
+    fo.n_threads = static_cast<uint32_t>(t);
+    fo.n_batch = static_cast<uint32_t>(std::max(a.batch, max_b));
+    fo.max_items = static_cast<uint32_t>(max_b);
+    auto forward = engine::Forward::create(m, solo, fo);
+    if (!forward.ok()) return fail(forward.status().to_string());
+    engine::Forward& f = **forward;
+    std::vector<std::unique_ptr<engine::Sequence>> seq;
+    for (int i = 0; i < max_b; ++i) {
+      auto s = f.new_sequence(n_ctx);
+      if (!s.ok()) return fail(s.status().to_string());
+      seq.push_back(std::move(*s));
+    }
     struct Test {
       bool prefill;
       int n;
+      int b;  // sequences
     };
     std::vector<Test> tests;
     for (int p : *prompts)
-      if (p > 0) tests.push_back({true, p});
+      if (p > 0) tests.push_back({true, p, 1});
     for (int n : *gens)
-      if (n > 0) tests.push_back({false, n});
+      if (n > 0)
+        for (int b : *seqs) tests.push_back({false, n, b});
     for (const Test& test : tests) {
       std::vector<double> tok_s;
       for (int rep = -1; rep < a.reps; ++rep) {  // rep -1: warm-up, not recorded
-        s.reset();
+        for (auto& s : seq) s->reset();
         const auto t0 = Clock::now();
         Status st;
         if (test.prefill) {
-          st = s.prefill(std::span<const int32_t>(tokens.data(), static_cast<size_t>(test.n)));
+          // In passes of at most -b tokens, as a session's prefill.
+          for (int done = 0; done < test.n && st.ok();) {
+            const int n = std::min(a.batch, test.n - done);
+            engine::StepItem it;
+            it.seq = seq[0].get();
+            it.tokens = std::span<const int32_t>(tokens.data() + done, static_cast<size_t>(n));
+            st = f.step(std::span<const engine::StepItem>(&it, 1));
+            done += n;
+          }
         } else {
-          int32_t tok = tokens[0];
-          for (int i = 0; i < test.n && st.ok(); ++i) st = s.decode(tok);
+          std::vector<engine::StepItem> items(static_cast<size_t>(test.b));
+          for (int i = 0; i < test.b; ++i) {
+            items[size_t(i)].seq = seq[size_t(i)].get();
+            items[size_t(i)].tokens = std::span<const int32_t>(tokens.data() + i % tokens.size(), 1);
+          }
+          for (int i = 0; i < test.n && st.ok(); ++i) st = f.step(items);
         }
         const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
         if (!st.ok()) return fail(st.to_string());
-        if (rep >= 0) tok_s.push_back(test.n / sec);
+        if (rep >= 0) tok_s.push_back(double(test.n) * test.b / sec);
       }
       const Stats st = stats(tok_s);
-      const std::string name = (test.prefill ? "pp" : "tg") + std::to_string(test.n);
+      std::string name = (test.prefill ? "pp" : "tg") + std::to_string(test.n);
+      if (!test.prefill && (test.b > 1 || seqs->size() > 1)) name += "@b" + std::to_string(test.b);
       if (a.json) {
         nlohmann::json r;
         r["model"] = model_desc;
@@ -150,6 +183,7 @@ int run(const BenchArgs& a) {
         r["test"] = name;
         r["n_prompt"] = test.prefill ? test.n : 0;
         r["n_gen"] = test.prefill ? 0 : test.n;
+        r["batch"] = test.b;
         r["prefill_tok_s"] = test.prefill ? nlohmann::json(st.mean) : nlohmann::json(nullptr);
         r["prefill_tok_s_sd"] = test.prefill ? nlohmann::json(st.sd) : nlohmann::json(nullptr);
         r["decode_tok_s"] = test.prefill ? nlohmann::json(nullptr) : nlohmann::json(st.mean);
@@ -158,7 +192,7 @@ int run(const BenchArgs& a) {
         r["stddev_ts"] = st.sd;
         r["samples_ts"] = st.samples;
         r["repetitions"] = a.reps;
-        r["kv_cache_bytes"] = s.kv_cache_bytes();
+        r["kv_cache_bytes"] = seq[0]->kv_bytes();
         r["commit"] = commit;
         r["build_flags"] = flags;
         r["isa"] = isa;
@@ -187,7 +221,9 @@ Registrar bench_engine_cmd{
        app.add_option("-n,--n-gen", a->gens, "generated tokens (comma list; 0 skips)")->capture_default_str();
        app.add_option("-t,--threads", a->threads, "thread counts (comma list)")->capture_default_str();
        app.add_option("-r,--repetitions", a->reps, "repetitions of each test")->capture_default_str();
-       app.add_option("-b,--batch", a->batch, "tokens per prefill pass")->capture_default_str();
+       app.add_option("-b,--n-batch", a->batch, "tokens per prefill pass")->capture_default_str();
+       app.add_option("--batch", a->seqs, "sequences decoded together (comma list): tg reports their aggregate t/s")
+           ->capture_default_str();
        app.add_flag("--no-pack", a->no_pack, "use every weight in place from the mapping (no repacking)");
        app.add_flag("--json", a->json, "JSON: one object per row");
        return [a] { return run(*a); };

@@ -1,6 +1,7 @@
 // `lattice run`: generate text from a GGUF model on this node, streaming it to stdout and
 // ending with prompt and generation speed; --json prints one object instead.
 #include <algorithm>
+#include <random>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -11,7 +12,8 @@
 #include "command.h"
 #include "dist_run.h"
 #include "engine_cli.h"
-#include "lattice/engine/runtime/generate.h"
+#include "lattice/engine/runtime/forward.h"
+#include "lattice/engine/runtime/generator.h"
 #include "lattice/engine/tokenizer/from_gguf.h"
 
 namespace lattice::cli {
@@ -70,6 +72,7 @@ int run(const RunArgs& a) {
   sp.repeat_last_n = a.repeat_last_n;
   sp.seed = a.seed_set ? a.seed : static_cast<uint64_t>(std::random_device{}());
   if (auto st = sp.validate(); !st.ok()) return fail(st.message());
+  if (!a.inject_fault.empty()) return fail("--inject-fault needs --nodes (a rank to lose)");
 
   auto model = load_model_with_progress(a.model, !a.no_pack, a.json);
   if (!model.ok()) return fail(model.status().to_string());
@@ -78,26 +81,38 @@ int run(const RunArgs& a) {
 
   engine::GenerateOptions go;
   go.prompt = a.prompt;
-  go.n_predict = static_cast<uint32_t>(a.n_predict);
   go.chat = a.chat;
-  go.stop_at_eog = !a.ignore_eos;
-  go.sampler = sp;
-  const size_t n_prompt = engine::prompt_tokens(*tok, go).size();
+  engine::GenerationRequest req;
+  req.prompt = engine::prompt_tokens(*tok, go);
+  req.n_predict = static_cast<uint32_t>(a.n_predict);
+  req.stop_at_eog = !a.ignore_eos;
+  req.sampler = sp;
   // The cache holds what this run needs, not the model's whole training context.
-  const uint32_t need = static_cast<uint32_t>(n_prompt + go.n_predict);
-  engine::SessionOptions so;
-  so.n_ctx = a.ctx > 0 ? static_cast<uint32_t>(a.ctx) : std::max<uint32_t>(need, 1);
-  so.n_threads = a.threads > 0 ? static_cast<uint32_t>(a.threads) : std::max(1u, std::thread::hardware_concurrency());
-  auto session = engine::Session::create(**model, so);
-  if (!session.ok()) return fail(session.status().to_string());
+  const uint32_t need = static_cast<uint32_t>(req.prompt.size() + req.n_predict);
+  engine::SoloGroup solo;
+  engine::ForwardOptions fo;
+  fo.n_ctx = a.ctx > 0 ? static_cast<uint32_t>(a.ctx) : std::max<uint32_t>(need, 1);
+  fo.n_threads = a.threads > 0 ? static_cast<uint32_t>(a.threads) : std::max(1u, std::thread::hardware_concurrency());
+  auto forward = engine::Forward::create(**model, solo, fo);
+  if (!forward.ok()) return fail(forward.status().to_string());
+  engine::GeneratorOptions gopt;
+  gopt.prefill_chunk = (*forward)->options().n_batch;
+  auto gen = engine::Generator::create(**forward, *tok, gopt);
+  if (!gen.ok()) return fail(gen.status().to_string());
 
+  // The prompt, then the text as it is generated (to a terminal or a pipe alike), then the report.
+  if (!a.json) {
+    std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout);
+    std::fflush(stdout);
+  }
   auto on_text = [&](std::string_view s) {
     if (a.json) return;
     std::fwrite(s.data(), 1, s.size(), stdout);
     std::fflush(stdout);
   };
-  auto r = engine::generate(**session, *tok, go, on_text);
+  auto r = (*gen)->generate(std::move(req), on_text);
   if (!r.ok()) return fail(r.status().to_string());
+  const uint32_t n_threads = fo.n_threads;
   if (a.json) {
     nlohmann::json j;
     j["tokens"] = r->tokens;
@@ -110,7 +125,7 @@ int run(const RunArgs& a) {
     j["prefill_ms"] = r->prefill_seconds * 1e3;
     j["decode_ms"] = r->decode_seconds * 1e3;
     j["stop_reason"] = r->stop_reason;
-    j["threads"] = so.n_threads;
+    j["threads"] = n_threads;
     // Invalid UTF-8 from a random model must not make the dump throw.
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
@@ -118,7 +133,7 @@ int run(const RunArgs& a) {
   std::printf("\n");
   std::fprintf(stderr, "\nprompt: %zu tokens in %.1f ms, %.2f tok/s | generation: %zu tokens, %.2f tok/s (%u threads, %s)\n",
                r->prompt_tokens.size(), r->prefill_seconds * 1e3, r->prefill_tok_s(), r->tokens.size(),
-               r->decode_tok_s(), so.n_threads, r->stop_reason.c_str());
+               r->decode_tok_s(), n_threads, r->stop_reason.c_str());
   return 0;
 }
 

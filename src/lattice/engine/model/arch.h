@@ -1,25 +1,51 @@
 // The one table of model architectures the engine runs. Each architecture lives in its own
-// file (llama.cc, qwen2.cc, qwen3.cc) as one ArchInfo: what its GGUF holds and how its forward
-// pass differs from the common decoder (RoPE layout, biases, QK-norm). The loader and the
-// runtime read these fields; nothing else in the engine names an architecture.
+// file (llama.cc, qwen2.cc, qwen3.cc) as one ArchInfo: its hooks into the common decoder
+// (which attention and FFN variant, which norms, how RoPE pairs components, the tensor names)
+// and how its hyper-parameters are read. The loader (model.cc) and the forward pass
+// (runtime/forward.cc) read these fields; nothing else in the engine names an architecture.
 #pragma once
 
 #include <span>
 #include <string>
 #include <string_view>
 
-#include "lattice/engine/runtime/ops.h"
+#include "lattice/engine/ops/ops.h"
 
 namespace lattice::engine {
 
+// Attention variants the forward pass implements.
+enum class AttentionKind : uint8_t {
+  kGqa,  // multi-head / grouped-query attention: per-head K and V in the cache
+};
+// FFN variants.
+enum class FfnKind : uint8_t {
+  kSwiGlu,  // down(silu(gate x) * up x)
+};
+// Whether a tensor family is in the file.
+enum class Presence : uint8_t { kAbsent, kOptional, kRequired };
+
+// GGUF tensor names of one block ("blk.N." + name + ".weight") and of the model.
+struct TensorNames {
+  std::string_view attn_norm = "attn_norm", wq = "attn_q", wk = "attn_k", wv = "attn_v", wo = "attn_output";
+  std::string_view q_norm = "attn_q_norm", k_norm = "attn_k_norm";
+  std::string_view ffn_norm = "ffn_norm", gate = "ffn_gate", up = "ffn_up", down = "ffn_down";
+  std::string_view tok_embd = "token_embd", output_norm = "output_norm", output = "output";
+  std::string_view rope_freqs = "rope_freqs";
+};
+
 struct ArchInfo {
-  std::string_view name;                 // general.architecture, and the prefix of its keys
-  ops::RopeLayout rope_layout;           // how RoPE pairs components
-  float default_rope_freq_base;          // when {arch}.rope.freq_base is absent
-  bool qkv_bias_required;                // attn_{q,k,v}.bias must be present (qwen2)
-  bool qk_norm;                          // per-head RMSNorm of q and k before RoPE (qwen3)
-  bool head_dim_from_key_length;         // head size read from {arch}.attention.key_length
-  std::string_view notes;                // one line for `--help` and error messages
+  std::string_view name;   // general.architecture, and the prefix of its keys
+  std::string_view notes;  // one line for `--help` and error messages
+  // Hyper-parameters.
+  float default_rope_freq_base = 10000.0f;  // when {arch}.rope.freq_base is absent
+  bool head_dim_from_key_length = true;     // head size read from {arch}.attention.key_length
+  // Hooks of the forward pass.
+  AttentionKind attention = AttentionKind::kGqa;
+  FfnKind ffn = FfnKind::kSwiGlu;
+  ops::RopeLayout rope_layout = ops::RopeLayout::kNormal;  // how RoPE pairs components
+  Presence qkv_bias = Presence::kOptional;  // attn_{q,k,v}.bias
+  bool qk_norm = false;                     // per-head RMSNorm of q and k before RoPE
+  TensorNames names;
 };
 
 extern const ArchInfo kLlamaArch;

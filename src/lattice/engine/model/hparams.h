@@ -7,7 +7,7 @@
 #include "lattice/core/status.h"
 #include "lattice/engine/gguf/gguf.h"
 #include "lattice/engine/model/arch.h"
-#include "lattice/engine/runtime/ops.h"
+#include "lattice/engine/ops/ops.h"
 
 namespace lattice::engine {
 

@@ -7,12 +7,15 @@ namespace lattice::engine {
 
 const ArchInfo kLlamaArch{
     .name = "llama",
-    .rope_layout = ops::RopeLayout::kNormal,
-    .default_rope_freq_base = 10000.0f,
-    .qkv_bias_required = false,
-    .qk_norm = false,
-    .head_dim_from_key_length = true,
     .notes = "Llama 2/3, Mistral, TinyLlama",
+    .default_rope_freq_base = 10000.0f,
+    .head_dim_from_key_length = true,
+    .attention = AttentionKind::kGqa,
+    .ffn = FfnKind::kSwiGlu,
+    .rope_layout = ops::RopeLayout::kNormal,
+    .qkv_bias = Presence::kOptional,
+    .qk_norm = false,
+    .names = {},
 };
 
 }  // namespace lattice::engine

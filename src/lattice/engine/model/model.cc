@@ -1,11 +1,63 @@
 #include "lattice/engine/model/model.h"
 
+#include <algorithm>
+#include <cmath>
 #include <map>
+#include <numeric>
 #include <string>
 
 #include "lattice/engine/quant/quantize.h"
 
 namespace lattice::engine {
+
+std::vector<Range> split_units(uint32_t n_units, int world, std::span<const double> weights) {
+  std::vector<Range> out(std::max(world, 0));
+  if (world <= 0) return out;
+  std::vector<double> w(world, 1.0);
+  if (weights.size() == static_cast<size_t>(world))
+    for (int i = 0; i < world; ++i) w[i] = std::max(weights[i], 0.0);
+  double total = std::accumulate(w.begin(), w.end(), 0.0);
+  if (total <= 0) std::fill(w.begin(), w.end(), 1.0), total = world;
+  std::vector<uint32_t> n(world);
+  std::vector<std::pair<double, int>> rem(world);
+  uint32_t given = 0;
+  for (int i = 0; i < world; ++i) {
+    const double exact = n_units * w[i] / total;
+    n[i] = static_cast<uint32_t>(std::floor(exact));
+    given += n[i];
+    rem[i] = {exact - n[i], i};
+  }
+  std::stable_sort(rem.begin(), rem.end(), [](auto a, auto b) { return a.first > b.first; });
+  for (int k = 0; given < n_units; k = (k + 1) % world, ++given) ++n[rem[k].second];
+  uint32_t at = 0;
+  for (int i = 0; i < world; ++i) {
+    out[i] = {at, at + n[i]};
+    at += n[i];
+  }
+  return out;
+}
+
+Result<ShardLayout> make_shard_layout(const Hparams& hp, uint32_t ff_block_elems, uint32_t wo_block_elems, int world,
+                                      std::span<const double> weights) {
+  if (world < 1) return InvalidArgument("tensor parallel: world size must be >= 1");
+  ShardLayout L;
+  // A rank's wo columns start at kv0 * group * head_dim: they must start on a block.
+  const uint64_t cols_per_kv = static_cast<uint64_t>(hp.group()) * hp.head_dim_v;
+  if (world > 1 && cols_per_kv % wo_block_elems != 0)
+    return Unavailable("tensor parallel: attention output blocks of " + std::to_string(wo_block_elems) +
+                       " do not align with KV-head groups of " + std::to_string(cols_per_kv) + " columns");
+  L.kv_heads = split_units(hp.n_head_kv, world, weights);
+  uint32_t g = std::max<uint32_t>(ff_block_elems, 1);
+  if (hp.n_ff % std::max<uint32_t>(g, 32) == 0) g = std::max<uint32_t>(g, 32);
+  if (hp.n_ff % g != 0)
+    return Unavailable("tensor parallel: FFN width " + std::to_string(hp.n_ff) + " is not a multiple of the block size " +
+                       std::to_string(g));
+  L.ff_granularity = g;
+  L.ff = split_units(hp.n_ff / g, world, weights);
+  for (Range& r : L.ff) r = {r.begin * g, r.end * g};
+  L.vocab = split_units(hp.n_vocab, world, weights);
+  return L;
+}
 
 Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOptions& options) {
   auto file = GgufFile::open(path, options.open);
@@ -16,30 +68,55 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
 }
 
 Result<std::unique_ptr<Model>> Model::bind(std::unique_ptr<GgufFile> file, const LoadOptions& options) {
+  const Shard& s = options.shard;
+  if (s.world < 1 || s.rank < 0 || s.rank >= s.world)
+    return InvalidArgument("shard: rank " + std::to_string(s.rank) + " of " + std::to_string(s.world));
+  if (!s.weights.empty() && s.weights.size() != static_cast<size_t>(s.world))
+    return InvalidArgument("shard: " + std::to_string(s.weights.size()) + " shares for " + std::to_string(s.world) +
+                           " ranks");
   std::unique_ptr<Model> m(new Model());
   m->file_ = std::move(file);
+  m->shard_ = s;
   LATTICE_RETURN_IF_ERROR(m->bind_all(options));
   return m;
 }
 
-Result<Weight> Model::matrix(const std::string& name, uint64_t n_in, uint64_t n_out, bool required, bool pack) {
+Result<const TensorInfo*> Model::matrix_info(const std::string& name, uint64_t n_in, uint64_t n_out) {
   const TensorInfo* t = file_->find_tensor(name);
-  if (!t) {
-    if (required) return NotFound("tensor '" + name + "' is missing");
-    return Weight{};
-  }
+  if (!t) return NotFound("tensor '" + name + "' is missing");
   if (t->n_dims != 2 || t->ne[0] != n_in || t->ne[1] != n_out)
     return Corrupt("tensor '" + name + "' has shape " + t->shape_string() + ", expected [" + std::to_string(n_in) +
                    ", " + std::to_string(n_out) + "]");
   if (!is_supported_weight_type(t->type))
     return Unavailable("tensor '" + name + "': weight type " +
                        std::string(type_traits(static_cast<uint32_t>(t->type))->name) + " is not supported");
-  const WeightView view{t->type, t->data, static_cast<size_t>(n_out), static_cast<size_t>(n_in), 0};
-  auto w = pack ? Weight::pack(view) : Weight::view(view);
-  if (!w.ok()) return w.status().with_context("tensor '" + name + "'");
+  return t;
+}
+
+Result<Weight> Model::rows(const TensorInfo& t, Range r, bool pack) {
+  if (r.size() == 0) return Weight{};
+  const size_t rb = t.row_bytes();
+  const WeightView v{t.type, t.data + static_cast<size_t>(r.begin) * rb, r.size(), static_cast<size_t>(t.ne[0]), rb};
+  auto w = pack ? Weight::pack(v) : Weight::view(v);
+  if (!w.ok()) return w.status().with_context("tensor '" + t.name + "'" + (r.size() == t.ne[1] ? "" : " rows"));
   // A packed copy replaces the mapped bytes: drop them from this process's resident set.
-  if (w->packed()) (void)file_->advise(*t, Access::kDontNeed);
-  return std::move(w).value();
+  if (w->packed()) (void)file_->advise(t, Access::kDontNeed);
+  return w;
+}
+
+Result<Weight> Model::cols(const TensorInfo& t, Range c, bool pack) {
+  if (c.size() == 0) return Weight{};
+  const auto traits = type_traits(static_cast<uint32_t>(t.type));
+  if (c.begin % traits->block_elems != 0 || c.size() % traits->block_elems != 0)
+    return Unavailable("tensor '" + t.name + "': columns [" + std::to_string(c.begin) + ", " + std::to_string(c.end) +
+                       ") do not fall on " + std::string(traits->name) + " blocks");
+  if (c.begin == 0 && c.size() == t.ne[0]) return rows(t, {0, static_cast<uint32_t>(t.ne[1])}, pack);
+  const size_t rb = t.row_bytes();
+  const size_t off = c.begin / traits->block_elems * traits->block_bytes;
+  const WeightView v{t.type, t.data + off, static_cast<size_t>(t.ne[1]), c.size(), rb};
+  auto w = pack ? Weight::pack(v) : Weight::view(v);
+  if (!w.ok()) return w.status().with_context("tensor '" + t.name + "' columns");
+  return w;
 }
 
 Result<const float*> Model::vec(const std::string& name, uint64_t n, bool required) {
@@ -52,8 +129,7 @@ Result<const float*> Model::vec(const std::string& name, uint64_t n, bool requir
     return Corrupt("tensor '" + name + "' has shape " + t->shape_string() + ", expected [" + std::to_string(n) + "]");
   if (t->type == TensorType::kF32 && reinterpret_cast<uintptr_t>(t->data) % alignof(float) == 0)
     return reinterpret_cast<const float*>(t->data);
-  if (!is_supported_weight_type(t->type))
-    return Unavailable("tensor '" + name + "': type is not supported");
+  if (!is_supported_weight_type(t->type)) return Unavailable("tensor '" + name + "': type is not supported");
   auto buf = std::make_unique<float[]>(n);
   LATTICE_RETURN_IF_ERROR(dequantize_row(t->type, t->data, buf.get(), n));
   owned_.push_back(std::move(buf));
@@ -68,48 +144,92 @@ Status Model::bind_all(const LoadOptions& options) {
   if (!arch_)
     return Unavailable("architecture '" + *arch_name + "' is not supported (supported: " + supported_arch_names() +
                        ")");
-  auto hp = read_hparams(md, *arch_);
-  if (!hp.ok()) return hp.status();
-  hp_ = std::move(hp).value();
+  LATTICE_ASSIGN_OR_RETURN(hp_, read_hparams(md, *arch_));
+  const TensorNames& nm = arch_->names;
+  const auto global = [](std::string_view base) { return std::string(base) + ".weight"; };
+  // Every block has several tensors: a block count the tensor table cannot hold is corrupt
+  // (checked before anything is sized by it).
+  if (hp_.n_layer > file_->tensors().size())
+    return Corrupt("model key '" + std::string(arch_->name) + ".block_count': " + std::to_string(hp_.n_layer) +
+                   " blocks, but the file has only " + std::to_string(file_->tensors().size()) + " tensors");
 
-  const TensorInfo* emb = file_->find_tensor("token_embd.weight");
-  if (!emb) return NotFound("tensor 'token_embd.weight' is missing");
+  const TensorInfo* emb = file_->find_tensor(global(nm.tok_embd));
+  if (!emb) return NotFound("tensor '" + global(nm.tok_embd) + "' is missing");
   if (emb->n_dims != 2 || emb->ne[0] != hp_.n_embd || emb->ne[1] == 0 || emb->ne[1] > (1u << 24))
-    return Corrupt("tensor 'token_embd.weight' has shape " + emb->shape_string() + ", expected [" +
+    return Corrupt("tensor '" + global(nm.tok_embd) + "' has shape " + emb->shape_string() + ", expected [" +
                    std::to_string(hp_.n_embd) + ", n_vocab]");
-  hp_.n_vocab = static_cast<uint32_t>(emb->ne[1]);
-  const uint32_t E = hp_.n_embd, V = hp_.n_vocab;
   if (!is_supported_weight_type(emb->type))
-    return Unavailable("tensor 'token_embd.weight': weight type is not supported");
+    return Unavailable("tensor '" + global(nm.tok_embd) + "': weight type is not supported");
+  hp_.n_vocab = static_cast<uint32_t>(emb->ne[1]);
   tok_embd_ = emb;
-  const bool pack = options.pack;
-  LATTICE_ASSIGN_OR_RETURN(output_norm_, vec("output_norm.weight", E, true));
-  tied_ = file_->find_tensor("output.weight") == nullptr;
-  // A tied output reads the embedding in place: packing it would drop pages the lookups use.
-  LATTICE_ASSIGN_OR_RETURN(output_, matrix(tied_ ? "token_embd.weight" : "output.weight", E, V, true, pack && !tied_));
-  LATTICE_ASSIGN_OR_RETURN(rope_freqs_, vec("rope_freqs.weight", hp_.rope.n_rot / 2, false));
+  const uint32_t E = hp_.n_embd;
+  const auto blk = [&](uint32_t i, std::string_view base, const char* suffix = "weight") {
+    return "blk." + std::to_string(i) + "." + std::string(base) + "." + suffix;
+  };
 
-  layers_.resize(hp_.n_layer);
-  for (uint32_t i = 0; i < hp_.n_layer; ++i) {
-    const std::string p = "blk." + std::to_string(i) + ".";
-    LayerWeights& L = layers_[i];
-    LATTICE_ASSIGN_OR_RETURN(L.attn_norm, vec(p + "attn_norm.weight", E, true));
-    LATTICE_ASSIGN_OR_RETURN(L.wq, matrix(p + "attn_q.weight", E, hp_.q_dim(), true, pack));
-    LATTICE_ASSIGN_OR_RETURN(L.wk, matrix(p + "attn_k.weight", E, hp_.kv_dim(), true, pack));
-    LATTICE_ASSIGN_OR_RETURN(L.wv, matrix(p + "attn_v.weight", E, hp_.v_dim(), true, pack));
-    LATTICE_ASSIGN_OR_RETURN(L.wo, matrix(p + "attn_output.weight", hp_.attn_out_dim(), E, true, pack));
-    const bool need_bias = arch_->qkv_bias_required;
-    LATTICE_ASSIGN_OR_RETURN(L.bq, vec(p + "attn_q.bias", hp_.q_dim(), need_bias));
-    LATTICE_ASSIGN_OR_RETURN(L.bk, vec(p + "attn_k.bias", hp_.kv_dim(), need_bias));
-    LATTICE_ASSIGN_OR_RETURN(L.bv, vec(p + "attn_v.bias", hp_.v_dim(), need_bias));
-    if (arch_->qk_norm) {
-      LATTICE_ASSIGN_OR_RETURN(L.q_norm, vec(p + "attn_q_norm.weight", hp_.head_dim, true));
-      LATTICE_ASSIGN_OR_RETURN(L.k_norm, vec(p + "attn_k_norm.weight", hp_.head_dim, true));
+  // Block sizes decide where FFN and attention-output columns may be cut.
+  uint32_t ff_blk = 1, wo_blk = 1;
+  for (uint32_t i = 0; i < hp_.n_layer; ++i)
+    for (auto [base, dst] : {std::pair{nm.down, &ff_blk}, std::pair{nm.wo, &wo_blk}})
+      if (const TensorInfo* t = file_->find_tensor(blk(i, base)))
+        *dst = std::max<uint32_t>(*dst, type_traits(static_cast<uint32_t>(t->type))->block_elems);
+  LATTICE_ASSIGN_OR_RETURN(layout_, make_shard_layout(hp_, ff_blk, wo_blk, shard_.world, shard_.weights));
+  layer_begin_ = shard_.layer_begin;
+  layer_end_ = shard_.layer_end ? shard_.layer_end : hp_.n_layer;
+  if (layer_begin_ >= layer_end_ || layer_end_ > hp_.n_layer)
+    return InvalidArgument("layers [" + std::to_string(layer_begin_) + ", " + std::to_string(layer_end_) +
+                           ") are not a range of the model's " + std::to_string(hp_.n_layer));
+
+  const bool pack = options.pack;
+  const Range kv = kv_heads(), f = ff(), voc = vocab();
+  const uint32_t HD = hp_.head_dim, HDV = hp_.head_dim_v, G = hp_.group();
+  const Range q_rows{kv.begin * G * HD, kv.end * G * HD};
+  const Range k_rows{kv.begin * HD, kv.end * HD};
+  const Range v_rows{kv.begin * HDV, kv.end * HDV};
+  const Range o_cols{kv.begin * G * HDV, kv.end * G * HDV};
+
+  if (has_head()) {
+    LATTICE_ASSIGN_OR_RETURN(output_norm_, vec(global(nm.output_norm), E, true));
+    tied_ = file_->find_tensor(global(nm.output)) == nullptr;
+    LATTICE_ASSIGN_OR_RETURN(const TensorInfo* out_t,
+                             matrix_info(global(tied_ ? nm.tok_embd : nm.output), E, hp_.n_vocab));
+    // A tied output is read in place: packing it would drop pages the lookups use.
+    LATTICE_ASSIGN_OR_RETURN(output_, rows(*out_t, voc, pack && !tied_));
+  }
+  LATTICE_ASSIGN_OR_RETURN(rope_freqs_, vec(global(nm.rope_freqs), hp_.rope.n_rot / 2, false));
+
+  layers_.resize(layer_end_ - layer_begin_);
+  for (uint32_t i = layer_begin_; i < layer_end_; ++i) {
+    LayerWeights& L = layers_[i - layer_begin_];
+    LATTICE_ASSIGN_OR_RETURN(L.attn_norm, vec(blk(i, nm.attn_norm), E, true));
+    LATTICE_ASSIGN_OR_RETURN(const TensorInfo* tq, matrix_info(blk(i, nm.wq), E, hp_.q_dim()));
+    LATTICE_ASSIGN_OR_RETURN(const TensorInfo* tk, matrix_info(blk(i, nm.wk), E, hp_.kv_dim()));
+    LATTICE_ASSIGN_OR_RETURN(const TensorInfo* tv, matrix_info(blk(i, nm.wv), E, hp_.v_dim()));
+    LATTICE_ASSIGN_OR_RETURN(const TensorInfo* to, matrix_info(blk(i, nm.wo), hp_.attn_out_dim(), E));
+    LATTICE_ASSIGN_OR_RETURN(L.wq, rows(*tq, q_rows, pack));
+    LATTICE_ASSIGN_OR_RETURN(L.wk, rows(*tk, k_rows, pack));
+    LATTICE_ASSIGN_OR_RETURN(L.wv, rows(*tv, v_rows, pack));
+    LATTICE_ASSIGN_OR_RETURN(L.wo, cols(*to, o_cols, pack));
+    if (arch_->qkv_bias != Presence::kAbsent) {
+      const bool need = arch_->qkv_bias == Presence::kRequired;
+      LATTICE_ASSIGN_OR_RETURN(L.bq, vec(blk(i, nm.wq, "bias"), hp_.q_dim(), need));
+      LATTICE_ASSIGN_OR_RETURN(L.bk, vec(blk(i, nm.wk, "bias"), hp_.kv_dim(), need));
+      LATTICE_ASSIGN_OR_RETURN(L.bv, vec(blk(i, nm.wv, "bias"), hp_.v_dim(), need));
+      if (L.bq) L.bq += q_rows.begin;
+      if (L.bk) L.bk += k_rows.begin;
+      if (L.bv) L.bv += v_rows.begin;
     }
-    LATTICE_ASSIGN_OR_RETURN(L.ffn_norm, vec(p + "ffn_norm.weight", E, true));
-    LATTICE_ASSIGN_OR_RETURN(L.w_gate, matrix(p + "ffn_gate.weight", E, hp_.n_ff, true, pack));
-    LATTICE_ASSIGN_OR_RETURN(L.w_up, matrix(p + "ffn_up.weight", E, hp_.n_ff, true, pack));
-    LATTICE_ASSIGN_OR_RETURN(L.w_down, matrix(p + "ffn_down.weight", hp_.n_ff, E, true, pack));
+    if (arch_->qk_norm) {
+      LATTICE_ASSIGN_OR_RETURN(L.q_norm, vec(blk(i, nm.q_norm), HD, true));
+      LATTICE_ASSIGN_OR_RETURN(L.k_norm, vec(blk(i, nm.k_norm), HD, true));
+    }
+    LATTICE_ASSIGN_OR_RETURN(L.ffn_norm, vec(blk(i, nm.ffn_norm), E, true));
+    LATTICE_ASSIGN_OR_RETURN(const TensorInfo* tg, matrix_info(blk(i, nm.gate), E, hp_.n_ff));
+    LATTICE_ASSIGN_OR_RETURN(const TensorInfo* tu, matrix_info(blk(i, nm.up), E, hp_.n_ff));
+    LATTICE_ASSIGN_OR_RETURN(const TensorInfo* td, matrix_info(blk(i, nm.down), hp_.n_ff, E));
+    LATTICE_ASSIGN_OR_RETURN(L.w_gate, rows(*tg, f, pack));
+    LATTICE_ASSIGN_OR_RETURN(L.w_up, rows(*tu, f, pack));
+    LATTICE_ASSIGN_OR_RETURN(L.w_down, cols(*td, f, pack));
   }
   return Status::Ok();
 }
@@ -121,6 +241,14 @@ uint64_t Model::n_params() const {
 }
 
 uint64_t Model::weight_bytes() const { return file_->total_tensor_bytes(); }
+
+uint64_t Model::shard_bytes() const {
+  uint64_t n = output_.n_rows() ? output_.bytes() : 0;
+  for (const LayerWeights& L : layers_)
+    for (const Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+      if (w->n_rows()) n += w->bytes();
+  return n;
+}
 
 std::string Model::type_name() const {
   std::map<TensorType, uint64_t> by_type;

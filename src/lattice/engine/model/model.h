@@ -1,8 +1,18 @@
-// A decoder model bound to an open GGUF file: hyper-parameters plus, for every weight, a
-// view of its bytes in the read-only mapping. Matrices are never copied; only small f32
-// vectors (norm weights, biases) stored as f16/bf16 are expanded once at load.
+// A decoder model bound to one rank's shard of an open GGUF file (model/shard.h): the
+// hyper-parameters of the whole model plus, for every weight this rank owns, a view of its
+// bytes in the read-only mapping (or a packed copy of just that slice). One node binds the
+// default Shard, rank 0 of 1 over every layer: the whole model, through the same code.
 //
-// Thread safety: immutable after load; any number of Sessions may read it concurrently.
+// Tensor-parallel layout (every rank keeps the full residual stream, n_embd floats a token):
+//   attention  split by KV heads: rank r owns KV heads [kv0, kv1) and their query heads:
+//              row ranges of wq/wk/wv, the matching columns of wo;
+//   FFN        gate/up rows [f0, f1) and the same columns of w_down;
+//   output     vocabulary rows [v0, v1) of the output matrix.
+// Row ranges are views at an offset; column ranges are strided views (row stride = the full
+// row), and when packing is on only the shard is copied into the kernels' layout. A rank
+// never reads the whole model. Pipeline stages bind a layer range (Shard::layer_begin/end).
+//
+// Thread safety: immutable after load; any number of sequences may read it concurrently.
 #pragma once
 
 #include <cstdint>
@@ -15,35 +25,42 @@
 #include "lattice/engine/gguf/gguf.h"
 #include "lattice/engine/model/arch.h"
 #include "lattice/engine/model/hparams.h"
+#include "lattice/engine/model/shard.h"
 #include "lattice/engine/quant/matmul.h"
 
 namespace lattice::engine {
 
+// The weights of one block, as this rank holds them.
 struct LayerWeights {
   const float* attn_norm = nullptr;  // [n_embd]
-  Weight wq, wk, wv, wo;             // rows x cols: [q_dim x n_embd], [kv_dim x n_embd], [v_dim x n_embd], [n_embd x attn_out]
-  const float* bq = nullptr;         // optional biases (required for qwen2)
+  Weight wq, wk, wv;                 // local rows: [local q_dim x n_embd], [local kv_dim x n_embd] (x2)
+  Weight wo;                         // [n_embd x local attention columns]
+  const float* bq = nullptr;         // optional biases, local slices
   const float* bk = nullptr;
   const float* bv = nullptr;
-  const float* q_norm = nullptr;     // [head_dim], qwen3
+  const float* q_norm = nullptr;     // [head_dim] (qk_norm architectures)
   const float* k_norm = nullptr;
   const float* ffn_norm = nullptr;   // [n_embd]
-  Weight w_gate, w_up, w_down;       // [n_ff x n_embd], [n_ff x n_embd], [n_embd x n_ff]
+  Weight w_gate, w_up;               // local rows [local ff x n_embd]
+  Weight w_down;                     // [n_embd x local ff columns]
 };
 
 struct LoadOptions {
   OpenOptions open;
-  // Repack Q4_0/Q8_0 matrices into the interleaved layout of the fast kernels (a copy; the
-  // mapped pages of the originals are then released, so resident memory stays about one
-  // model). false: every matrix is used in place from the mapping.
+  // Repack Q4_0/Q8_0 matrices (and K-quants with AVX-512) into the interleaved layout of the
+  // fast kernels (a copy of this rank's slice; the mapped pages of the originals are then
+  // released). false: every matrix is used in place from the mapping.
   bool pack = true;
+  Shard shard;  // default: the whole model (rank 0 of 1)
 };
 
 class Model {
  public:
-  // Opens `path` and binds the weights. Errors name the file, tensor or key: kUnavailable for
-  // an unsupported architecture ("architecture 'gemma3' is not supported (supported: llama,
-  // qwen2, qwen3)") or weight type, kNotFound for a missing tensor, kCorrupt for a wrong shape.
+  // Opens `path` and binds this rank's weights. Errors name the file, tensor or key:
+  // kUnavailable for an unsupported architecture ("architecture 'gemma3' is not supported
+  // (supported: llama, qwen2, qwen3)") or weight type, kNotFound for a missing tensor,
+  // kCorrupt for a wrong shape or a count the file cannot hold, kInvalidArgument for a shard
+  // that is not one of the model (rank outside the world, layers outside the model).
   static Result<std::unique_ptr<Model>> load(const std::string& path, const LoadOptions& options = {});
   // Binds an already-open file (takes ownership).
   static Result<std::unique_ptr<Model>> bind(std::unique_ptr<GgufFile> file, const LoadOptions& options = {});
@@ -52,15 +69,30 @@ class Model {
   const Hparams& hparams() const { return hp_; }
   const GgufFile& file() const { return *file_; }
 
+  // The shard.
+  int rank() const { return shard_.rank; }
+  int world() const { return shard_.world; }
+  const ShardLayout& layout() const { return layout_; }
+  Range kv_heads() const { return layout_.kv_heads[shard_.rank]; }
+  Range ff() const { return layout_.ff[shard_.rank]; }
+  Range vocab() const { return layout_.vocab[shard_.rank]; }
+  uint32_t layer_begin() const { return layer_begin_; }
+  uint32_t layer_end() const { return layer_end_; }
+  uint32_t n_local_layers() const { return layer_end_ - layer_begin_; }
+  bool has_head() const { return layer_end_ == hp_.n_layer; }  // output norm + matrix bound
+  bool whole() const { return shard_.world == 1 && layer_begin_ == 0 && has_head(); }
+
   const TensorInfo& tok_embd() const { return *tok_embd_; }  // rows read in place for lookups
   const float* output_norm() const { return output_norm_; }
-  const Weight& output() const { return output_; }  // the embedding's bytes when tied
+  const Weight& output() const { return output_; }  // local vocabulary rows (the embedding's bytes when tied)
   bool tied_output() const { return tied_; }
-  const std::vector<LayerWeights>& layers() const { return layers_; }
-  const float* rope_freq_factors() const { return rope_freqs_; }  // [n_rot/2] or null
+  const std::vector<LayerWeights>& layers() const { return layers_; }  // layers [layer_begin, layer_end)
+  const float* rope_freq_factors() const { return rope_freqs_; }      // [n_rot/2] or null
 
   uint64_t n_params() const;
-  uint64_t weight_bytes() const;  // bytes of all tensors in the file(s)
+  uint64_t weight_bytes() const;  // bytes of all tensors in the file(s): the whole model
+  uint64_t model_bytes() const { return weight_bytes(); }
+  uint64_t shard_bytes() const;   // bytes of weights this rank streams per token
   // "Q4_0", or the most common matrix type followed by " mix" when types differ.
   std::string type_name() const;
 
@@ -71,12 +103,17 @@ class Model {
  private:
   Model() = default;
   Status bind_all(const LoadOptions& options);
-  Result<Weight> matrix(const std::string& name, uint64_t n_in, uint64_t n_out, bool required, bool pack);
+  Result<const TensorInfo*> matrix_info(const std::string& name, uint64_t n_in, uint64_t n_out);
+  Result<Weight> rows(const TensorInfo& t, Range r, bool pack);
+  Result<Weight> cols(const TensorInfo& t, Range c, bool pack);
   Result<const float*> vec(const std::string& name, uint64_t n, bool required);
 
   std::unique_ptr<GgufFile> file_;
   const ArchInfo* arch_ = nullptr;
   Hparams hp_;
+  Shard shard_;
+  ShardLayout layout_;
+  uint32_t layer_begin_ = 0, layer_end_ = 0;
   const TensorInfo* tok_embd_ = nullptr;
   Weight output_;
   bool tied_ = false;

@@ -5,12 +5,15 @@ namespace lattice::engine {
 
 const ArchInfo kQwen2Arch{
     .name = "qwen2",
-    .rope_layout = ops::RopeLayout::kNeox,
-    .default_rope_freq_base = 1000000.0f,
-    .qkv_bias_required = true,
-    .qk_norm = false,
-    .head_dim_from_key_length = true,
     .notes = "Qwen2, Qwen2.5",
+    .default_rope_freq_base = 1000000.0f,
+    .head_dim_from_key_length = true,
+    .attention = AttentionKind::kGqa,
+    .ffn = FfnKind::kSwiGlu,
+    .rope_layout = ops::RopeLayout::kNeox,
+    .qkv_bias = Presence::kRequired,
+    .qk_norm = false,
+    .names = {},
 };
 
 }  // namespace lattice::engine

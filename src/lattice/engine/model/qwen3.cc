@@ -7,12 +7,15 @@ namespace lattice::engine {
 
 const ArchInfo kQwen3Arch{
     .name = "qwen3",
-    .rope_layout = ops::RopeLayout::kNeox,
-    .default_rope_freq_base = 1000000.0f,
-    .qkv_bias_required = false,
-    .qk_norm = true,
-    .head_dim_from_key_length = true,
     .notes = "Qwen3 (dense)",
+    .default_rope_freq_base = 1000000.0f,
+    .head_dim_from_key_length = true,
+    .attention = AttentionKind::kGqa,
+    .ffn = FfnKind::kSwiGlu,
+    .rope_layout = ops::RopeLayout::kNeox,
+    .qkv_bias = Presence::kOptional,
+    .qk_norm = true,
+    .names = {},
 };
 
 }  // namespace lattice::engine

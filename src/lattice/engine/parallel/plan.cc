@@ -4,7 +4,7 @@
 
 #include "lattice/engine/model/arch.h"
 #include "lattice/engine/parallel/pp.h"
-#include "lattice/engine/parallel/tp.h"
+#include "lattice/engine/model/model.h"
 
 namespace lattice::engine::parallel {
 namespace {
@@ -53,7 +53,7 @@ Result<Placement> plan_placement(const GgufFile& file, const std::vector<NodeSpe
 
   if (mode == ParallelMode::kTensor) {
     p.tp = W;
-    auto layout = make_tp_layout(hp, 1, 1, W, mem);
+    auto layout = make_shard_layout(hp, 1, 1, W, mem);
     if (!layout.ok()) return layout.status();
     const double E4 = hp.n_embd * 4.0;
     for (int i = 0; i < W; ++i) {

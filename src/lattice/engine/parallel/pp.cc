@@ -1,10 +1,8 @@
 #include "lattice/engine/parallel/pp.h"
 
-#include <chrono>
+#include <algorithm>
 #include <cstring>
 #include <string>
-
-#include "lattice/coll/coll.h"
 
 namespace lattice::engine::parallel {
 
@@ -22,10 +20,9 @@ Result<std::vector<Range>> pp_layers(uint32_t n_layer, int world, std::span<cons
   return out;
 }
 
-Result<std::unique_ptr<PpSession>> PpSession::create(const TpModel& stage, coll::Communicator& comm,
-                                                     const PpSessionOptions& options) {
+Result<std::unique_ptr<PpSession>> PpSession::create(const Model& stage, Group& group, const PpSessionOptions& options) {
   if (stage.world() != 1) return InvalidArgument("pipeline: a stage must have a tensor-parallel world of 1");
-  const int w = comm.world_size();
+  const int w = group.size();
   std::vector<int> order = options.stage_order;
   if (order.empty())
     for (int r = 0; r < w; ++r) order.push_back(r);
@@ -35,7 +32,7 @@ Result<std::unique_ptr<PpSession>> PpSession::create(const TpModel& stage, coll:
     const int r = order[size_t(i)];
     if (r < 0 || r >= w || seen[size_t(r)]) return InvalidArgument("pipeline: stage_order is not a permutation of the ranks");
     seen[size_t(r)] = 1;
-    if (r == comm.rank()) index = i;
+    if (r == group.rank()) index = i;
   }
   if (static_cast<int>(order.size()) != w || index < 0)
     return InvalidArgument("pipeline: stage_order must name every rank once");
@@ -50,92 +47,124 @@ Result<std::unique_ptr<PpSession>> PpSession::create(const TpModel& stage, coll:
   s->next_ = index + 1 < w ? order[size_t(index + 1)] : -1;
   s->last_rank_ = order.back();
   s->stage_ = &stage;
-  s->comm_ = &comm;
-  LATTICE_ASSIGN_OR_RETURN(s->session_, TpSession::create(stage, nullptr, options.session));
-  s->micro_ = std::max<uint32_t>(1, std::min(options.session.n_batch, options.session.n_ctx ? options.session.n_ctx : 4096));
+  s->group_ = &group;
+  ForwardOptions fo;
+  fo.n_threads = options.session.n_threads;
+  fo.n_ctx = options.session.n_ctx;
+  fo.n_batch = options.session.n_batch;  // a micro-batch
+  fo.max_items = 1;                      // items run one after another through the stages
+  LATTICE_ASSIGN_OR_RETURN(s->forward_, Forward::create(stage, s->own_, fo));
+  s->n_max_items_ = std::max<uint32_t>(options.max_items, 1);
+  LATTICE_ASSIGN_OR_RETURN(s->seq_, s->forward_->new_sequence());
+  s->micro_ = s->forward_->options().n_batch;
   const size_t E = stage.hparams().n_embd;
   s->in_.assign(s->micro_ * E, 0.0f);
   s->out_.assign(s->micro_ * E, 0.0f);
+  s->logits_.assign(s->n_max_items_ * (stage.has_head() ? stage.hparams().n_vocab : 0), 0.0f);
   return s;
 }
 
-Status PpSession::step(const int32_t* tokens, uint32_t n) {
+Status PpSession::run_rows(Sequence& seq, const int32_t* tokens, uint32_t n) {
   const size_t E = stage_->hparams().n_embd;
-  coll::CollOptions co;
-  co.timeout = std::chrono::milliseconds(30000);
-  auto timed = [&](auto&& fn, size_t sent) {
-    const auto t0 = std::chrono::steady_clock::now();
-    Status st = fn();
-    stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    stats_.calls++;
-    stats_.bytes += sent;
-    return st;
-  };
+  StepItem it;
+  it.seq = &seq;
   if (stage_index_ == 0) {
-    LATTICE_RETURN_IF_ERROR(session_->forward_stage(tokens, nullptr, n, out_.data()));
+    it.tokens = std::span<const int32_t>(tokens, n);
   } else {
-    LATTICE_RETURN_IF_ERROR(timed([&] { return coll::recv(*comm_, in_.data(), n * E, coll::DType::kF32, prev_, co); }, 0));
-    LATTICE_RETURN_IF_ERROR(session_->forward_stage(nullptr, in_.data(), n, out_.data()));
+    LATTICE_RETURN_IF_ERROR(group_->recv(in_.data(), n * E, prev_));
+    it.x_in = in_.data();
+    it.n_in = n;
   }
-  if (!last())
-    LATTICE_RETURN_IF_ERROR(timed([&] { return coll::send(*comm_, out_.data(), n * E, coll::DType::kF32, next_, co); },
-                                  n * E * sizeof(float)));
+  it.x_out = out_.data();
+  LATTICE_RETURN_IF_ERROR(forward_->step(std::span<const StepItem>(&it, 1)));
+  if (!last()) LATTICE_RETURN_IF_ERROR(group_->send(out_.data(), n * E, next_));
   return Status::Ok();
+}
+
+Status PpSession::step(std::span<const StepItem> items) {
+  if (items.empty() || items.size() > n_max_items_)
+    return InvalidArgument("pipeline: 1.." + std::to_string(n_max_items_) + " sequences a step");
+  // Every stage knows the token counts (the same calls on every rank); only the first reads
+  // the tokens. Micro-batches flow down the pipeline one after another: while stage 1 runs
+  // batch m, stage 0 already runs m+1.
+  n_items_ = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const StepItem& item = items[i];
+    if (!item.seq || item.x_in) return InvalidArgument("pipeline: an item needs a sequence and tokens");
+    const size_t n = item.tokens.size();
+    if (n == 0) return InvalidArgument("prefill: no tokens");
+    for (size_t done = 0; done < n;) {
+      const uint32_t m = static_cast<uint32_t>(std::min<size_t>(micro_, n - done));
+      LATTICE_RETURN_IF_ERROR(run_rows(*item.seq, item.tokens.data() + done, m));
+      done += m;
+    }
+    if (last()) {
+      const auto lg = forward_->logits(0);
+      std::copy(lg.begin(), lg.end(), logits_.begin() + i * lg.size());
+    }
+  }
+  n_items_ = items.size();
+  return Status::Ok();
+}
+
+Result<std::vector<int32_t>> PpSession::choose(std::span<Sampler* const> samplers) {
+  if (samplers.size() != n_items_ || n_items_ == 0)
+    return InvalidArgument("pipeline: choose() wants one sampler slot per item of the last step");
+  // Per item: the token and how many random draws choosing it took, so every stage's sampler
+  // advances by the same draws and any rank can take over the last stage after a failure.
+  const size_t B = samplers.size();
+  std::vector<int32_t> msg(2 * B, 0);
+  if (last()) {
+    const size_t V = stage_->hparams().n_vocab;
+    for (size_t i = 0; i < B; ++i) {
+      const std::span<const float> lg(logits_.data() + i * V, V);
+      if (samplers[i]) {
+        const uint64_t before = samplers[i]->draws();
+        LATTICE_ASSIGN_OR_RETURN(msg[2 * i], samplers[i]->sample(lg));
+        msg[2 * i + 1] = static_cast<int32_t>(samplers[i]->draws() - before);
+      } else {
+        msg[2 * i] = static_cast<int32_t>(std::max_element(lg.begin(), lg.end()) - lg.begin());
+      }
+    }
+  }
+  LATTICE_RETURN_IF_ERROR(group_->broadcast32(msg.data(), msg.size(), last_rank_));
+  std::vector<int32_t> out(B);
+  for (size_t i = 0; i < B; ++i) {
+    out[i] = msg[2 * i];
+    if (!last() && samplers[i]) {
+      if (msg[2 * i + 1] < 0 || msg[2 * i + 1] > 1) return Corrupt("pp: the last stage sent a bad draw count");
+      samplers[i]->skip_draws(static_cast<uint64_t>(msg[2 * i + 1]));
+    }
+  }
+  return out;
 }
 
 Status PpSession::prefill(std::span<const int32_t> tokens) {
-  if (tokens.empty()) return InvalidArgument("prefill: no tokens");
-  // Micro-batches flow down the pipeline one after another: while stage 1 runs batch m,
-  // stage 0 already runs m+1.
-  for (size_t done = 0; done < tokens.size();) {
-    const uint32_t n = static_cast<uint32_t>(std::min<size_t>(micro_, tokens.size() - done));
-    LATTICE_RETURN_IF_ERROR(step(tokens.data() + done, n));
-    done += n;
-  }
-  return Status::Ok();
+  StepItem it;
+  it.seq = seq_.get();
+  it.tokens = tokens;
+  return step(std::span<const StepItem>(&it, 1));
 }
 
-Status PpSession::decode(int32_t token) { return step(&token, 1); }
+Status PpSession::decode(int32_t token) { return prefill(std::span<const int32_t>(&token, 1)); }
 
 Result<int32_t> PpSession::argmax() {
-  int32_t t = -1;
-  if (last()) {
-    LATTICE_ASSIGN_OR_RETURN(t, session_->argmax());
-  }
-  coll::CollOptions co;
-  const auto t0 = std::chrono::steady_clock::now();
-  Status st = coll::broadcast(*comm_, &t, &t, 1, coll::DType::kI32, last_rank_, co);
-  stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  stats_.calls++;
-  if (last()) stats_.bytes += sizeof(int32_t) * (comm_->world_size() - 1);
-  LATTICE_RETURN_IF_ERROR(st);
-  return t;
+  Sampler* none = nullptr;
+  LATTICE_ASSIGN_OR_RETURN(auto t, choose(std::span<Sampler* const>(&none, 1)));
+  return t[0];
 }
 
 Result<int32_t> PpSession::sample(Sampler& sampler) {
-  // The token and how many random draws choosing it took: every stage's sampler advances by
-  // the same draws, so any rank can take over the last stage after a failure (recovery).
-  int32_t msg[2] = {-1, 0};
-  if (last()) {
-    const uint64_t before = sampler.draws();
-    LATTICE_ASSIGN_OR_RETURN(msg[0], sampler.sample(session_->local_logits()));
-    msg[1] = static_cast<int32_t>(sampler.draws() - before);
-  }
-  coll::CollOptions co;
-  LATTICE_RETURN_IF_ERROR(coll::broadcast(*comm_, msg, msg, 2, coll::DType::kI32, last_rank_, co));
-  if (!last()) {
-    if (msg[1] < 0 || msg[1] > 1) return Corrupt("pp: the last stage sent a bad draw count");
-    sampler.skip_draws(static_cast<uint64_t>(msg[1]));
-  }
-  return msg[0];
+  Sampler* s = &sampler;
+  LATTICE_ASSIGN_OR_RETURN(auto t, choose(std::span<Sampler* const>(&s, 1)));
+  return t[0];
 }
 
 Status PpSession::gather_logits(std::vector<float>* out) {
   const uint32_t V = stage_->hparams().n_vocab;
   out->assign(V, 0.0f);
-  if (last()) std::memcpy(out->data(), session_->local_logits().data(), V * sizeof(float));
-  coll::CollOptions co;
-  return coll::broadcast(*comm_, out->data(), out->data(), V, coll::DType::kF32, last_rank_, co);
+  if (last()) std::memcpy(out->data(), logits_.data(), V * sizeof(float));
+  return group_->broadcast32(out->data(), V, last_rank_);
 }
 
 }  // namespace lattice::engine::parallel

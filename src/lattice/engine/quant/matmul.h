@@ -32,7 +32,7 @@
 
 #include "lattice/core/status.h"
 #include "lattice/engine/quant/types.h"
-#include "lattice/engine/runtime/thread_pool.h"
+#include "lattice/engine/ops/thread_pool.h"
 
 namespace lattice::engine {
 

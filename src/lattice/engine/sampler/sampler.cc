@@ -23,8 +23,9 @@ Status SamplerParams::validate() const {
   }
   if (repeat_penalty <= 0.0f) return InvalidArgument("repeat_penalty must be > 0");
   if (repeat_last_n < 0) return InvalidArgument("repeat_last_n must be >= 0");
-  if (top_p < 0.0f) return InvalidArgument("top_p must be >= 0");
-  if (min_p > 1.0f) return InvalidArgument("min_p must be <= 1");
+  if (temperature < 0.0f) return InvalidArgument("temperature must be >= 0 (0: greedy)");
+  if (top_p < 0.0f || top_p > 1.0f) return InvalidArgument("top_p must be in [0, 1] (1: off)");
+  if (min_p < 0.0f || min_p > 1.0f) return InvalidArgument("min_p must be in [0, 1] (0: off)");
   return Status::Ok();
 }
 

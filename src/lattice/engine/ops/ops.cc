@@ -1,4 +1,4 @@
-#include "lattice/engine/runtime/ops.h"
+#include "lattice/engine/ops/ops.h"
 
 #include <bit>
 #include <cmath>

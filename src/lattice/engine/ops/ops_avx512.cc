@@ -4,7 +4,7 @@
 
 #include <cstddef>
 
-#include "lattice/engine/runtime/ops.h"
+#include "lattice/engine/ops/ops.h"
 
 namespace lattice::engine::ops::detail {
 

@@ -1,4 +1,4 @@
-#include "lattice/engine/runtime/thread_pool.h"
+#include "lattice/engine/ops/thread_pool.h"
 
 #include "lattice/core/check.h"
 

@@ -1,0 +1,51 @@
+// Which part of a model one rank owns: a contiguous range of layers (a pipeline stage) and,
+// inside it, a tensor-parallel slice (KV heads with their query heads, FFN columns, vocabulary
+// rows). One node is rank 0 of a world of 1 over every layer: the whole model, the same code.
+//
+// Plain data; computed from the hyper-parameters and the weight types' block sizes, so every
+// rank computes the same layout from the same file without talking.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "lattice/core/status.h"
+#include "lattice/engine/model/hparams.h"
+
+namespace lattice::engine {
+
+struct Range {
+  uint32_t begin = 0, end = 0;
+  uint32_t size() const { return end - begin; }
+};
+
+// Splits n_units into world contiguous ranges proportional to `weights` (empty: equal),
+// largest remainders first, earlier ranks winning ties. Ranges may be empty.
+std::vector<Range> split_units(uint32_t n_units, int world, std::span<const double> weights = {});
+
+// The tensor-parallel layout of one model over `world` ranks, per rank.
+struct ShardLayout {
+  std::vector<Range> kv_heads;  // in KV heads (each with its group of query heads)
+  std::vector<Range> ff;        // in n_ff columns (multiples of ff_granularity)
+  std::vector<Range> vocab;     // in tokens
+  uint32_t ff_granularity = 1;
+};
+
+// kInvalidArgument for world < 1, kUnavailable when the weight types' block sizes cannot be
+// split on head / FFN boundaries.
+Result<ShardLayout> make_shard_layout(const Hparams& hp, uint32_t ff_block_elems, uint32_t wo_block_elems, int world,
+                                      std::span<const double> weights = {});
+
+// What a rank binds. The defaults are one node: rank 0 of 1, every layer.
+struct Shard {
+  int rank = 0;
+  int world = 1;                // tensor-parallel ranks the layers below are split over
+  std::vector<double> weights;  // relative share per rank (empty: equal)
+  // Layers [layer_begin, layer_end) (layer_end 0: to the last). The output norm and matrix
+  // are bound only by the shard holding the last layer; the embedding by every shard (the
+  // first stage uses it, a later stage that takes over after a loss may need it).
+  uint32_t layer_begin = 0, layer_end = 0;
+};
+
+}  // namespace lattice::engine

@@ -1,0 +1,210 @@
+#include "lattice/engine/parallel/distributed.h"
+
+#include <algorithm>
+
+#include "lattice/engine/parallel/recovery.h"
+
+namespace lattice::engine::parallel {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+}  // namespace
+
+nlohmann::json RecoveryEvent::to_json() const {
+  return {{"lost_ranks", lost_ranks}, {"at_token", at_token},   {"epoch", epoch},
+          {"world_before", world_before}, {"world_after", world_after}, {"recover_ms", recover_ms},
+          {"shrink_ms", shrink_ms},   {"place_ms", place_ms},     {"prefill_ms", prefill_ms},
+          {"cause", cause}};
+}
+
+Result<std::unique_ptr<Placement>> place(const DistOptions& a, cluster::Cluster& c, coll::Communicator& comm,
+                                         std::vector<double> weights, uint32_t n_ctx) {
+  auto pl = std::make_unique<Placement>();
+  const auto t_load = Clock::now();
+  const bool pp = a.parallel == Parallelism::kPipeline;
+  LoadOptions lo;
+  lo.pack = a.pack;
+  LATTICE_ASSIGN_OR_RETURN(auto file, GgufFile::open(a.model_path));
+  std::vector<int> stage_order;
+  if (pp) {
+    // Pipeline stages in the order of the collectives' route: on a ring of cables,
+    // consecutive stages are then cable neighbours whatever the hosts' order in the file.
+    LATTICE_RETURN_IF_ERROR(comm.refresh());
+    if (!comm.full_mesh()) {
+      if (comm.route().order.empty()) return Unavailable("pipeline: no route through every rank over the cables");
+      stage_order = comm.route().order;
+    } else {
+      for (int r = 0; r < c.world_size(); ++r) stage_order.push_back(r);
+    }
+    const int stage = static_cast<int>(std::find(stage_order.begin(), stage_order.end(), c.rank()) - stage_order.begin());
+    std::vector<double> stage_weights;
+    if (!weights.empty())
+      for (int r : stage_order) stage_weights.push_back(weights[static_cast<size_t>(r)]);
+    // Stage ranges need the layer count: read from the header before binding.
+    auto arch_name = file->metadata().get_string("general.architecture");
+    const ArchInfo* arch = arch_name.ok() ? find_arch(*arch_name) : nullptr;
+    if (!arch) return InvalidArgument("unsupported or missing architecture");
+    LATTICE_ASSIGN_OR_RETURN(auto hp, read_hparams(file->metadata(), *arch));
+    LATTICE_ASSIGN_OR_RETURN(auto ranges, pp_layers(hp.n_layer, c.world_size(), stage_weights));
+    lo.shard.layer_begin = ranges[static_cast<size_t>(stage)].begin;
+    lo.shard.layer_end = ranges[static_cast<size_t>(stage)].end;
+  } else {
+    lo.shard.rank = c.rank();
+    lo.shard.world = c.world_size();
+    lo.shard.weights = std::move(weights);
+  }
+  LATTICE_ASSIGN_OR_RETURN(pl->model, Model::bind(std::move(file), lo));
+  pl->load_s = std::chrono::duration<double>(Clock::now() - t_load).count();
+  pl->group = std::make_unique<CommGroup>(comm, a.coll_timeout);
+  if (pp) {
+    PpSessionOptions po;
+    po.session.n_ctx = n_ctx;
+    po.session.n_threads = a.n_threads;
+    po.session.n_batch = 32;  // micro-batches of the prefill
+    po.max_items = a.max_seqs;
+    po.stage_order = stage_order;
+    LATTICE_ASSIGN_OR_RETURN(pl->pp, PpSession::create(*pl->model, *pl->group, po));
+  } else {
+    ForwardOptions fo;
+    fo.n_ctx = n_ctx;
+    fo.n_threads = a.n_threads;
+    fo.n_batch = 64;
+    fo.max_items = a.max_seqs;
+    LATTICE_ASSIGN_OR_RETURN(pl->forward, Forward::create(*pl->model, *pl->group, fo));
+  }
+  return pl;
+}
+
+Result<DistResult> generate_distributed(cluster::Cluster& c, const DistOptions& a, const Tokenizer& tok,
+                                        GenerationRequest request, const DistHooks& hooks) {
+  DistResult R;
+  const int world0 = c.world_size();
+  const int rank0 = c.rank();  // this rank in the first epoch: its name in reports
+  R.world_at_start = world0;
+  if (!a.split.empty() && a.split.size() != static_cast<size_t>(world0))
+    return InvalidArgument("--split needs one positive share per rank");
+  LATTICE_ASSIGN_OR_RETURN(auto comm, coll::Communicator::create(c));
+  // First-epoch ranks of the current members, by current rank (shrink renumbers in order).
+  std::vector<int> members(static_cast<size_t>(world0));
+  for (int r = 0; r < world0; ++r) members[static_cast<size_t>(r)] = r;
+  auto shares = [&] {
+    std::vector<double> w;
+    if (!a.split.empty())
+      for (int m : members) w.push_back(a.split[static_cast<size_t>(m)]);
+    return w;
+  };
+  const uint32_t n_ctx = a.n_ctx ? a.n_ctx : static_cast<uint32_t>(request.prompt.size() + request.n_predict);
+  if (request.prompt.size() + request.n_predict > n_ctx) return InvalidArgument("prompt + -n exceed --ctx");
+
+  LATTICE_ASSIGN_OR_RETURN(auto pl, place(a, c, *comm, shares(), n_ctx));
+  const double load_s = pl->load_s;
+  GeneratorOptions go;
+  go.n_ctx = n_ctx;
+  go.max_seqs = 1;
+  go.prefill_chunk = pl->stepper().max_rows();
+  auto on_piece = [&](int, std::string_view piece) {
+    if (c.rank() == 0 && hooks.on_text) hooks.on_text(piece);
+  };
+  LATTICE_ASSIGN_OR_RETURN(auto gen, Generator::create(pl->stepper(), tok, go));
+  LATTICE_ASSIGN_OR_RETURN(int id, gen->submit(request, on_piece));
+
+  CollStats decode_cs;  // collectives of decode steps only, summed over placements
+  double first_prefill_s = -1;
+  Clock::time_point t_start = Clock::now(), t_first{};
+  bool have_first = false;
+  for (;;) {
+    if (gen->finished(id)) break;
+    LATTICE_ASSIGN_OR_RETURN(auto before, gen->progress(id));
+    if (hooks.before_token) LATTICE_RETURN_IF_ERROR(hooks.before_token(before.tokens.size()));
+    const CollStats cs0 = pl->coll_stats();
+    const bool decoding = !before.tokens.empty();
+    Status st = gen->step();
+    if (st.ok()) {
+      LATTICE_ASSIGN_OR_RETURN(auto after, gen->progress(id));
+      if (!have_first && !after.tokens.empty()) {
+        have_first = true;
+        t_first = Clock::now();
+        if (first_prefill_s < 0) first_prefill_s = std::chrono::duration<double>(t_first - t_start).count();
+      } else if (have_first && after.tokens.size() > before.tokens.size()) {
+        R.decode_s = std::chrono::duration<double>(Clock::now() - t_first).count();
+      }
+      if (decoding) {
+        const CollStats& cs1 = pl->coll_stats();
+        decode_cs.calls += cs1.calls - cs0.calls;
+        decode_cs.bytes += cs1.bytes - cs0.bytes;
+        decode_cs.seconds += cs1.seconds - cs0.seconds;
+        ++R.steps;
+      }
+      continue;
+    }
+    // A lost rank.
+    if (!a.recover || !recoverable(st)) return st;
+    if (static_cast<int>(R.recoveries.size()) >= world0 - 1 || c.world_size() <= 1)
+      return Status(st.code(), st.message() + " (no survivors left to take the work over)", st.peer());
+    const auto t_rec = Clock::now();
+    const int old_world = c.world_size();
+    Progress mine{before.tokens, before.draws};
+    gen.reset();
+    pl.reset();
+    LATTICE_ASSIGN_OR_RETURN(auto shrunk, shrink_and_agree(c, members, mine, a.recovery_timeout));
+    members = shrunk.members;
+    const auto t_place = Clock::now();
+    LATTICE_ASSIGN_OR_RETURN(pl, place(a, c, *comm, shares(), n_ctx));
+    const double place_ms = ms_since(t_place);
+    go.prefill_chunk = pl->stepper().max_rows();
+    LATTICE_ASSIGN_OR_RETURN(gen, Generator::create(pl->stepper(), tok, go));
+    GenerationRequest resumed = request;
+    resumed.resume_tokens = shrunk.best.tokens;
+    resumed.resume_draws = shrunk.best.draws;
+    LATTICE_ASSIGN_OR_RETURN(id, gen->submit(resumed, on_piece));
+    // The re-prefill of the prompt and the agreed tokens (one step when they fit a step).
+    const auto t_prefill = Clock::now();
+    Status pst = gen->step();
+    RecoveryEvent ev;
+    ev.lost_ranks = shrunk.lost;
+    ev.at_token = shrunk.best.tokens.size();
+    ev.epoch = c.epoch();
+    ev.world_before = old_world;
+    ev.world_after = c.world_size();
+    ev.shrink_ms = shrunk.shrink_ms;
+    ev.place_ms = place_ms;
+    ev.prefill_ms = ms_since(t_prefill);
+    ev.recover_ms = ms_since(t_rec);
+    ev.cause = st.to_string();
+    R.recoveries.push_back(ev);
+    if (c.rank() == 0 && hooks.on_recovery) hooks.on_recovery(ev);
+    if (!pst.ok()) {
+      if (!recoverable(pst)) return pst.with_context("recovery failed");
+      continue;  // another loss during the re-prefill: the next step fails too and recovers
+    }
+  }
+  LATTICE_ASSIGN_OR_RETURN(R.gen, gen->take(id));
+  if (first_prefill_s >= 0) R.gen.prefill_seconds = first_prefill_s;
+  R.world = c.world_size();
+  R.epoch = c.epoch();
+  R.rank = c.rank();
+
+  // Per decode token: this rank's collective payload and time.
+  const double denom = std::max<uint32_t>(R.steps, 1);
+  const Model& m = pl->stepper().model();
+  nlohmann::json mine = {{"rank", c.rank()},
+                         {"first_rank", rank0},
+                         {"layers", {m.layer_begin(), m.layer_end()}},
+                         {"kv_heads", {m.kv_heads().begin, m.kv_heads().end}},
+                         {"ff", {m.ff().begin, m.ff().end}},
+                         {"vocab", {m.vocab().begin, m.vocab().end}},
+                         {"shard_bytes", m.shard_bytes()},
+                         {"load_s", load_s},
+                         {"bytes_sent_per_token", decode_cs.bytes / denom},
+                         {"coll_ms_per_token", decode_cs.seconds * 1e3 / denom},
+                         {"coll_calls_per_token", decode_cs.calls / denom},
+                         {"decode_ms_per_token", R.decode_s * 1e3 / denom}};
+  auto all = c.allgather(mine.dump(), Deadline::after(a.recovery_timeout));
+  if (!all.ok()) return all.status().with_context("report");
+  R.ranks = nlohmann::json::array();
+  for (const std::string& r : *all) R.ranks.push_back(nlohmann::json::parse(r, nullptr, false));
+  return R;
+}
+
+}  // namespace lattice::engine::parallel

@@ -1,0 +1,104 @@
+// Distributed generation: one request over the ranks of a cluster, tensor- or pipeline-
+// parallel, surviving the loss of ranks. Every rank calls generate_distributed() with the same
+// options and request; it
+//   1. maps this rank's shard of the model for the current membership (place()),
+//   2. runs a Generator over it (prefill, decode, sampling: the same on every rank),
+//   3. on a lost rank (kPeerLost / kTimeout in a collective) shrinks to the survivors, agrees
+//      on the progress (recovery.h), re-places the model over them, re-prefills the prompt and
+//      the tokens so far, and continues. At most world - 1 recoveries; a rank that cannot
+//      rejoin the survivors is fenced (fails with kPeerLost) and must exit;
+//   4. gathers every rank's report (shard, traffic and collective time per token).
+// Text is handed to on_text on the rank that is rank 0 at the time (a new rank 0 takes over
+// from the agreed tokens after a loss of the old one).
+//
+// Thread safety: the rank's thread; the Cluster is used by it alone for the call's duration.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "lattice/cluster/cluster.h"
+#include "lattice/coll/comm.h"
+#include "lattice/core/status.h"
+#include "lattice/engine/model/model.h"
+#include "lattice/engine/parallel/comm_group.h"
+#include "lattice/engine/parallel/pp.h"
+#include "lattice/engine/runtime/forward.h"
+#include "lattice/engine/runtime/generator.h"
+#include "lattice/engine/tokenizer/tokenizer.h"
+
+namespace lattice::engine::parallel {
+
+enum class Parallelism : uint8_t { kTensor, kPipeline };
+
+struct DistOptions {
+  std::string model_path;
+  Parallelism parallel = Parallelism::kTensor;
+  std::vector<double> split;  // share per first-epoch rank (empty: equal)
+  uint32_t n_threads = 1;     // per rank
+  uint32_t n_ctx = 0;         // positions of the sequence (0: prompt + n_predict)
+  uint32_t max_seqs = 1;      // sequences a step (tensor parallel)
+  bool pack = true;
+  bool recover = true;        // false: a lost rank fails the request
+  std::chrono::milliseconds coll_timeout{30000};
+  std::chrono::milliseconds recovery_timeout{30000};  // per shrink and per agreement
+};
+
+// This rank's shard of the model and the stepper over it, for the cluster's current epoch.
+struct Placement {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<CommGroup> group;
+  std::unique_ptr<Forward> forward;  // tensor parallel
+  std::unique_ptr<PpSession> pp;     // pipeline
+  double load_s = 0;
+  Stepper& stepper() { return forward ? static_cast<Stepper&>(*forward) : static_cast<Stepper&>(*pp); }
+  const CollStats& coll_stats() const { return group->stats(); }
+};
+
+// Maps this rank's shard over the current members; `weights` are their shares (empty: equal).
+Result<std::unique_ptr<Placement>> place(const DistOptions& options, cluster::Cluster& cluster,
+                                         coll::Communicator& comm, std::vector<double> weights, uint32_t n_ctx);
+
+struct RecoveryEvent {
+  std::vector<int> lost_ranks;  // first-epoch ranks
+  size_t at_token = 0;
+  uint64_t epoch = 0;
+  int world_before = 0, world_after = 0;
+  double recover_ms = 0, shrink_ms = 0, place_ms = 0, prefill_ms = 0;
+  std::string cause;
+  nlohmann::json to_json() const;
+};
+
+struct DistHooks {
+  // Text as it is generated, on the current rank 0 only.
+  std::function<void(std::string_view)> on_text;
+  // Before each token is chosen, with the number generated so far: a non-ok status makes this
+  // rank leave at once with it (fault injection in tests; the CLI's --inject-fault kills).
+  std::function<Status(size_t n_generated)> before_token;
+  // After each recovery, on the new rank 0.
+  std::function<void(const RecoveryEvent&)> on_recovery;
+};
+
+struct DistResult {
+  GenerateResult gen;
+  std::vector<RecoveryEvent> recoveries;
+  int world_at_start = 0, world = 0;
+  uint64_t epoch = 0;
+  int rank = 0;                  // this rank, now
+  double decode_s = 0;           // first chosen token to the last
+  uint32_t steps = 0;            // decode steps in decode_s
+  nlohmann::json ranks;          // every rank's report, by current rank (on every rank)
+};
+
+Result<DistResult> generate_distributed(cluster::Cluster& cluster, const DistOptions& options,
+                                        const Tokenizer& tokenizer, GenerationRequest request,
+                                        const DistHooks& hooks = {});
+
+}  // namespace lattice::engine::parallel

@@ -1,0 +1,162 @@
+// The forward pass: one implementation for one node and for N ranks, for one sequence and for
+// a batch of them.
+//
+// A Forward runs the layers a Model shard holds (model/model.h) over a Group (group.h): on a
+// group of one its collectives are no-ops; over N ranks it sums the attention and FFN partial
+// products (two all_reduces of n_embd floats per token per layer) and agrees on next tokens
+// through one all_gather. A pipeline stage is a shard over a layer range; its items take
+// hidden states in and give hidden states out.
+//
+// A step carries several items, each a Sequence (its own KV cache and position) with one or
+// more tokens: B decoding sequences of one token each, plus, say, a chunk of a new prompt.
+// All rows of a step go through every matrix product together, so each weight is read once
+// per step, as a prefill of the same number of tokens reads it. Attention runs per item over
+// that item's own cache.
+//
+// Thread safety: a Forward and its Sequences are used by one thread (the rank's). It owns its
+// ThreadPool. The Model and the Group must outlive it; a Sequence must not outlive its
+// Forward. Calls block until the CPU work and the collectives are done; collectives are
+// bounded by the Group's deadlines. Every rank of the group must make the same calls with
+// the same items (same sequences, same token counts) in the same order.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "lattice/core/status.h"
+#include "lattice/engine/model/model.h"
+#include "lattice/engine/ops/float_buffer.h"
+#include "lattice/engine/ops/thread_pool.h"
+#include "lattice/engine/runtime/group.h"
+#include "lattice/engine/runtime/kv_cache.h"
+#include "lattice/engine/sampler/sampler.h"
+
+namespace lattice::engine {
+
+class Forward;
+class Sequence;
+struct StepItem;
+
+// What a generation loop needs from the model: sequences, a step over several of them, and
+// the agreed next tokens. Forward implements it on one node and tensor-parallel ranks;
+// parallel::PpSession over pipeline stages.
+class Stepper {
+ public:
+  virtual ~Stepper() = default;
+  virtual Result<std::unique_ptr<Sequence>> new_sequence(uint32_t n_ctx) const = 0;
+  virtual Status step(std::span<const StepItem> items) = 0;
+  // The next token of each item of the last step, the same on every rank (null: greedy).
+  virtual Result<std::vector<int32_t>> choose(std::span<Sampler* const> samplers) = 0;
+  virtual uint32_t max_items() const = 0;
+  virtual uint32_t max_rows() const = 0;  // rows (tokens over all items) per step
+  virtual const Model& model() const = 0;
+};
+
+// One sequence on this rank: the keys and values of its local layers and KV heads, and how
+// many positions it holds.
+class Sequence {
+ public:
+  uint32_t n_past() const { return n_past_; }
+  uint32_t n_ctx() const { return cache_.n_ctx(); }
+  uint32_t n_free() const { return cache_.n_ctx() - n_past_; }
+  // Forgets the positions from n on (n <= n_past): a new prompt, or a shared prefix kept.
+  void truncate(uint32_t n) { n_past_ = n < n_past_ ? n : n_past_; }
+  void reset() { n_past_ = 0; }
+  size_t kv_bytes() const { return cache_.n_bytes(); }
+
+ private:
+  friend class Forward;
+  Sequence() = default;
+  const Forward* owner_ = nullptr;
+  KvCache cache_;
+  uint32_t n_past_ = 0;
+};
+
+// One item of a step.
+struct StepItem {
+  Sequence* seq = nullptr;
+  std::span<const int32_t> tokens;  // the input tokens (first stage), or empty with x_in
+  const float* x_in = nullptr;      // or n_in x n_embd hidden states (a later pipeline stage)
+  uint32_t n_in = 0;                // rows of x_in
+  float* x_out = nullptr;           // a shard without the head: the rows' hidden states out
+  // The head shard: every row's logits (rows x local vocabulary), not only the last one's.
+  float* all_logits = nullptr;
+  uint32_t rows() const { return x_in ? n_in : static_cast<uint32_t>(tokens.size()); }
+};
+
+struct ForwardOptions {
+  uint32_t n_threads = 1;  // threads of the pool (counting the caller)
+  uint32_t n_batch = 256;  // rows (tokens, over all items) per step: bounds the scratch buffers
+  uint32_t max_items = 1;  // sequences per step
+  uint32_t n_ctx = 0;      // the largest context of a sequence; 0: the model's, at most 4096
+};
+
+class Forward final : public Stepper {
+ public:
+  // kInvalidArgument for zero threads/batch/items, a context far beyond the model's or a
+  // group that does not match the shard (size, rank); kUnavailable for a value head size that
+  // differs from the key head size; kResourceExhausted if the buffers cannot be allocated.
+  static Result<std::unique_ptr<Forward>> create(const Model& model, Group& group, const ForwardOptions& options);
+  ~Forward();
+
+  // A new, empty sequence holding up to n_ctx positions (0: options.n_ctx).
+  Result<std::unique_ptr<Sequence>> new_sequence(uint32_t n_ctx = 0) const override;
+
+  // Runs the items through this shard's layers and appends their rows to their sequences.
+  // kInvalidArgument (nothing appended) for no items, more than max_items or n_batch rows,
+  // an item without rows, a sequence twice, a sequence of another Forward, a token outside
+  // the vocabulary, or rows that do not fit a sequence's context. Errors of the collectives
+  // (kPeerLost, kTimeout) leave the sequences in an undefined state: reset them.
+  Status step(std::span<const StepItem> items) override;
+
+  // After a step on the head shard: item i's last-row logits over this rank's vocabulary
+  // slice (model().vocab()).
+  std::span<const float> logits(size_t item) const;
+
+  // Collective (every rank calls with the same arguments): the next token of each item of
+  // the last step, the same on every rank. samplers[i] null means greedy (highest logit,
+  // lowest id on ties). A Sampler sees the whole vocabulary on one rank; over N ranks it sees
+  // the union of every rank's top_k candidates (top_k <= 0: 64), which is exact for top-k
+  // sampling and greedy. Does not call accept().
+  Result<std::vector<int32_t>> choose(std::span<Sampler* const> samplers) override;
+  Result<int32_t> argmax(size_t item = 0);
+  Result<int32_t> sample(Sampler& sampler, size_t item = 0);
+  // Item i's full last-row logits on every rank (an all_gather: for tests and dumps).
+  Status gather_logits(size_t item, std::vector<float>* out);
+
+  // Called after every layer with the hidden states of the step's rows (rows x n_embd), for
+  // layer-by-layer tests. Empty by default (no cost).
+  using LayerObserver = std::function<void(uint32_t layer, std::span<const float> hidden)>;
+  void set_layer_observer(LayerObserver fn) { observer_ = std::move(fn); }
+
+  uint32_t max_items() const override { return opt_.max_items; }
+  uint32_t max_rows() const override { return opt_.n_batch; }
+  const Model& model() const override { return *model_; }
+  Group& group() { return *group_; }
+  const ForwardOptions& options() const { return opt_; }
+  ThreadPool& pool() { return *pool_; }
+  size_t scratch_bytes() const { return scratch_floats_ * sizeof(float); }
+
+ private:
+  Forward() = default;
+  Status check(std::span<const StepItem> items, uint32_t* total_rows) const;
+  void attention(uint32_t layer, std::span<const StepItem> items);
+
+  const Model* model_ = nullptr;
+  Group* group_ = nullptr;
+  ForwardOptions opt_;
+  std::unique_ptr<ThreadPool> pool_;
+  // Activations, n_batch rows each.
+  FloatBuffer x_, xb_, q_, k_, v_, att_, gate_, up_, scores_, cos_sin_, inv_freq_;
+  size_t scratch_floats_ = 0;
+  std::vector<float> logits_;        // max_items x local vocabulary
+  size_t n_logit_items_ = 0;         // items of the last step with logits
+  std::vector<uint32_t> item_row0_;  // first row of each item in the last step
+  std::vector<float> gather_in_, gather_out_, full_;
+  LayerObserver observer_;
+};
+
+}  // namespace lattice::engine
