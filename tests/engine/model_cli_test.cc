@@ -11,7 +11,7 @@
 #include <string>
 
 #include "lattice/engine/gguf/make_model.h"
-#include "lattice/engine/runtime/generate.h"
+#include "lattice/engine/runtime/generator.h"
 #include "lattice/engine/tokenizer/from_gguf.h"
 
 namespace lattice::engine {

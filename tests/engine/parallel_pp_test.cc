@@ -14,6 +14,7 @@
 #include "lattice/engine/gguf/make_model.h"
 #include "lattice/engine/model/model.h"
 #include "lattice/engine/parallel/plan.h"
+#include "lattice/engine/parallel/comm_group.h"
 #include "lattice/engine/parallel/pp.h"
 #include "lattice/engine/runtime/session.h"
 
@@ -89,14 +90,15 @@ void expect_bit_identical(const std::string& type, int world, const std::string&
       st[r] = [&]() -> Status {
         LATTICE_ASSIGN_OR_RETURN(auto comm, coll::Communicator::create(*(*g)[r]));
         LATTICE_ASSIGN_OR_RETURN(auto ranges, pp_layers(5, world));
-        TpLoadOptions lo;
-        lo.layer_begin = ranges[r].begin;
-        lo.layer_end = ranges[r].end;
-        LATTICE_ASSIGN_OR_RETURN(auto stage, TpModel::load(path, 0, 1, lo));
+        LoadOptions lo;
+        lo.shard.layer_begin = ranges[r].begin;
+        lo.shard.layer_end = ranges[r].end;
+        LATTICE_ASSIGN_OR_RETURN(auto stage, Model::load(path, lo));
+        CommGroup group(*comm);
         PpSessionOptions po;
         po.session.n_ctx = 64;
         po.session.n_batch = micro;
-        LATTICE_ASSIGN_OR_RETURN(auto s, PpSession::create(*stage, *comm, po));
+        LATTICE_ASSIGN_OR_RETURN(auto s, PpSession::create(*stage, group, po));
         LATTICE_RETURN_IF_ERROR(s->prefill(kPrompt));
         for (int i = 0; i < steps; ++i) {
           std::vector<float> lg;

@@ -15,7 +15,7 @@
 #include "lattice/coll/coll.h"
 #include "lattice/engine/gguf/make_model.h"
 #include "lattice/engine/model/model.h"
-#include "lattice/engine/parallel/tp.h"
+#include "lattice/engine/parallel/comm_group.h"
 #include "lattice/engine/runtime/session.h"
 
 namespace lattice::engine::parallel {
@@ -59,6 +59,15 @@ std::string model_file(const std::string& type, uint32_t heads, uint32_t kv_head
 }
 
 std::vector<int32_t> prompt() { return {1, 17, 42, 99, 3, 250, 7}; }
+
+// Rank r's shard of `world`.
+LoadOptions shard(int r, int world, std::vector<double> weights = {}) {
+  LoadOptions lo;
+  lo.shard.rank = r;
+  lo.shard.world = world;
+  lo.shard.weights = std::move(weights);
+  return lo;
+}
 
 int32_t argmax_of(std::span<const float> v) {
   int32_t best = 0;
@@ -115,13 +124,12 @@ std::vector<Trace> tensor_parallel(const std::string& path, int world, const std
   if (!g.ok()) return out;
   auto st = on_all(world, [&](int r) -> Status {
     LATTICE_ASSIGN_OR_RETURN(auto comm, coll::Communicator::create(*(*g)[r]));
-    TpLoadOptions lo;
-    lo.weights = weights;
-    LATTICE_ASSIGN_OR_RETURN(auto model, TpModel::load(path, r, world, lo));
-    TpSessionOptions so;
+    LATTICE_ASSIGN_OR_RETURN(auto model, Model::load(path, shard(r, world, weights)));
+    CommGroup group(*comm);
+    SessionOptions so;
     so.n_ctx = 128;
     so.n_threads = threads;
-    LATTICE_ASSIGN_OR_RETURN(auto s, TpSession::create(*model, comm.get(), so));
+    LATTICE_ASSIGN_OR_RETURN(auto s, Session::create(*model, group, so));
     LATTICE_RETURN_IF_ERROR(s->prefill(prompt()));
     for (int i = 0; i < steps; ++i) {
       std::vector<float> full;
@@ -164,23 +172,23 @@ TEST(ParallelSplit, LayoutFollowsBlockSizes) {
   hp.head_dim = hp.head_dim_v = 64;
   hp.n_ff = 5632;
   hp.n_vocab = 32000;
-  auto l = make_tp_layout(hp, 32, 32, 3);
+  auto l = make_shard_layout(hp, 32, 32, 3);
   ASSERT_TRUE(l.ok()) << l.status().to_string();
   for (auto r : l->ff) EXPECT_EQ(r.begin % 32, 0u);
   EXPECT_EQ(l->ff.back().end, 5632u);
   EXPECT_EQ(l->vocab.back().end, 32000u);
   EXPECT_EQ(l->kv_heads.back().end, 4u);
   hp.n_ff = 5632 + 16;
-  EXPECT_EQ(make_tp_layout(hp, 32, 32, 2).status().code(), ErrorCode::kUnavailable);
+  EXPECT_EQ(make_shard_layout(hp, 32, 32, 2).status().code(), ErrorCode::kUnavailable);
 }
 
 TEST(ParallelTp, ShardHoldsOnlyItsPart) {
   const std::string path = model_file("q8_0", 4, 2);
-  auto whole = TpModel::load(path, 0, 1);
+  auto whole = Model::load(path, shard(0, 1));
   ASSERT_TRUE(whole.ok()) << whole.status().to_string();
   uint64_t sum = 0;
   for (int r = 0; r < 2; ++r) {
-    auto m = TpModel::load(path, r, 2);
+    auto m = Model::load(path, shard(r, 2));
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     EXPECT_LT((*m)->shard_bytes(), (*whole)->shard_bytes() * 6 / 10);
     sum += (*m)->shard_bytes();
@@ -256,10 +264,11 @@ TEST(ParallelTp, SampledTokensAgreeOnEveryRank) {
   std::vector<std::vector<int32_t>> toks(world);
   auto st = on_all(world, [&](int r) -> Status {
     LATTICE_ASSIGN_OR_RETURN(auto comm, coll::Communicator::create(*(*g)[r]));
-    LATTICE_ASSIGN_OR_RETURN(auto model, TpModel::load(path, r, world));
-    TpSessionOptions so;
+    LATTICE_ASSIGN_OR_RETURN(auto model, Model::load(path, shard(r, world)));
+    CommGroup group(*comm);
+    SessionOptions so;
     so.n_ctx = 64;
-    LATTICE_ASSIGN_OR_RETURN(auto s, TpSession::create(*model, comm.get(), so));
+    LATTICE_ASSIGN_OR_RETURN(auto s, Session::create(*model, group, so));
     SamplerParams sp;
     sp.temperature = 1.5f;
     sp.top_k = 20;
@@ -294,11 +303,11 @@ TEST(ParallelTpFault, RankLostMidGenerationSurvivorsReportPeerLost) {
   auto st = on_all(world, [&](int r) -> Status {
     // Created on the rank's own thread: creation may exchange with the peers.
     LATTICE_ASSIGN_OR_RETURN(comms[r], coll::Communicator::create(*(*g)[r]));
-    LATTICE_ASSIGN_OR_RETURN(auto model, TpModel::load(path, r, world));
-    TpSessionOptions so;
+    LATTICE_ASSIGN_OR_RETURN(auto model, Model::load(path, shard(r, world)));
+    CommGroup group(*comms[r], std::chrono::seconds(30));
+    SessionOptions so;
     so.n_ctx = 64;
-    so.coll_timeout = std::chrono::seconds(30);
-    LATTICE_ASSIGN_OR_RETURN(auto s, TpSession::create(*model, comms[r].get(), so));
+    LATTICE_ASSIGN_OR_RETURN(auto s, Session::create(*model, group, so));
     LATTICE_RETURN_IF_ERROR(s->prefill(prompt()));
     for (int i = 0; i < 40; ++i) {
       if (r == victim && i == 5) {
