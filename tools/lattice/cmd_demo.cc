@@ -219,9 +219,11 @@ int run_rank(const DemoArgs& a, size_t bw_bytes) {
       bw[i][j] = bw[j][i] = result["bw_gbps"].get<double>();
     }
   }
-  // Nobody tears its endpoints down while another still drains its own.
-  rs.teardown();
+  // Nobody tears its endpoints down while another may still poll them: every rank first leaves
+  // the last step, in an allgather that does not poll (a rank that already left it may be
+  // closing its endpoints, which a poll here would report as the peer gone).
   if (auto st = c.allgather("bye", Deadline::after(kStep)); !st.ok()) return fail(rs.rank, st.status());
+  rs.teardown();
   if (rs.rank != 0) return 0;
   const double total_s = std::chrono::duration<double>(Clock::now() - t_start).count();
 
