@@ -22,6 +22,7 @@
 
 #include "lattice/cluster/bootstrap.h"
 #include "lattice/core/deadline.h"
+#include "lattice/core/fd_io.h"
 
 extern char** environ;
 
@@ -67,17 +68,9 @@ bool process_stopped(pid_t pid) {
   return close && close[1] == ' ' && (close[2] == 'T' || close[2] == 't');
 }
 
-void write_fully(int fd, const std::string& s) {
-  const char* p = s.data();
-  size_t n = s.size();
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-}
+// Our output (a terminal, a pipe): bounded, so a reader that stopped reading cannot hang the
+// supervisor; what does not fit in time is dropped.
+void write_fully(int fd, const std::string& s) { (void)write_all(fd, s.data(), s.size(), Deadline::after(10s)); }
 
 std::string describe(int status) {
   if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
