@@ -53,6 +53,28 @@ class CliProcessTest : public ::testing::Test {
   fs::path dir_;
 };
 
+// --log takes a level spdlog knows; anything else is a usage error, not a silent "off".
+TEST_F(CliProcessTest, UnknownLogLevelIsAUsageError) {
+  CmdResult bad = run("--log bogus providers");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("bogus"), std::string::npos) << bad.out;
+  CmdResult ok = run("--log debug providers");
+  EXPECT_EQ(ok.code, 0) << ok.out;
+}
+
+// ping takes --secret-file (the flag the missing-secret message names) and refuses a bad one.
+TEST_F(CliProcessTest, PingTakesTheSecretFileFlagTheMessageNames) {
+  CmdResult help = run("ping --help");
+  EXPECT_NE(help.out.find("--secret-file"), std::string::npos) << help.out;
+  CmdResult missing = run("ping --secret-file " + (dir_ / "absent").string());
+  EXPECT_EQ(missing.code, 2) << missing.out;
+  EXPECT_NE(missing.out.find("absent"), std::string::npos) << missing.out;
+  const std::string file = (dir_ / "secret").string();
+  ASSERT_EQ(run("keygen -o " + file).code, 0);
+  CmdResult single = run("ping --secret-file " + file + " --iters 10 --bw-seconds 0.01");
+  EXPECT_EQ(single.code, 0) << single.out;
+}
+
 TEST_F(CliProcessTest, TopoExitCodes) {
   std::string examples = std::string(LATTICE_SOURCE_DIR) + "/examples/topologies/";
   CmdResult ok = run("topo " + examples + "tb-ring-4.json");

@@ -7,6 +7,7 @@
 #include <future>
 
 #include "lattice/cluster/control.h"
+#include "lattice/core/fd_io.h"
 
 namespace lattice::cluster {
 namespace {
@@ -39,7 +40,7 @@ TEST(ControlChannel, MessagesArriveInOrderAndEncrypted) {
   std::string raw(frame->begin(), frame->end());
   EXPECT_EQ(raw.find("swordfish"), std::string::npos) << "payload must not travel in clear";
   // seal_frame consumed sequence number 0: deliver that very frame, then two more.
-  ASSERT_TRUE(write_all_fd(p.initiator->fd(), frame->data(), frame->size(), Deadline::after(5s)).ok());
+  ASSERT_TRUE(write_all(p.initiator->fd(), frame->data(), frame->size(), Deadline::after(5s)).ok());
   ASSERT_TRUE(p.initiator->send(json{{"t", "a"}}, Deadline::after(5s)).ok());
   ASSERT_TRUE(p.initiator->send(json{{"t", "b"}}, Deadline::after(5s)).ok());
   auto m0 = p.responder->recv(Deadline::after(5s));
@@ -53,8 +54,8 @@ TEST(ControlChannel, ReplayedFrameIsRejected) {
   auto p = handshaken_pair();
   auto frame = p.initiator->seal_frame(json{{"t", "ag"}, {"data", "x"}});
   ASSERT_TRUE(frame.ok());
-  ASSERT_TRUE(write_all_fd(p.initiator->fd(), frame->data(), frame->size(), Deadline::after(5s)).ok());
-  ASSERT_TRUE(write_all_fd(p.initiator->fd(), frame->data(), frame->size(), Deadline::after(5s)).ok());
+  ASSERT_TRUE(write_all(p.initiator->fd(), frame->data(), frame->size(), Deadline::after(5s)).ok());
+  ASSERT_TRUE(write_all(p.initiator->fd(), frame->data(), frame->size(), Deadline::after(5s)).ok());
   auto first = p.responder->recv(Deadline::after(5s));
   ASSERT_TRUE(first.ok()) << first.status().to_string();
   auto replay = p.responder->recv(Deadline::after(5s));
@@ -76,7 +77,7 @@ TEST(ControlChannel, BitFlipAnywhereIsRejected) {
     auto frame = p.initiator->seal_frame(json{{"t", "view"}, {"lost", {1}}});
     ASSERT_TRUE(frame.ok());
     (*frame)[pos] ^= 0x10;
-    ASSERT_TRUE(write_all_fd(p.initiator->fd(), frame->data(), frame->size(), Deadline::after(5s)).ok());
+    ASSERT_TRUE(write_all(p.initiator->fd(), frame->data(), frame->size(), Deadline::after(5s)).ok());
     if (pos == 0) ::shutdown(p.initiator->fd(), SHUT_WR);  // a longer length would wait for more bytes
     auto m = p.responder->recv(Deadline::after(5s));
     ASSERT_FALSE(m.ok()) << "flip at byte " << pos << " was accepted";
@@ -88,7 +89,7 @@ TEST(ControlChannel, BitFlipAnywhereIsRejected) {
 TEST(ControlChannel, OversizedLengthIsCorrupt) {
   auto p = handshaken_pair();
   uint8_t bad[4] = {0xff, 0xff, 0xff, 0x7f};
-  ASSERT_TRUE(write_all_fd(p.initiator->fd(), bad, 4, Deadline::after(5s)).ok());
+  ASSERT_TRUE(write_all(p.initiator->fd(), bad, 4, Deadline::after(5s)).ok());
   auto m = p.responder->recv(Deadline::after(5s));
   EXPECT_EQ(m.status().code(), ErrorCode::kCorrupt);
 }

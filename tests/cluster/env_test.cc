@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "lattice/cluster/cluster.h"
+#include "lattice/cluster/rank_env.h"
 
 namespace lattice::cluster {
 namespace {
@@ -25,7 +26,8 @@ class EnvTest : public ::testing::Test {
       "LATTICE_RANK", "LATTICE_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
       "SLURM_PROCID", "SLURM_NTASKS", "LATTICE_COORDINATOR", "LATTICE_TOPOLOGY", "LATTICE_PROVIDER",
       "LATTICE_SECRET", "LATTICE_SECRET_FILE", "LATTICE_INSECURE", "LATTICE_HEARTBEAT_MS",
-      "LATTICE_FAILURE_TIMEOUT_MS", "LATTICE_REJOIN"};
+      "LATTICE_FAILURE_TIMEOUT_MS", "LATTICE_REJOIN", "LATTICE_EXTERNAL_COORDINATOR", "LATTICE_FABRIC_ADDR",
+      "LATTICE_CONNECT_TIMEOUT_MS"};
 };
 
 TEST_F(EnvTest, NothingSetIsASingleRankWithoutControlPlane) {
@@ -123,6 +125,83 @@ TEST_F(EnvTest, BadValuesAreRejectedWithAMessage) {
   o = cluster_options_from_env();
   ASSERT_FALSE(o.ok());
   EXPECT_NE(o.status().message().find("secret"), std::string::npos) << o.status().to_string();
+}
+
+// The contract is written once: what a launcher writes with to_env() is what a rank reads.
+TEST_F(EnvTest, RankEnvRoundTripsThroughTheEnvironment) {
+  unsetenv("LATTICE_SECRET");
+  RankEnv e;
+  e.rank = 3;
+  e.world_size = 5;
+  e.coordinator = "10.0.0.9:7123";
+  e.external_coordinator = true;
+  e.provider = "tcp";
+  e.fabric_addr = "10.0.0.2";
+  e.secret_hex = std::string(64, 'a');
+  e.insecure = true;
+  e.rejoin = true;
+  e.heartbeat_ms = 50;
+  e.failure_timeout_ms = 900;
+  e.connect_timeout_ms = 4000;
+  for (const auto& [k, v] : e.to_env()) setenv(k.c_str(), v.c_str(), 1);
+  auto back = RankEnv::from_env();
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_TRUE(back->launched);
+  EXPECT_EQ(back->rank, 3);
+  EXPECT_EQ(back->world_size, 5);
+  EXPECT_EQ(back->coordinator, e.coordinator);
+  EXPECT_TRUE(back->external_coordinator);
+  EXPECT_EQ(back->provider, "tcp");
+  EXPECT_EQ(back->fabric_addr, "10.0.0.2");
+  EXPECT_EQ(back->secret_hex, e.secret_hex);
+  EXPECT_TRUE(back->secret_file.empty());
+  EXPECT_TRUE(back->insecure);
+  EXPECT_TRUE(back->rejoin);
+  EXPECT_EQ(back->heartbeat_ms, 50);
+  EXPECT_EQ(back->failure_timeout_ms, 900);
+  EXPECT_EQ(back->connect_timeout_ms, 4000);
+  // And cluster_options_from_env reads the same variables.
+  auto o = cluster_options_from_env();
+  ASSERT_TRUE(o.ok()) << o.status().to_string();
+  EXPECT_EQ(o->rank, 3);
+  EXPECT_FALSE(o->host_coordinator);
+  EXPECT_EQ(o->fabric_host, "10.0.0.2");
+  EXPECT_EQ(o->membership.heartbeat_interval, std::chrono::milliseconds(50));
+  EXPECT_EQ(o->connect_timeout, std::chrono::milliseconds(4000));
+  EXPECT_TRUE(o->secret.has_value());
+}
+
+TEST_F(EnvTest, UnsetFieldsAreLeftOutSoDefaultsApply) {
+  RankEnv e;
+  e.rank = 0;
+  e.world_size = 2;
+  auto vars = e.to_env();
+  ASSERT_EQ(vars.size(), 2u);
+  EXPECT_EQ(vars[0], (std::pair<std::string, std::string>{"LATTICE_RANK", "0"}));
+  EXPECT_EQ(vars[1], (std::pair<std::string, std::string>{"LATTICE_WORLD_SIZE", "2"}));
+  auto none = RankEnv::from_env();
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->launched);
+  setenv("LATTICE_HEARTBEAT_MS", "soon", 1);
+  auto bad = RankEnv::from_env();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("LATTICE_HEARTBEAT_MS"), std::string::npos);
+}
+
+TEST_F(EnvTest, AnExplicitSecretFileWinsAndABadOneIsNamed) {
+  setenv("LATTICE_RANK", "0", 1);
+  setenv("LATTICE_WORLD_SIZE", "2", 1);
+  setenv("LATTICE_COORDINATOR", "127.0.0.1:1", 1);
+  auto o = cluster_options_from_env("/nonexistent/lattice.secret");
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("/nonexistent/lattice.secret"), std::string::npos) << o.status().to_string();
+}
+
+TEST(ProviderUri, PlainTcpIsThisHostAnyPortAndUrisPassThrough) {
+  EXPECT_EQ(provider_uri("tcp"), "tcp://127.0.0.1:0");
+  EXPECT_EQ(provider_uri("tcp", "10.1.2.3"), "tcp://10.1.2.3:0");
+  EXPECT_EQ(provider_uri("shm"), "shm");
+  EXPECT_EQ(provider_uri("tcp://192.168.0.1:7000"), "tcp://192.168.0.1:7000");
 }
 
 }  // namespace

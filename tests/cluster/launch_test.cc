@@ -126,6 +126,70 @@ TEST(LaunchProcess, RanksArePinnedAsBindSays) {
   }
 }
 
+// A keep-going job leaves its ranks unpinned under auto (survivors take the cores lost ranks
+// leave), as `launch --keep-going` does; asked for cores it pins them.
+TEST(Bind, LocalJobsPinAsLaunchBindAutoDoes) {
+  const auto cpus = usable_cpus();
+  LocalJob job;
+  job.world_size = 2;
+  EXPECT_EQ(local_job_cpus(job), bind_cpus(2, Bind::kAuto, cpus));
+  job.launch.keep_going = true;
+  EXPECT_EQ(local_job_cpus(job), bind_cpus(2, Bind::kNone, cpus));
+  job.bind = Bind::kCores;
+  EXPECT_EQ(local_job_cpus(job), bind_cpus(2, Bind::kCores, cpus));
+}
+
+// run_local_job in-process: every rank gets the whole environment contract (its rank, the
+// world, one coordinator, the provider, a secret) and the CPUs local_job_cpus chose.
+TEST(LocalJobProcess, RanksGetTheEnvironmentContractAndTheirCpus) {
+  char path[] = "/tmp/lattice-local-job-XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  LocalJob job;
+  job.world_size = 2;
+  job.provider = "tcp";
+  job.argv = {"sh", "-c",
+              "echo rank=$LATTICE_RANK world=$LATTICE_WORLD_SIZE coord=$LATTICE_COORDINATOR "
+              "provider=$LATTICE_PROVIDER secret=${#LATTICE_SECRET} cpus=$(grep Cpus_allowed_list /proc/self/status | cut -f2)"};
+  job.launch.out_fd = fd;
+  job.launch.prefix = false;
+  auto code = run_local_job(job);
+  ::close(fd);
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::filesystem::remove(path);
+  ASSERT_TRUE(code.ok()) << code.status().to_string();
+  EXPECT_EQ(*code, 0) << text.str();
+  const auto want = local_job_cpus(job);
+  std::string coordinator;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::smatch m;
+    std::regex re("rank=" + std::to_string(rank) + " world=2 coord=(127\\.0\\.0\\.1:[0-9]+) provider=tcp secret=64 cpus=([-0-9,]+)");
+    std::string out = text.str();
+    ASSERT_TRUE(std::regex_search(out, m, re)) << out;
+    if (coordinator.empty()) coordinator = m[1];
+    EXPECT_EQ(m[1], coordinator) << "one coordinator for the job";
+    if (want[size_t(rank)].size() == 1) {
+      EXPECT_EQ(m[2].str(), std::to_string(want[size_t(rank)][0])) << "rank " << rank;
+    }
+  }
+}
+
+TEST(LocalJob, BadJobsAreRefusedBeforeAnythingStarts) {
+  LocalJob job;
+  job.argv = {"true"};
+  EXPECT_EQ(run_local_job(job).status().code(), ErrorCode::kInvalidArgument) << "no ranks";
+  job.world_size = 2;
+  job.secret_file = "/nonexistent/lattice.secret";
+  auto r = run_local_job(job);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("/nonexistent/lattice.secret"), std::string::npos) << r.status().to_string();
+  job.secret_file.clear();
+  job.argv.clear();
+  EXPECT_EQ(run_local_job(job).status().code(), ErrorCode::kInvalidArgument) << "no command";
+}
+
 TEST(LaunchProcess, AFailingRankStopsTheOthersAndIsNamed) {
   auto start = Clock::now();
   auto r = run_cmd({lattice_bin(), "launch", "-n", "3", "--grace-ms", "500", "--", "sh", "-c",

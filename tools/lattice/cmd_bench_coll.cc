@@ -4,7 +4,7 @@
 //                      [--dtype f32] [--redop sum] [--iters 100] [--check] [--json] [--procs]
 //
 // Ranks are threads of this process (each with its own provider, as separate processes would
-// have), or with --procs separate processes started through `lattice launch`; under a launcher
+// have), or with --procs separate processes of a local job (as `lattice launch` starts); under a launcher
 // (LATTICE_WORLD_SIZE set) every process joins the cluster and runs one rank.
 // Per size: untimed warm-up calls (`warmup` per round, rounds until --warmup-ms passed; the
 // first size at least 200 ms), then `iters` calls each timed on every rank; an
@@ -30,8 +30,11 @@
 #include "command.h"
 #include "lattice/cluster/cluster.h"
 #include "lattice/cluster/group.h"
+#include "lattice/cluster/launcher.h"
+#include "lattice/cluster/rank_env.h"
 #include "lattice/coll/coll.h"
 #include "lattice/coll/reference.h"
+#include "lattice/core/size.h"
 
 namespace lattice::cli {
 namespace {
@@ -66,19 +69,8 @@ struct Args {
   int twoshot_depth = 4;
 };
 
-Result<size_t> parse_bytes(const std::string& s) {
-  if (s.empty()) return InvalidArgument("empty size");
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  std::string unit = end;
-  double mul = 1;
-  if (unit == "K" || unit == "k" || unit == "KiB") mul = 1024;
-  else if (unit == "M" || unit == "MiB") mul = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GiB") mul = 1024.0 * 1024 * 1024;
-  else if (!unit.empty()) return InvalidArgument("bad size '" + s + "'");
-  if (v < 0 || v * mul > 1024.0 * 1024 * 1024) return InvalidArgument("size '" + s + "' out of range (0 .. 1 GiB)");
-  return static_cast<size_t>(v * mul);
-}
+// Every size flag: the core parser, up to 1 GiB.
+Result<size_t> parse_bytes(const std::string& s) { return parse_size(s, size_t{1} << 30); }
 
 double bus_factor(CollOp op, int n) {
   switch (op) {
@@ -222,36 +214,37 @@ Status run_rank(cluster::Group& g, const Args& a, const Config& c) {
   return Status::Ok();
 }
 
-// --procs: run the same command under `lattice launch`, one process per rank.
+// --procs: the same command once per rank, as processes of a local job (cluster/launcher.h).
 int relaunch(const Args& a) {
+  auto bind = cluster::parse_bind(a.bind);
+  if (!bind.ok()) {
+    std::fprintf(stderr, "lattice bench coll: %s\n", bind.status().message().c_str());
+    return 2;
+  }
   std::ifstream f("/proc/self/cmdline", std::ios::binary);
   std::vector<std::string> argv;
   for (std::string s; std::getline(f, s, '\0');) argv.push_back(s);
-  std::vector<std::string> cmd = {"/proc/self/exe", "launch", "-n", std::to_string(a.ranks), "--provider", a.provider};
-  if (a.insecure) cmd.push_back("--insecure");
-  cmd.push_back("--bind");
-  cmd.push_back(a.bind);
-  cmd.push_back("--");
-  cmd.push_back("/proc/self/exe");
-  char self[4096];
-  ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (n > 0) {
-    self[n] = 0;
-    cmd[0] = cmd.back() = self;
-  }
+  cluster::LocalJob job;
+  job.world_size = a.ranks;
+  job.provider = a.provider;
+  job.insecure = a.insecure;
+  job.bind = *bind;
+  job.argv = {cluster::self_exe()};
   for (size_t i = 1; i < argv.size(); ++i) {
     if (argv[i] == "--bind") {
-      ++i;  // launch's option, not the ranks'
+      ++i;  // the job's option, not the ranks'
       continue;
     }
-    if (argv[i] != "--procs" && argv[i] != "--insecure" && argv[i].rfind("--bind=", 0) != 0) cmd.push_back(argv[i]);
+    if (argv[i] != "--procs" && argv[i] != "--insecure" && argv[i].rfind("--bind=", 0) != 0) job.argv.push_back(argv[i]);
   }
-  std::vector<char*> cargv;
-  for (auto& s : cmd) cargv.push_back(s.data());
-  cargv.push_back(nullptr);
-  ::execv(cargv[0], cargv.data());
-  std::perror("lattice bench coll: exec lattice launch");
-  return 1;
+  if (a.insecure)
+    std::fprintf(stderr, "lattice bench coll: WARNING: --insecure: ranks authenticate but do NOT encrypt their traffic\n");
+  auto code = cluster::run_local_job(std::move(job));
+  if (!code.ok()) {
+    std::fprintf(stderr, "lattice bench coll: %s\n", code.status().to_string().c_str());
+    return 1;
+  }
+  return *code;
 }
 
 int run(const Args& a) {
@@ -288,7 +281,7 @@ int run(const Args& a) {
       return bad("algorithm " + a.algo + " does not implement " + a.op);
   }
   const Deadline setup = Deadline::after(std::chrono::duration<double>(a.timeout_s));
-  if (std::getenv("LATTICE_WORLD_SIZE") != nullptr) {
+  if (std::getenv(cluster::env::kWorldSize) != nullptr) {
     auto opts = cluster::cluster_options_from_env();
     if (!opts.ok()) return bad(opts.status().to_string());
     c.provider = opts->provider;

@@ -1,19 +1,30 @@
 // `lattice bench fabric`: latency and bandwidth of one fabric provider between two processes,
-// in the style of ib_send_lat / ib_write_bw. By default it starts its peer itself (a child of
-// this binary); across two hosts run `--listen PORT` on one and `--peer HOST:PORT` on the
-// other (a tiny TCP rendezvous carries the address blobs). See fabric_bench.h for the method.
+// in the style of ib_send_lat / ib_write_bw. By default it runs itself as a local job of two
+// ranks (cluster/launcher.h: pinned to CPUs of their own, as `launch --bind auto`); under a
+// launcher (`lattice launch -n 2 -- lattice bench fabric ...`) rank 0 measures and rank 1
+// serves; across two hosts run `--listen PORT` on one and `--peer HOST:PORT` on the other.
+// Either way the two ranks meet through the cluster's control plane (authenticated with the
+// cluster secret), which carries the config and the address blobs (allgather) and nothing
+// else: the measured traffic runs on endpoints of their own. See fabric_bench.h for the method.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <optional>
 #include <string>
+#include <vector>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "command.h"
 #include "fabric_bench.h"
+#include "lattice/cluster/cluster.h"
+#include "lattice/cluster/launcher.h"
+#include "lattice/cluster/rank_env.h"
+#include "lattice/crypto/secret.h"
 #include "lattice/fabric/fabric.h"
-#include "local_procs.h"
 
 namespace lattice::cli {
 namespace {
@@ -35,7 +46,7 @@ struct Args {
   std::string peer;
   int listen_port = -1;
   double timeout_s = 300;
-  int serve_fd = -1;  // hidden: we are the spawned responder; the channel is this fd
+  std::string secret_file;
 };
 
 // What the initiator tells the responder before anything else (JSON over the channel).
@@ -63,20 +74,19 @@ std::string hostname() {
   return h;
 }
 
-// Both sides: make the endpoint, swap address blobs over `oob`, connect, post receives, and
-// agree (over `oob`) that both are ready. The initiator sends its info second.
-Result<BenchEnd> connect_pair(fabric::Provider& provider, const BenchLayout& layout, int window, OobChannel& oob,
-                              bool initiator, int peer_rank, fabric::RemoteRegion* peer_region, Deadline d) {
-  LATTICE_ASSIGN_OR_RETURN(BenchEnd end, make_bench_end(provider, layout, window, peer_rank));
-  std::string mine = encode_peer_info(end, provider.name());
-  std::string theirs;
-  if (initiator) {
-    LATTICE_ASSIGN_OR_RETURN(theirs, oob.recv(d));
-    LATTICE_RETURN_IF_ERROR(oob.send(mine, d));
-  } else {
-    LATTICE_RETURN_IF_ERROR(oob.send(mine, d));
-    LATTICE_ASSIGN_OR_RETURN(theirs, oob.recv(d));
-  }
+// One step of the two-rank protocol over the control plane: both contribute, each gets the
+// other's contribution (a rank that died makes it fail at once with kPeerLost).
+Result<std::string> swap(cluster::Cluster& c, const std::string& mine, Deadline d) {
+  LATTICE_ASSIGN_OR_RETURN(auto all, c.allgather(mine, d));
+  return all[size_t(1 - c.rank())];
+}
+
+// Both sides: make the endpoint, swap address blobs, connect.
+Result<BenchEnd> connect_pair(fabric::Provider& provider, const BenchLayout& layout, int window, cluster::Cluster& c,
+                              fabric::RemoteRegion* peer_region, Deadline d) {
+  const int peer = 1 - c.rank();
+  LATTICE_ASSIGN_OR_RETURN(BenchEnd end, make_bench_end(provider, layout, window, peer));
+  LATTICE_ASSIGN_OR_RETURN(std::string theirs, swap(c, encode_peer_info(end, provider.name()), d));
   LATTICE_ASSIGN_OR_RETURN(PeerInfo info, decode_peer_info(theirs, layout));
   if (info.provider != provider.name())
     return InvalidArgument("this side runs provider '" + std::string(provider.name()) + "', the peer '" +
@@ -86,10 +96,24 @@ Result<BenchEnd> connect_pair(fabric::Provider& provider, const BenchLayout& lay
   return end;
 }
 
+// The provider for this side: plain "tcp" on `tcp_host` (the address the peer reaches this host
+// by; 0.0.0.0: the first interface that is up) with any port; a URI asking for secure=1 gets
+// the cluster secret.
+Result<std::unique_ptr<fabric::Provider>> make_side_provider(const Args& a, const std::string& tcp_host,
+                                                             const std::optional<crypto::ClusterSecret>& secret,
+                                                             bool busy_poll) {
+  fabric::ProviderOptions po;
+  po.busy_poll = busy_poll;
+  const std::string uri = cluster::provider_uri(a.provider, tcp_host);
+  if (secret && uri.find("secure=1") != std::string::npos) po.secret = secret->bytes();
+  return fabric::make_provider(uri, po);
+}
+
 // The responder: gets the run's config, connects, serves until told to stop.
-int run_responder(const Args& a, OobChannel& oob, Deadline run_deadline) {
+int run_responder(const Args& a, cluster::Cluster& c, const std::string& tcp_host,
+                  const std::optional<crypto::ClusterSecret>& secret, Deadline run_deadline) {
   auto setup = Deadline::after(kSetupTimeout).min(run_deadline);
-  auto cfg_text = oob.recv(setup);
+  auto cfg_text = swap(c, "", setup);
   if (!cfg_text.ok()) return fail(cfg_text.status(), "waiting for the initiator's config");
   nlohmann::json cfg = nlohmann::json::parse(*cfg_text, nullptr, false);
   if (cfg.is_discarded() || !cfg.is_object() || !cfg.contains("max_bytes") || !cfg["max_bytes"].is_number_unsigned() ||
@@ -99,25 +123,21 @@ int run_responder(const Args& a, OobChannel& oob, Deadline run_deadline) {
   RunConfig rc{cfg["max_bytes"].get<size_t>(), cfg["window"].get<int>(), cfg["check"].get<bool>()};
   if (rc.max_bytes == 0 || rc.max_bytes > (1ull << 30) || rc.window < 1 || rc.window > 1024)
     return fail(Corrupt("config out of range from the initiator"), "setup");
-  fabric::ProviderOptions po;
-  po.busy_poll = a.busy_poll || (cfg.contains("busy_poll") && cfg["busy_poll"].is_boolean() && cfg["busy_poll"].get<bool>());
-  auto provider = fabric::make_provider(a.provider, po);
-  if (!provider.ok()) {
-    (void)oob.send(nlohmann::json{{"error", provider.status().to_string()}}.dump(), setup);
-    return fail(provider.status(), "provider");
-  }
+  const bool busy_poll =
+      a.busy_poll || (cfg.contains("busy_poll") && cfg["busy_poll"].is_boolean() && cfg["busy_poll"].get<bool>());
+  auto provider = make_side_provider(a, tcp_host, secret, busy_poll);
+  if (!provider.ok()) return fail(provider.status(), "provider");
   const BenchLayout layout = BenchLayout::for_run(rc.max_bytes, rc.window, rc.check);
   fabric::RemoteRegion peer_region;
-  auto end = connect_pair(**provider, layout, rc.window, oob, false, 0, &peer_region, setup);
+  auto end = connect_pair(**provider, layout, rc.window, c, &peer_region, setup);
   if (!end.ok()) return fail(end.status(), "setup");
-  BenchSide side(provider->get(), end->ep.get(), end->cq.get(), end->region.get(), peer_region, layout, 0);
+  BenchSide side(provider->get(), end->ep.get(), end->cq.get(), end->region.get(), peer_region, layout, 1 - c.rank());
   if (Status st = side.start(setup); !st.ok()) return fail(st, "posting receives");
-  if (Status st = oob.send("ready", setup); !st.ok()) return fail(st, "setup");
+  if (auto st = swap(c, "ready", setup); !st.ok()) return fail(st.status(), "setup");
   if (Status st = side.serve(run_deadline); !st.ok()) return fail(st, "serving the initiator");
-  // Stay (and keep the endpoint) until the initiator has read our bye and lets us go: an
-  // endpoint torn down early can turn the bye still in flight into a peer-lost error there.
-  (void)oob.send("done", Deadline::after(std::chrono::seconds(2)));
-  (void)oob.recv(Deadline::after(std::chrono::seconds(10)));  // "finish", or EOF when it exited
+  // Keep the endpoint until both sides are done with it: torn down early, it could turn the
+  // initiator's last message still in flight into a peer-lost error there.
+  (void)swap(c, "done", Deadline::after(std::chrono::seconds(10)));
   return 0;
 }
 
@@ -182,10 +202,13 @@ void print_json(const Args& a, const fabric::Provider& p, const PhaseResult& r, 
   std::fflush(stdout);
 }
 
-int run_initiator(const Args& a, const Sweep& sw, Deadline run_deadline) {
-  fabric::ProviderOptions po;
-  po.busy_poll = a.busy_poll;
-  auto provider = fabric::make_provider(a.provider, po);
+int run_initiator(const Args& a, const Sweep& sw, cluster::Cluster& c, const std::string& tcp_host,
+                  const std::optional<crypto::ClusterSecret>& secret, Deadline run_deadline) {
+  const size_t max_bytes = sw.sizes.back();
+  auto setup = Deadline::after(kSetupTimeout).min(run_deadline);
+  nlohmann::json cfg{{"max_bytes", max_bytes}, {"window", a.window}, {"check", a.check}, {"busy_poll", a.busy_poll}};
+  if (auto st = swap(c, cfg.dump(), setup); !st.ok()) return fail(st.status(), "setup");
+  auto provider = make_side_provider(a, tcp_host, secret, a.busy_poll);
   if (!provider.ok()) return fail(provider.status(), "provider");
   // Two-sided-only providers (Apple TB5 RDMA, the staged verbs path) say so in their caps.
   if ((sw.op == BenchOp::kWrite && !(*provider)->caps().rma_write) ||
@@ -193,46 +216,14 @@ int run_initiator(const Args& a, const Sweep& sw, Deadline run_deadline) {
     return fail(Unavailable("provider '" + a.provider + "' has no one-sided " + std::string(to_string(sw.op)) +
                             " (caps say two-sided only); use --op send"),
                 "provider");
-  const size_t max_bytes = sw.sizes.back();
   const BenchLayout layout = BenchLayout::for_run(max_bytes, a.window, a.check);
-  auto setup = Deadline::after(kSetupTimeout).min(run_deadline);
-
-  LocalProcs procs;
-  OobChannel tcp_oob;
-  OobChannel* oob = nullptr;
-  if (!a.peer.empty()) {
-    auto ch = oob_connect(a.peer, setup);
-    if (!ch.ok()) return fail(ch.status(), "rendezvous");
-    tcp_oob = std::move(*ch);
-    oob = &tcp_oob;
-  } else {
-    std::vector<std::string> args{"bench", "fabric", "--provider", a.provider, "--serve-fd",
-                                  std::to_string(kChildOobFd)};
-    if (a.busy_poll) args.push_back("--busy-poll");
-    auto ch = procs.spawn(1, args);
-    if (!ch.ok()) return fail(ch.status(), "starting the peer process");
-    oob = *ch;
-  }
-  oob->set_peer(1);
-  // Explains a failure by the peer process's fate when it was a local child.
-  auto peer_fate = [&](const Status& st) -> Status {
-    if (a.peer.empty()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      std::string why = procs.exit_reason(1);
-      if (!why.empty()) return st.with_context("peer process " + why);
-    }
-    return st;
-  };
-
-  nlohmann::json cfg{{"max_bytes", max_bytes}, {"window", a.window}, {"check", a.check}, {"busy_poll", a.busy_poll}};
-  if (Status st = oob->send(cfg.dump(), setup); !st.ok()) return fail(peer_fate(st), "setup");
   fabric::RemoteRegion peer_region;
-  auto end = connect_pair(**provider, layout, a.window, *oob, true, 1, &peer_region, setup);
-  if (!end.ok()) return fail(peer_fate(end.status()), "setup");
-  BenchSide side(provider->get(), end->ep.get(), end->cq.get(), end->region.get(), peer_region, layout, 1);
+  auto end = connect_pair(**provider, layout, a.window, c, &peer_region, setup);
+  if (!end.ok()) return fail(end.status(), "setup");
+  BenchSide side(provider->get(), end->ep.get(), end->cq.get(), end->region.get(), peer_region, layout, 1 - c.rank());
   if (Status st = side.start(setup); !st.ok()) return fail(st, "posting receives");
-  auto ready = oob->recv(setup);
-  if (!ready.ok()) return fail(peer_fate(ready.status()), "waiting for the peer to be ready");
+  auto ready = swap(c, "ready", setup);
+  if (!ready.ok()) return fail(ready.status(), "waiting for the peer to be ready");
   if (*ready != "ready") return fail(Corrupt("peer said '" + ready->substr(0, 200) + "' instead of ready"), "setup");
 
   if (!a.json) print_header(a, **provider, sw.op);
@@ -249,26 +240,38 @@ int run_initiator(const Args& a, const Sweep& sw, Deadline run_deadline) {
     s.bandwidth = a.measure != "lat";
     s.check = a.check;
     auto r = side.run_phase(s, run_deadline);
-    if (!r.ok()) return fail(peer_fate(r.status()), ("size " + std::to_string(bytes)).c_str());
+    if (!r.ok()) return fail(r.status(), ("size " + std::to_string(bytes)).c_str());
     total_errors += r->check_errors;
     if (a.json) print_json(a, **provider, *r, s);
     else print_row(*r, s);
   }
   if (Status st = side.stop_peer(Deadline::after(std::chrono::seconds(10)).min(run_deadline)); !st.ok())
-    return fail(peer_fate(st), "stopping the peer");
-  if (auto done = oob->recv(Deadline::after(std::chrono::seconds(10))); !done.ok() || *done != "done")
-    return fail(peer_fate(done.ok() ? Corrupt("peer did not say done") : done.status()), "stopping the peer");
-  (void)oob->send("finish", Deadline::after(std::chrono::seconds(2)));
-  if (a.peer.empty()) {
-    if (Status st = procs.wait_all(Deadline::after(std::chrono::seconds(10))); !st.ok())
-      return fail(st, "peer process");
-  }
+    return fail(st, "stopping the peer");
+  if (auto done = swap(c, "done", Deadline::after(std::chrono::seconds(10))); !done.ok() || *done != "done")
+    return fail(done.ok() ? Corrupt("peer did not say done") : done.status(), "stopping the peer");
   if (total_errors > 0) {
     std::fprintf(stderr, "lattice bench fabric: --check found %llu corrupted payloads\n",
                  static_cast<unsigned long long>(total_errors));
     return 1;
   }
   return 0;
+}
+
+// No peer given and not under a launcher: this command again as a local job of two ranks,
+// each pinned to a CPU of its own when it can have one (as `launch --bind auto`).
+int launch_pair(const Args& a) {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> argv;
+  for (std::string s; std::getline(f, s, '\0');) argv.push_back(s);
+  cluster::LocalJob job;
+  job.world_size = 2;
+  job.argv = {cluster::self_exe()};
+  job.argv.insert(job.argv.end(), argv.begin() + std::min<size_t>(1, argv.size()), argv.end());
+  job.secret_file = a.secret_file;
+  job.launch.prefix = false;  // rank 0 prints the results; errors name their side
+  auto code = cluster::run_local_job(std::move(job));
+  if (!code.ok()) return fail(code.status(), "starting the peer process");
+  return *code;
 }
 
 int run(const Args& a) {
@@ -300,27 +303,52 @@ int run(const Args& a) {
   if (a.listen_port == 0 || a.listen_port > 65535) return usage_error("--listen needs a port in 1..65535");
   if (!(a.timeout_s > 0 && a.timeout_s <= 86400)) return usage_error("--timeout must be in (0, 86400] seconds");
   const Deadline run_deadline = Deadline::after(std::chrono::duration<double>(a.timeout_s));
-
-  if (a.serve_fd >= 0) {
-    OobChannel oob(a.serve_fd);
-    oob.set_peer(0);
-    return run_responder(a, oob, run_deadline);
-  }
-  if (a.listen_port > 0) {
-    std::string who;
-    std::fprintf(stderr, "lattice bench fabric: waiting for a peer on port %d\n", a.listen_port);
-    auto ch = oob_listen_accept(static_cast<uint16_t>(a.listen_port), run_deadline, &who);
-    if (!ch.ok()) return fail(ch.status(), "rendezvous");
-    std::fprintf(stderr, "lattice bench fabric: peer %s connected\n", who.c_str());
-    ch->set_peer(0);
-    return run_responder(a, *ch, run_deadline);
-  }
   Sweep sw{*op, {}};
   for (size_t b = *mn; b <= *mx; b *= static_cast<size_t>(a.factor)) {
     sw.sizes.push_back(b);
     if (b > (1ull << 30) / static_cast<size_t>(a.factor)) break;
   }
-  return run_initiator(a, sw, run_deadline);
+  auto renv = cluster::RankEnv::from_env();
+  if (!renv.ok()) return usage_error(renv.status().to_string());
+  const bool two_hosts = a.listen_port > 0 || !a.peer.empty();
+  if (!two_hosts && !renv->launched) return launch_pair(a);
+
+  cluster::ClusterOptions co;
+  if (two_hosts) {
+    auto secret = crypto::load_secret(a.secret_file);
+    if (!secret.ok()) return usage_error(secret.status().message());
+    co.world_size = 2;
+    co.secret = *secret;
+    co.name = hostname();
+    if (a.listen_port > 0) {  // rank 0, hosting the coordinator on the port
+      co.rank = 0;
+      co.coordinator = "127.0.0.1:" + std::to_string(a.listen_port);
+      std::fprintf(stderr, "lattice bench fabric: waiting for a peer on port %d\n", a.listen_port);
+    } else {
+      co.rank = 1;
+      co.coordinator = a.peer;
+    }
+  } else {
+    auto o = cluster::cluster_options_from_env(a.secret_file);
+    if (!o.ok()) return fail(o.status(), "rank environment");
+    if (o->world_size != 2)
+      return usage_error("runs on 2 ranks, not " + std::to_string(o->world_size) + " (lattice launch -n 2 -- ...)");
+    co = std::move(*o);
+  }
+  co.control_only = true;  // the measured endpoints are ours; the cluster only carries the setup
+  const std::optional<crypto::ClusterSecret> secret = co.secret;
+  const bool initiator = two_hosts ? a.listen_port < 0 : co.rank == 0;
+  auto c = cluster::join_cluster(co, a.listen_port > 0 ? run_deadline : Deadline::after(kSetupTimeout).min(run_deadline));
+  if (!c.ok()) return fail(c.status(), "meeting the peer");
+  if (a.listen_port > 0) {
+    const auto& names = (*c)->member_names();
+    std::fprintf(stderr, "lattice bench fabric: peer %s connected\n", names.size() == 2 ? names[1].c_str() : "?");
+  }
+  // The --listen side dialed its own coordinator over loopback: its control connection does not
+  // say which address the peer host reaches it by.
+  const std::string tcp_host = a.listen_port > 0 ? "0.0.0.0" : (*c)->local_ip();
+  return initiator ? run_initiator(a, sw, **c, tcp_host, secret, run_deadline)
+                   : run_responder(a, **c, tcp_host, secret, run_deadline);
 }
 
 Registrar bench_fabric_cmd{{"bench fabric",
@@ -329,7 +357,7 @@ Registrar bench_fabric_cmd{{"bench fabric",
                             [](CLI::App& app) {
                               auto a = std::make_shared<Args>();
                               app.add_option("--provider", a->provider,
-                                             "provider URI: shm, tcp://127.0.0.1:0, ...")
+                                             "provider: shm, tcp (this host, any port), or a URI: tcp://HOST:PORT, verbs, ...")
                                   ->capture_default_str();
                               app.add_option("--op", a->op, "operation: send (send/recv), write, read")
                                   ->capture_default_str();
@@ -359,7 +387,10 @@ Registrar bench_fabric_cmd{{"bench fabric",
                               app.add_option("--listen", a->listen_port, "responder on two hosts: wait on this TCP port");
                               app.add_option("--timeout", a->timeout_s, "give up after this many seconds")
                                   ->capture_default_str();
-                              app.add_option("--serve-fd", a->serve_fd, "")->group("");  // hidden: spawned peer
+                              app.add_option("--secret-file", a->secret_file,
+                                             "cluster secret (lattice keygen) that authenticates the two sides; "
+                                             "default: LATTICE_SECRET or LATTICE_SECRET_FILE (--listen/--peer need "
+                                             "one, local runs make a fresh one)");
                               app.footer(
                                   "Latency is one way (half the round trip) for send and write, the post_read round "
                                   "trip for read; min/median/avg/p99 of per-iteration times with a busy-polled "

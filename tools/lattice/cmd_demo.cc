@@ -1,25 +1,32 @@
 // `lattice demo`: a local cluster of processes that exchange messages and print latency and
 // bandwidth between every pair.
 //
-// This process is rank 0; it starts ranks 1..n-1 as children of the same binary. Out of band
-// (a socketpair per child, star through rank 0) the ranks swap endpoint address blobs; each
-// rank then connects one endpoint to every other rank (a full mesh, connected in ascending
-// (low rank, high rank) order so no two ranks wait on each other in a cycle). Rank 0 then asks
-// each pair in turn to measure: the lower rank drives, the higher rank serves (fabric_bench.h).
-// Every step has a deadline; a child that fails is reported by rank and reason.
+// The command runs itself as a local job of N ranks (cluster/launcher.h, pinned as `launch
+// --bind auto` pins); it also runs as is under `lattice launch` (one rank per host, too).
+// Every rank joins the cluster's control plane (control only: no fabric of the cluster's own)
+// and swaps its endpoints' address blobs with an allgather; each rank then connects one
+// endpoint to every other rank (a full mesh, connected in ascending peer order). Then each
+// pair in turn measures, the same schedule on every rank: the lower rank drives, the higher
+// rank serves (fabric_bench.h), the others idle, and an allgather hands the result to rank 0,
+// which prints. Every step has a deadline; a rank that fails is named by the launcher.
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
+#include <future>
 #include <map>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "command.h"
 #include "fabric_bench.h"
+#include "lattice/cluster/cluster.h"
+#include "lattice/cluster/launcher.h"
+#include "lattice/cluster/rank_env.h"
 #include "lattice/fabric/fabric.h"
-#include "local_procs.h"
 
 namespace lattice::cli {
 namespace {
@@ -34,9 +41,6 @@ struct DemoArgs {
   double bw_seconds = 0.05;
   bool json_out = false;
   double timeout_s = 30;
-  // hidden: a child rank
-  int rank = -1;
-  int rank_fd = -1;
 };
 
 constexpr int kWindow = 8;
@@ -49,11 +53,6 @@ std::chrono::microseconds pair_time(const DemoArgs& a) {
          std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(4 * a.bw_seconds));
 }
 Deadline pair_deadline(const DemoArgs& a) { return Deadline::after(pair_time(a)); }
-
-std::string provider_uri(const std::string& p) {
-  if (p == "tcp") return "tcp://127.0.0.1:0";
-  return p;
-}
 
 // One rank's fabric state: an endpoint and a bench side per peer.
 struct RankState {
@@ -90,14 +89,17 @@ struct RankState {
     for (auto& [p, s] : sides) LATTICE_RETURN_IF_ERROR(s->start(d));
     return Status::Ok();
   }
-  // Drives progress on every endpoint until `oob` has a message or the deadline passes.
-  Status idle_until_readable(OobChannel& oob, Deadline d, const char* waiting_for) {
-    while (!oob.readable()) {
-      for (auto& [p, s] : sides) LATTICE_RETURN_IF_ERROR(s->progress());
-      if (d.expired()) return Timeout(std::string("no ") + waiting_for + " in time");
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-    return Status::Ok();
+  // An allgather over the control plane while this thread keeps every endpoint progressing
+  // (providers that progress on the caller's thread need it to keep their links alive).
+  Result<std::vector<std::string>> allgather(cluster::Cluster& c, const std::string& mine, Deadline d) {
+    auto done = std::async(std::launch::async, [&c, &mine, d] { return c.allgather(mine, d); });
+    Status progress_error;
+    while (done.wait_for(std::chrono::microseconds(200)) != std::future_status::ready)
+      for (auto& [p, s] : sides)
+        if (Status st = s->progress(); !st.ok() && progress_error.ok()) progress_error = st;
+    auto all = done.get();  // bounded by d
+    if (!progress_error.ok()) return progress_error;
+    return all;
   }
   // The lower rank of a pair: measure latency then bandwidth against `peer`.
   Result<json> measure(int peer, size_t bw_bytes, int iters, double bw_seconds, Deadline d) {
@@ -138,67 +140,6 @@ int fail(int rank, const Status& st) {
   return 1;
 }
 
-Result<json> recv_json(OobChannel& oob, Deadline d) {
-  LATTICE_ASSIGN_OR_RETURN(std::string text, oob.recv(d));
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return Corrupt("out-of-band message is not a JSON object");
-  if (j.contains("error") && j["error"].is_string()) return Internal(j["error"].get<std::string>());
-  return j;
-}
-
-// A child rank: follows rank 0's instructions until told to quit.
-int run_child(const DemoArgs& a, size_t bw_bytes) {
-  OobChannel oob(a.rank_fd);
-  oob.set_peer(0);
-  // An idle rank waits while the other pairs measure: at least that long.
-  const auto all_pairs = pair_time(a) * (a.n * (a.n - 1) / 2);
-  const Deadline run_deadline = Deadline::after(
-      std::max<std::chrono::microseconds>(all_pairs, std::chrono::duration_cast<std::chrono::microseconds>(
-                                                         std::chrono::duration<double>(a.timeout_s))));
-  auto report = [&](const Status& st) {
-    (void)oob.send(json{{"error", st.to_string()}}.dump(), Deadline::after(std::chrono::seconds(1)));
-    return fail(a.rank, st);
-  };
-  RankState rs;
-  rs.rank = a.rank;
-  rs.world = a.n;
-  rs.layout = BenchLayout::for_run(bw_bytes, kWindow, false);
-  auto prov = fabric::make_provider(provider_uri(a.provider));
-  if (!prov.ok()) return report(prov.status());
-  rs.provider = std::move(*prov);
-  if (Status st = rs.make_ends(); !st.ok()) return report(st);
-  if (Status st = oob.send(json{{"infos", rs.infos()}}.dump(), Deadline::after(kStep)); !st.ok()) return report(st);
-  auto theirs = recv_json(oob, Deadline::after(kStep));
-  if (!theirs.ok()) return report(theirs.status());
-  if (!theirs->contains("infos")) return report(Corrupt("no infos from rank 0"));
-  if (Status st = rs.connect_all((*theirs)["infos"], Deadline::after(kStep)); !st.ok()) return report(st);
-  if (Status st = oob.send(json{{"connected", a.rank}}.dump(), Deadline::after(kStep)); !st.ok()) return report(st);
-  for (;;) {
-    if (Status st = rs.idle_until_readable(oob, run_deadline, "instruction from rank 0"); !st.ok()) return report(st);
-    auto cmd = recv_json(oob, Deadline::after(kStep));
-    if (!cmd.ok()) return report(cmd.status());
-    const json& c = *cmd;
-    if (c.contains("quit")) break;
-    if (c.contains("serve") && c["serve"].is_number_integer()) {
-      int peer = c["serve"].get<int>();
-      if (!rs.sides.count(peer)) return report(Corrupt("serve: no such peer"));
-      if (Status st = rs.sides.at(peer)->serve(pair_deadline(a)); !st.ok()) return report(st);
-      if (Status st = oob.send(json{{"served", peer}}.dump(), Deadline::after(kStep)); !st.ok()) return report(st);
-    } else if (c.contains("measure") && c["measure"].is_number_integer()) {
-      int peer = c["measure"].get<int>();
-      if (!rs.sides.count(peer)) return report(Corrupt("measure: no such peer"));
-      auto r = rs.measure(peer, bw_bytes, a.iters, a.bw_seconds, pair_deadline(a));
-      if (!r.ok()) return report(r.status().with_context("measuring rank " + std::to_string(peer)));
-      if (Status st = oob.send(json{{"result", *r}}.dump(), Deadline::after(kStep)); !st.ok()) return report(st);
-    } else {
-      return report(Corrupt("unknown instruction from rank 0"));
-    }
-  }
-  rs.teardown();
-  (void)oob.send(json{{"bye", a.rank}}.dump(), Deadline::after(std::chrono::seconds(2)));
-  return 0;
-}
-
 void print_matrix(const char* title, const std::vector<std::vector<double>>& m, const char* fmt) {
   std::printf("\n%s\n%8s", title, "");
   for (size_t j = 0; j < m.size(); ++j) std::printf(" %8s", ("rank" + std::to_string(j)).c_str());
@@ -213,115 +154,83 @@ void print_matrix(const char* title, const std::vector<std::vector<double>>& m, 
   }
 }
 
-int run_root(const DemoArgs& a, size_t bw_bytes) {
+// One rank of the demo (every rank runs this; rank 0 prints).
+int run_rank(const DemoArgs& a, size_t bw_bytes) {
   const auto t_start = Clock::now();
-  const std::string uri = provider_uri(a.provider);
+  auto opts = cluster::cluster_options_from_env();
+  if (!opts.ok()) return fail(0, opts.status());
+  opts->control_only = true;  // the endpoints measured are ours
+  auto joined = cluster::join_cluster(*opts, Deadline::after(kStep));
+  if (!joined.ok()) return fail(opts->rank, joined.status().with_context("joining the other ranks"));
+  cluster::Cluster& c = **joined;
+  const int n = c.world_size();
+  if (n < 2) return fail(c.rank(), InvalidArgument("the demo needs at least 2 ranks"));
+  // The whole run: --timeout, but at least the time all pairs may take.
+  const auto all_pairs = pair_time(a) * (n * (n - 1) / 2);
+  const Deadline run_deadline = Deadline::after(std::max<std::chrono::microseconds>(
+      all_pairs, std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(a.timeout_s))));
   RankState rs;
-  rs.rank = 0;
-  rs.world = a.n;
+  rs.rank = c.rank();
+  rs.world = n;
   rs.layout = BenchLayout::for_run(bw_bytes, kWindow, false);
-  auto prov = fabric::make_provider(uri);
-  if (!prov.ok()) return fail(0, prov.status());
+  auto prov = fabric::make_provider(cluster::provider_uri(a.provider, c.local_ip()));
+  if (!prov.ok()) return fail(rs.rank, prov.status());
   rs.provider = std::move(*prov);
+  if (Status st = rs.make_ends(); !st.ok()) return fail(rs.rank, st);
 
-  LocalProcs procs;
-  // A step involving child `r` failed: say so, then how every child that already ended did
-  // (the first to die is usually the cause; the others' own messages are on stderr too).
-  auto child_failed = [&](int r, const Status& st) {
-    std::fprintf(stderr, "lattice demo: failed at rank %d: %s\n", r, st.to_string().c_str());
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    for (int c = 1; c < a.n; ++c) {
-      std::string why = procs.exit_reason(c);
-      if (!why.empty()) std::fprintf(stderr, "lattice demo:   %s\n", why.c_str());
-    }
-    procs.kill_all();
-    return 1;
-  };
-  for (int r = 1; r < a.n; ++r) {
-    std::vector<std::string> args{"demo", "--provider", a.provider, "--size", a.size, "-n", std::to_string(a.n),
-                                  "--iters", std::to_string(a.iters), "--bw-time", std::to_string(a.bw_seconds),
-                                  "--timeout", std::to_string(a.timeout_s), "--rank", std::to_string(r),
-                                  "--rank-fd", std::to_string(kChildOobFd)};
-    auto ch = procs.spawn(r, args);
-    if (!ch.ok()) return fail(0, ch.status().with_context("starting rank " + std::to_string(r)));
+  // Every rank's address blobs; each takes the ones meant for it.
+  auto infos = rs.allgather(c, rs.infos().dump(), Deadline::after(kStep));
+  if (!infos.ok()) return fail(rs.rank, infos.status().with_context("swapping addresses"));
+  json for_me = json::object();
+  for (int p = 0; p < n; ++p) {
+    if (p == rs.rank) continue;
+    json theirs = json::parse((*infos)[size_t(p)], nullptr, false);
+    const std::string key = std::to_string(rs.rank);
+    if (theirs.is_object() && theirs.contains(key)) for_me[std::to_string(p)] = theirs[key];
   }
-  if (Status st = rs.make_ends(); !st.ok()) return fail(0, st);
-
-  // Gather every rank's address blobs, then hand each rank the blobs meant for it.
-  std::vector<json> infos(static_cast<size_t>(a.n));
-  infos[0] = rs.infos();
-  for (int r = 1; r < a.n; ++r) {
-    auto m = recv_json(*procs.channel(r), Deadline::after(kStep));
-    if (!m.ok()) return child_failed(r, m.status());
-    if (!m->contains("infos") || !(*m)["infos"].is_object()) return child_failed(r, Corrupt("no address blobs"));
-    infos[static_cast<size_t>(r)] = (*m)["infos"];
-  }
-  auto for_rank = [&](int r) {
-    json j = json::object();
-    for (int p = 0; p < a.n; ++p) {
-      if (p == r) continue;
-      const json& theirs = infos[static_cast<size_t>(p)];
-      if (theirs.contains(std::to_string(r))) j[std::to_string(p)] = theirs[std::to_string(r)];
-    }
-    return j;
-  };
-  for (int r = 1; r < a.n; ++r) {
-    if (Status st = procs.channel(r)->send(json{{"infos", for_rank(r)}}.dump(), Deadline::after(kStep)); !st.ok())
-      return child_failed(r, st);
-  }
-  if (Status st = rs.connect_all(for_rank(0), Deadline::after(kStep)); !st.ok()) return fail(0, st);
-  for (int r = 1; r < a.n; ++r) {
-    auto m = recv_json(*procs.channel(r), Deadline::after(kStep));
-    if (!m.ok()) return child_failed(r, m.status());
-  }
+  if (Status st = rs.connect_all(for_me, Deadline::after(kStep)); !st.ok()) return fail(rs.rank, st);
+  if (auto st = rs.allgather(c, "connected", Deadline::after(kStep)); !st.ok())
+    return fail(rs.rank, st.status().with_context("waiting for every rank to connect"));
   const double connect_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_start).count();
 
-  std::vector<std::vector<double>> lat(static_cast<size_t>(a.n), std::vector<double>(static_cast<size_t>(a.n), 0));
+  // The same schedule on every rank: pair (i, j), i < j, in order; i measures, j serves.
+  // An idle rank waits while the others measure, up to one pair's time per step.
+  std::vector<std::vector<double>> lat(size_t(n), std::vector<double>(size_t(n), 0));
   auto bw = lat;
-  for (int i = 0; i < a.n; ++i) {
-    for (int j = i + 1; j < a.n; ++j) {
-      if (Status st = procs.channel(j)->send(json{{"serve", i}}.dump(), Deadline::after(kStep)); !st.ok())
-        return child_failed(j, st);
-      json result;
-      if (i == 0) {
+  for (int i = 0; i < n; ++i) {
+    for (int j = i + 1; j < n; ++j) {
+      std::string mine;
+      if (rs.rank == i) {
         auto r = rs.measure(j, bw_bytes, a.iters, a.bw_seconds, pair_deadline(a));
-        if (!r.ok()) return child_failed(j, r.status().with_context("rank 0 measuring rank " + std::to_string(j)));
-        result = *r;
-      } else {
-        if (Status st = procs.channel(i)->send(json{{"measure", j}}.dump(), Deadline::after(kStep)); !st.ok())
-          return child_failed(i, st);
-        if (Status st = rs.idle_until_readable(*procs.channel(i), pair_deadline(a), "result"); !st.ok())
-          return child_failed(i, st);
-        auto m = recv_json(*procs.channel(i), Deadline::after(kStep));
-        if (!m.ok()) return child_failed(i, m.status());
-        if (!m->contains("result") || !(*m)["result"].is_object()) return child_failed(i, Corrupt("no result"));
-        result = (*m)["result"];
+        if (!r.ok()) return fail(rs.rank, r.status().with_context("measuring rank " + std::to_string(j)));
+        mine = r->dump();
+      } else if (rs.rank == j) {
+        if (Status st = rs.sides.at(i)->serve(pair_deadline(a)); !st.ok())
+          return fail(rs.rank, st.with_context("serving rank " + std::to_string(i)));
       }
-      auto served = recv_json(*procs.channel(j), Deadline::after(kStep));
-      if (!served.ok()) return child_failed(j, served.status());
-      if (!result.contains("lat_us_median") || !result["lat_us_median"].is_number() || !result.contains("bw_gbps") ||
-          !result["bw_gbps"].is_number())
-        return child_failed(i, Corrupt("malformed result"));
+      auto all = rs.allgather(c, mine, pair_deadline(a).min(run_deadline));
+      if (!all.ok())
+        return fail(rs.rank, all.status().with_context("pair " + std::to_string(i) + "-" + std::to_string(j)));
+      json result = json::parse((*all)[size_t(i)], nullptr, false);
+      if (!result.is_object() || !result.contains("lat_us_median") || !result["lat_us_median"].is_number() ||
+          !result.contains("bw_gbps") || !result["bw_gbps"].is_number())
+        return fail(rs.rank, Corrupt("malformed result from rank " + std::to_string(i)));
       lat[i][j] = lat[j][i] = result["lat_us_median"].get<double>();
       bw[i][j] = bw[j][i] = result["bw_gbps"].get<double>();
     }
   }
-  for (int r = 1; r < a.n; ++r) (void)procs.channel(r)->send(json{{"quit", true}}.dump(), Deadline::after(kStep));
-  for (int r = 1; r < a.n; ++r) {
-    auto m = recv_json(*procs.channel(r), Deadline::after(kStep));
-    if (!m.ok()) return child_failed(r, m.status());
-  }
+  // Nobody tears its endpoints down while another may still poll them: every rank first leaves
+  // the last step, in an allgather that does not poll (a rank that already left it may be
+  // closing its endpoints, which a poll here would report as the peer gone).
+  if (auto st = c.allgather("bye", Deadline::after(kStep)); !st.ok()) return fail(rs.rank, st.status());
   rs.teardown();
-  if (Status st = procs.wait_all(Deadline::after(kStep)); !st.ok()) {
-    std::fprintf(stderr, "lattice demo: %s\n", st.to_string().c_str());
-    return 1;
-  }
+  if (rs.rank != 0) return 0;
   const double total_s = std::chrono::duration<double>(Clock::now() - t_start).count();
 
   if (a.json_out) {
     std::printf("%s\n", json{{"provider", rs.provider->name()},
                              {"host", hostname()},
-                             {"ranks", a.n},
+                             {"ranks", n},
                              {"lat_us_median", lat},
                              {"bw_gbps", bw},
                              {"bw_bytes", bw_bytes},
@@ -330,9 +239,9 @@ int run_root(const DemoArgs& a, size_t bw_bytes) {
                             .c_str());
     return 0;
   }
-  std::printf("lattice demo: %d ranks (processes) on host %s, fabric provider %s\n", a.n, hostname().c_str(),
+  std::printf("lattice demo: %d ranks (processes) on host %s, fabric provider %s\n", n, hostname().c_str(),
               std::string(rs.provider->name()).c_str());
-  std::printf("full mesh of %d endpoint pairs connected in %.0f ms\n", a.n * (a.n - 1) / 2, connect_ms);
+  std::printf("full mesh of %d endpoint pairs connected in %.0f ms\n", n * (n - 1) / 2, connect_ms);
   print_matrix(("one-way latency, 8-byte send/recv ping-pong, median of " + std::to_string(a.iters) + ", us:").c_str(),
                lat, " %8.2f");
   print_matrix(("bandwidth, " + format_size(bw_bytes) + "B send/recv, window " + std::to_string(kWindow) +
@@ -343,14 +252,30 @@ int run_root(const DemoArgs& a, size_t bw_bytes) {
   return 0;
 }
 
+// Not under a launcher: this command again as a local job of n ranks.
+int launch(const DemoArgs& a) {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> argv;
+  for (std::string s; std::getline(f, s, '\0');) argv.push_back(s);
+  cluster::LocalJob job;
+  job.world_size = a.n;
+  job.argv = {cluster::self_exe()};
+  job.argv.insert(job.argv.end(), argv.begin() + std::min<size_t>(1, argv.size()), argv.end());
+  job.launch.prefix = false;  // rank 0 prints the matrices; errors name their rank
+  auto code = cluster::run_local_job(std::move(job));
+  if (!code.ok()) return fail(0, code.status().with_context("starting the ranks"));
+  return *code;
+}
+
 int run(const DemoArgs& a) {
   if (a.n < 2 || a.n > 16) {
     std::fprintf(stderr, "lattice demo: -n must be in 2..16\n");
     return 2;
   }
-  auto size = parse_size(a.size);
-  if (!size.ok() || *size < 8 || *size > (256u << 20)) {
-    std::fprintf(stderr, "lattice demo: --size must be in 8..256M (e.g. 64K, 1M)\n");
+  auto size = parse_size(a.size, size_t{256} << 20);
+  if (!size.ok() || *size < 8) {
+    std::fprintf(stderr, "lattice demo: --size must be in 8..256M (e.g. 64K, 1M)%s%s\n", size.ok() ? "" : ": ",
+                 size.ok() ? "" : size.status().message().c_str());
     return 2;
   }
   if (a.iters < 1 || a.iters > 1000000 || !(a.bw_seconds > 0 && a.bw_seconds <= 10) ||
@@ -358,14 +283,12 @@ int run(const DemoArgs& a) {
     std::fprintf(stderr, "lattice demo: --iters in 1..1e6, --bw-time in (0, 10], --timeout in (0, 3600]\n");
     return 2;
   }
-  if (a.rank_fd >= 0) {
-    if (a.rank < 1 || a.rank >= a.n) {
-      std::fprintf(stderr, "lattice demo: bad --rank\n");
-      return 2;
-    }
-    return run_child(a, *size);
+  auto env = cluster::RankEnv::from_env();
+  if (!env.ok()) {
+    std::fprintf(stderr, "lattice demo: %s\n", env.status().to_string().c_str());
+    return 2;
   }
-  return run_root(a, *size);
+  return env->launched ? run_rank(a, *size) : launch(a);
 }
 
 Registrar demo_cmd{{"demo",
@@ -374,7 +297,7 @@ Registrar demo_cmd{{"demo",
                     [](CLI::App& app) {
                       auto a = std::make_shared<DemoArgs>();
                       app.add_option("-n,--ranks", a->n, "number of rank processes (2..16)")->capture_default_str();
-                      app.add_option("--provider", a->provider, "fabric provider: shm or tcp (or a URI)")
+                      app.add_option("--provider", a->provider, "fabric provider: shm, tcp (this host, any port) or a URI")
                           ->capture_default_str();
                       app.add_option("--size", a->size, "message size for the bandwidth figure")
                           ->capture_default_str();
@@ -382,10 +305,8 @@ Registrar demo_cmd{{"demo",
                       app.add_option("--bw-time", a->bw_seconds, "seconds of streaming per pair")
                           ->capture_default_str();
                       app.add_flag("--json", a->json_out, "print the matrices as one JSON object");
-                      app.add_option("--timeout", a->timeout_s, "an idle rank gives up after this many seconds (at least the time all pairs may take)")
+                      app.add_option("--timeout", a->timeout_s, "the run gives up after this many seconds (at least the time all pairs may take)")
                           ->capture_default_str();
-                      app.add_option("--rank", a->rank, "")->group("");
-                      app.add_option("--rank-fd", a->rank_fd, "")->group("");
                       return [a] { return run(*a); };
                     }}};
 

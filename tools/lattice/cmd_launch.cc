@@ -3,9 +3,9 @@
 //   lattice launch -n 3 [--provider shm|tcp] [--secret-file F] [--insecure] -- lattice ping
 //   lattice launch --hostfile hosts.json --secret-file F [--remote "ssh {ssh} {cmd}"] -- CMD...
 //
-// Each rank gets LATTICE_RANK, LATTICE_WORLD_SIZE, LATTICE_COORDINATOR, LATTICE_PROVIDER and
-// the secret (LATTICE_SECRET_FILE, or for local runs without --secret-file an ephemeral
-// LATTICE_SECRET generated here, which never leaves this machine).
+// Each rank gets the rank environment (cluster/rank_env.h): rank, world size, coordinator,
+// provider and the secret (LATTICE_SECRET_FILE, or for local runs without --secret-file an
+// ephemeral LATTICE_SECRET generated here, which never leaves this machine).
 #include <unistd.h>
 
 #include <climits>
@@ -18,6 +18,7 @@
 #include "lattice/cluster/bootstrap.h"
 #include "lattice/cluster/control.h"
 #include "lattice/cluster/launcher.h"
+#include "lattice/cluster/rank_env.h"
 #include "lattice/cluster/topology_links.h"
 #include "lattice/crypto/secret.h"
 
@@ -56,97 +57,67 @@ int run_launch(const LaunchArgs& a) {
   };
   if ((a.n > 0) == !a.hostfile.empty()) return fail("give either -n N (local ranks) or --hostfile FILE");
   if (a.command.empty()) return fail("no command (lattice launch -n 2 -- CMD ARGS...)");
-  std::vector<std::pair<std::string, std::string>> common;
-  std::optional<crypto::ClusterSecret> secret;
-  std::unique_ptr<Coordinator> hosted;  // --keep-going local runs: the coordinator lives here
-  if (!a.secret_file.empty()) {
-    auto s = crypto::load_secret_file(a.secret_file);  // refuse a bad file here, not in N ranks
-    if (!s.ok()) return fail(s.status().to_string());
-    secret = *s;
-    common.emplace_back("LATTICE_SECRET_FILE", absolute(a.secret_file));
-  }
-  if (a.insecure) {
+  if (a.insecure)
     std::fprintf(stderr, "lattice launch: WARNING: --insecure: ranks authenticate but do NOT encrypt their traffic\n");
-    common.emplace_back("LATTICE_INSECURE", "1");
-  }
-  if (a.heartbeat_ms > 0) common.emplace_back("LATTICE_HEARTBEAT_MS", std::to_string(a.heartbeat_ms));
-  if (a.failure_timeout_ms > 0) common.emplace_back("LATTICE_FAILURE_TIMEOUT_MS", std::to_string(a.failure_timeout_ms));
-
+  auto bind = parse_bind(a.bind);
+  if (!bind.ok()) return fail(bind.status().message());
   LaunchOptions lo;
   lo.grace = std::chrono::milliseconds(a.grace_ms);
   lo.prefix = !a.no_prefix;
   lo.keep_going = a.keep_going;
-  auto bind = parse_bind(a.bind);
-  if (!bind.ok()) return fail(bind.status().message());
+  std::optional<int> heartbeat_ms, failure_timeout_ms;
+  if (a.heartbeat_ms > 0) heartbeat_ms = a.heartbeat_ms;
+  if (a.failure_timeout_ms > 0) failure_timeout_ms = a.failure_timeout_ms;
   if (a.n > 0) {
     if (a.n > 256) return fail("-n " + std::to_string(a.n) + ": at most 256 local ranks");
-    // Ranks that survive others' loss should be free to use the cores those leave: --keep-going
-    // pins only when asked to (--bind cores).
-    const Bind policy = a.keep_going && *bind == Bind::kAuto ? Bind::kNone : *bind;
-    const std::vector<std::vector<int>> cpus = bind_cpus(a.n, policy, usable_cpus());
-    if (a.secret_file.empty()) {
-      // Local run: a fresh secret for this run only, passed in the environment of our children.
-      secret = crypto::ClusterSecret::generate();
-      common.emplace_back("LATTICE_SECRET", secret->to_hex());
-    }
-    std::string coordinator = a.coordinator;
-    if (coordinator.empty()) {
-      auto port = pick_free_port();
-      if (!port.ok()) return fail(port.status().to_string());
-      coordinator = "127.0.0.1:" + std::to_string(*port);
-      if (a.keep_going) {
-        // Jobs that survive lost ranks: the launcher (which outlives them all) hosts the
-        // coordinator, so rank 0 is as expendable as the others.
-        CoordinatorOptions co;
-        co.listen = coordinator;
-        co.world_size = a.n;
-        co.secret = *secret;
-        co.insecure = a.insecure;
-        if (a.heartbeat_ms > 0) co.heartbeat_interval = std::chrono::milliseconds(a.heartbeat_ms);
-        if (a.failure_timeout_ms > 0) co.failure_timeout = std::chrono::milliseconds(a.failure_timeout_ms);
-        auto started = Coordinator::start(co);
-        if (!started.ok()) return fail("coordinator: " + started.status().to_string());
-        hosted = std::move(*started);
-        common.emplace_back("LATTICE_EXTERNAL_COORDINATOR", "1");
-      }
-    }
-    for (int r = 0; r < a.n; ++r) {
-      LaunchRank lr;
-      lr.rank = r;
-      lr.argv = a.command;
-      lr.env = common;
-      lr.env.emplace_back("LATTICE_RANK", std::to_string(r));
-      lr.env.emplace_back("LATTICE_WORLD_SIZE", std::to_string(a.n));
-      lr.env.emplace_back("LATTICE_COORDINATOR", coordinator);
-      lr.env.emplace_back("LATTICE_PROVIDER", a.provider.empty() ? "shm" : a.provider);
-      lr.cpus = cpus[size_t(r)];
-      lo.ranks.push_back(std::move(lr));
-    }
-  } else {
-    if (a.secret_file.empty())
-      return fail("--hostfile needs --secret-file (the same secret file, at the same path, on every host)");
-    auto plan = plan_from_topology_file(a.hostfile);
-    if (!plan.ok()) return fail(plan.status().message());
-    std::string coordinator = a.coordinator.empty() ? plan->coordinator : a.coordinator;
-    auto hp = split_host_port(coordinator);
-    if (!hp.ok()) return fail("coordinator: " + hp.status().message());
-    if (coordinator.find(':') == std::string::npos || (coordinator.front() == '[' && coordinator.back() == ']'))
-      coordinator += ":" + std::to_string(kDefaultCoordinatorPort);
-    for (int r = 0; r < plan->world_size; ++r) {
-      LaunchRank what;
-      what.rank = r;
-      what.argv = a.command;
-      what.env = common;
-      what.env.emplace_back("LATTICE_RANK", std::to_string(r));
-      what.env.emplace_back("LATTICE_WORLD_SIZE", std::to_string(plan->world_size));
-      what.env.emplace_back("LATTICE_COORDINATOR", coordinator);
-      what.env.emplace_back("LATTICE_PROVIDER", a.provider.empty() ? "tcp" : a.provider);
-      what.env.emplace_back("LATTICE_TOPOLOGY", absolute(a.hostfile));
-      LaunchRank lr;
-      lr.rank = r;
-      lr.argv = {"/bin/sh", "-c", expand_remote(a.remote, plan->names[r], plan->ssh[r], r, what)};
-      lo.ranks.push_back(std::move(lr));
-    }
+    LocalJob job;
+    job.world_size = a.n;
+    job.argv = a.command;
+    job.provider = a.provider.empty() ? "shm" : a.provider;
+    job.bind = *bind;
+    job.coordinator = a.coordinator;
+    // Jobs that survive lost ranks: the launcher (which outlives them all) hosts the
+    // coordinator, so rank 0 is as expendable as the others.
+    job.host_coordinator = a.keep_going && a.coordinator.empty();
+    job.secret_file = a.secret_file;
+    job.insecure = a.insecure;
+    job.heartbeat_ms = heartbeat_ms;
+    job.failure_timeout_ms = failure_timeout_ms;
+    job.launch = lo;
+    auto code = run_local_job(std::move(job));
+    if (!code.ok()) return fail(code.status().to_string());
+    return *code;
+  }
+  if (a.secret_file.empty())
+    return fail("--hostfile needs --secret-file (the same secret file, at the same path, on every host)");
+  if (auto s = crypto::load_secret_file(a.secret_file); !s.ok())  // refuse a bad file here, not in N ranks
+    return fail(s.status().to_string());
+  auto plan = plan_from_topology_file(a.hostfile);
+  if (!plan.ok()) return fail(plan.status().message());
+  std::string coordinator = a.coordinator.empty() ? plan->coordinator : a.coordinator;
+  auto hp = split_host_port(coordinator);
+  if (!hp.ok()) return fail("coordinator: " + hp.status().message());
+  if (coordinator.find(':') == std::string::npos || (coordinator.front() == '[' && coordinator.back() == ']'))
+    coordinator += ":" + std::to_string(kDefaultCoordinatorPort);
+  RankEnv e;
+  e.world_size = plan->world_size;
+  e.coordinator = coordinator;
+  e.provider = a.provider.empty() ? "tcp" : a.provider;
+  e.topology = absolute(a.hostfile);
+  e.secret_file = absolute(a.secret_file);
+  e.insecure = a.insecure;
+  e.heartbeat_ms = heartbeat_ms;
+  e.failure_timeout_ms = failure_timeout_ms;
+  for (int r = 0; r < plan->world_size; ++r) {
+    e.rank = r;
+    LaunchRank what;
+    what.rank = r;
+    what.argv = a.command;
+    what.env = e.to_env();
+    LaunchRank lr;
+    lr.rank = r;
+    lr.argv = {"/bin/sh", "-c", expand_remote(a.remote, plan->names[r], plan->ssh[r], r, what)};
+    lo.ranks.push_back(std::move(lr));
   }
   auto code = run_ranks(lo);
   if (!code.ok()) return fail(code.status().to_string());

@@ -14,6 +14,7 @@
 #include "fabric_bench.h"
 #include "lattice/cluster/cluster.h"
 #include "lattice/core/log.h"
+#include "lattice/crypto/secret.h"
 
 namespace lattice::cli {
 namespace {
@@ -26,23 +27,10 @@ struct PingArgs {
   double bw_seconds = 0.1;
   double timeout_s = 60;
   bool json_out = false;
+  std::string secret_file;
 };
 
 constexpr int kWindow = 8;
-
-Result<size_t> parse_size(const std::string& s) {
-  if (s.empty()) return InvalidArgument("empty size");
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  std::string unit = end;
-  double mul = 1;
-  if (unit == "K" || unit == "k" || unit == "KiB") mul = 1024;
-  else if (unit == "M" || unit == "MiB") mul = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GiB") mul = 1024.0 * 1024 * 1024;
-  else if (!unit.empty()) return InvalidArgument("bad size '" + s + "'");
-  if (v <= 0 || v * mul > 256.0 * 1024 * 1024) return InvalidArgument("size '" + s + "' out of range (1 B .. 256 MiB)");
-  return static_cast<size_t>(v * mul);
-}
 
 std::string cell(double v, int prec) {
   if (v <= 0) return "-";
@@ -149,12 +137,20 @@ Status ping(const PingArgs& a, cluster::Cluster& c, size_t bw_bytes, json* resul
 }
 
 int run_ping(const PingArgs& a) {
-  auto bytes = parse_size(a.size);
-  if (!bytes.ok()) {
-    std::fprintf(stderr, "lattice ping: %s\n", bytes.status().message().c_str());
+  auto bytes = parse_size(a.size, size_t{256} << 20);
+  if (!bytes.ok() || *bytes == 0) {
+    std::fprintf(stderr, "lattice ping: --size: %s\n",
+                 bytes.ok() ? "must be at least 1 byte" : bytes.status().message().c_str());
     return 2;
   }
-  auto opts = cluster::cluster_options_from_env();
+  if (!a.secret_file.empty()) {
+    // A bad file is refused even where a single rank would not need it.
+    if (auto s = crypto::load_secret_file(a.secret_file); !s.ok()) {
+      std::fprintf(stderr, "lattice ping: %s\n", s.status().to_string().c_str());
+      return 2;
+    }
+  }
+  auto opts = cluster::cluster_options_from_env(a.secret_file);
   if (!opts.ok()) {
     std::fprintf(stderr, "lattice ping: %s\n", opts.status().to_string().c_str());
     return 2;
@@ -182,6 +178,9 @@ const Registrar kPing{{"ping", "measure latency and bandwidth between every link
                          app.add_option("--bw-seconds", a->bw_seconds, "bandwidth streaming time per pair")->capture_default_str();
                          app.add_option("--timeout", a->timeout_s, "seconds for joining and for each step")->capture_default_str();
                          app.add_flag("--json", a->json_out, "rank 0 prints JSON instead of the matrices");
+                         app.add_option("--secret-file", a->secret_file,
+                                        "cluster secret (lattice keygen); default: LATTICE_SECRET or LATTICE_SECRET_FILE, "
+                                        "which lattice launch sets");
                          return [a] { return run_ping(*a); };
                        }}};
 

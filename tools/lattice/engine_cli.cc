@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "lattice/core/build_info.h"  // generated: build_commit()
 #include "lattice/engine/quant/matmul.h"
 
 namespace lattice::cli {
@@ -59,15 +60,8 @@ Result<std::unique_ptr<engine::Model>> load_model_with_progress(const std::strin
 }
 
 std::string build_commit() {
-  if (const char* c = std::getenv("LATTICE_COMMIT"); c && *c) return c;
-  std::string out;
-  if (FILE* p = ::popen("git rev-parse --short HEAD 2>/dev/null", "r")) {
-    char buf[64];
-    while (std::fgets(buf, sizeof buf, p)) out += buf;
-    ::pclose(p);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  return out.empty() ? "unknown" : out;
+  // Stamped at build time (lattice/core/build_info.h), whatever directory the caller stands in.
+  return std::string(build_info::kCommit) + (build_info::kDirty ? "-dirty" : "");
 }
 
 std::string build_flags() {

@@ -122,34 +122,6 @@ int scaled_iters(int iters, size_t bytes) {
   return std::max(20, static_cast<int>(scaled));
 }
 
-Result<size_t> parse_size(std::string_view s) {
-  if (s.empty()) return InvalidArgument("empty size");
-  size_t i = 0;
-  uint64_t v = 0;
-  while (i < s.size() && s[i] >= '0' && s[i] <= '9') {
-    if (v > (1ull << 40)) return InvalidArgument("size '" + std::string(s) + "' too large");
-    v = v * 10 + static_cast<uint64_t>(s[i] - '0');
-    ++i;
-  }
-  if (i == 0) return InvalidArgument("size '" + std::string(s) + "' must start with a number");
-  std::string_view unit = s.substr(i);
-  uint64_t mul = 1;
-  if (unit.empty() || unit == "B" || unit == "b") mul = 1;
-  else if (unit == "K" || unit == "k" || unit == "KiB" || unit == "KB") mul = 1ull << 10;
-  else if (unit == "M" || unit == "m" || unit == "MiB" || unit == "MB") mul = 1ull << 20;
-  else if (unit == "G" || unit == "g" || unit == "GiB" || unit == "GB") mul = 1ull << 30;
-  else return InvalidArgument("size '" + std::string(s) + "': unknown unit '" + std::string(unit) + "' (use K, M or G)");
-  if (v > (1ull << 40) / mul) return InvalidArgument("size '" + std::string(s) + "' too large");
-  return static_cast<size_t>(v * mul);
-}
-
-std::string format_size(size_t b) {
-  if (b >= (1u << 30) && b % (1u << 30) == 0) return std::to_string(b >> 30) + "G";
-  if (b >= (1u << 20) && b % (1u << 20) == 0) return std::to_string(b >> 20) + "M";
-  if (b >= (1u << 10) && b % (1u << 10) == 0) return std::to_string(b >> 10) + "K";
-  return std::to_string(b);
-}
-
 // ---------------------------------------------------------------------------------------
 // Setup helpers
 

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "lattice/core/deadline.h"
+#include "lattice/core/size.h"  // parse_size / format_size, used by the benches
 #include "lattice/core/status.h"
 #include "lattice/fabric/fabric.h"
 
@@ -171,9 +172,5 @@ Result<PeerInfo> decode_peer_info(std::string_view json, const BenchLayout& expe
 // Iterations for `bytes` when the user asked for `iters` at small sizes: fewer for large
 // messages (ib_*_lat style), never below a floor.
 int scaled_iters(int iters, size_t bytes);
-
-// "8", "4K", "1M", "2G" (binary units) -> bytes.
-Result<size_t> parse_size(std::string_view s);
-std::string format_size(size_t bytes);
 
 }  // namespace lattice::cli

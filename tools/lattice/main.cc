@@ -20,7 +20,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "lattice 0.1.0");
   std::string log_level;
-  app.add_option("--log", log_level, "log level: trace|debug|info|warn|error|off (or LATTICE_LOG)");
+  // An unknown level is a usage error (exit 2), not silently "off" as spdlog would read it.
+  app.add_option("--log", log_level, "log level: trace|debug|info|warn|error|critical|off (or LATTICE_LOG)")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
 
   auto& table = command_table();
   std::sort(table.begin(), table.end(), [](const Command& a, const Command& b) { return a.path < b.path; });

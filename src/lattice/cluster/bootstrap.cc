@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "lattice/cluster/control.h"
+#include "lattice/core/fd_io.h"
 #include "lattice/core/log.h"
 
 namespace lattice::cluster {
@@ -281,10 +282,10 @@ struct Coordinator::Impl {
       p.in.clear();
       if (!out.ok()) {
         auto reject = p.hs->take_reject();
-        if (!reject.empty()) (void)write_all_fd(p.fd, reject.data(), reject.size(), Deadline::after(100ms));
+        if (!reject.empty()) (void)write_all(p.fd, reject.data(), reject.size(), Deadline::after(100ms));
         return refuse_pending(p, out.status());
       }
-      if (!out->empty() && !write_all_fd(p.fd, out->data(), out->size(), Deadline::after(200ms)).ok())
+      if (!out->empty() && !write_all(p.fd, out->data(), out->size(), Deadline::after(200ms)).ok())
         return refuse_pending(p, PeerLost("closed during the handshake"));
     }
     auto session = p.hs->session();

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "lattice/cluster/control.h"
+#include "lattice/cluster/rank_env.h"
 #include "lattice/cluster/topology_links.h"
 #include "lattice/core/log.h"
 
@@ -90,16 +91,6 @@ std::string host_name() {
   return buf;
 }
 
-Result<int> env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return fallback;
-  char* end = nullptr;
-  long x = std::strtol(v, &end, 10);
-  if (*end != '\0' || x < 0 || x > 1'000'000)
-    return InvalidArgument(std::string(name) + "='" + v + "' is not a non-negative integer");
-  return static_cast<int>(x);
-}
-
 }  // namespace
 
 // One epoch's fabric state. Destroyed in order: endpoints, then queues.
@@ -116,54 +107,31 @@ struct Cluster::EpochState {
   }
 };
 
-Result<ClusterOptions> cluster_options_from_env() {
+Result<ClusterOptions> cluster_options_from_env(const std::string& secret_file) {
+  LATTICE_ASSIGN_OR_RETURN(RankEnv e, RankEnv::from_env());
   ClusterOptions o;
-  struct Pair {
-    const char* rank;
-    const char* size;
-  };
-  const Pair sources[] = {{"LATTICE_RANK", "LATTICE_WORLD_SIZE"},
-                          {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
-                          {"PMI_RANK", "PMI_SIZE"},
-                          {"SLURM_PROCID", "SLURM_NTASKS"}};
-  bool found = false;
-  for (const auto& p : sources) {
-    if (std::getenv(p.rank) && std::getenv(p.size)) {
-      LATTICE_ASSIGN_OR_RETURN(o.rank, env_int(p.rank, 0));
-      LATTICE_ASSIGN_OR_RETURN(o.world_size, env_int(p.size, 1));
-      found = true;
-      break;
-    }
-  }
-  if (!found) {
-    o.rank = 0;
-    o.world_size = 1;
-  }
-  if (o.world_size < 1 || o.rank >= o.world_size)
-    return InvalidArgument("rank " + std::to_string(o.rank) + " is not below the world size " +
-                           std::to_string(o.world_size));
-  if (const char* c = std::getenv("LATTICE_COORDINATOR"); c && *c) o.coordinator = c;
-  if (const char* t = std::getenv("LATTICE_TOPOLOGY"); t && *t) {
-    LATTICE_ASSIGN_OR_RETURN(TopologyPlan plan, plan_from_topology_file(t));
+  o.rank = e.rank;
+  o.world_size = e.world_size;
+  o.coordinator = e.coordinator;
+  if (!e.topology.empty()) {
+    LATTICE_ASSIGN_OR_RETURN(TopologyPlan plan, plan_from_topology_file(e.topology));
     if (plan.world_size != o.world_size)
-      return InvalidArgument(std::string(t) + " lists " + std::to_string(plan.world_size) + " hosts but the world has " +
+      return InvalidArgument(e.topology + " lists " + std::to_string(plan.world_size) + " hosts but the world has " +
                              std::to_string(o.world_size) + " ranks");
     if (o.coordinator.empty()) o.coordinator = plan.coordinator;
     o.linked = plan.linked;  // only the pairs the topology cables get an endpoint
   }
-  if (const char* p = std::getenv("LATTICE_PROVIDER"); p && *p) o.provider = p;
+  if (!e.provider.empty()) o.provider = e.provider;
   if (o.provider != "tcp" && o.provider != "shm")
-    return InvalidArgument("LATTICE_PROVIDER='" + o.provider + "': use shm or tcp");
-  if (const char* a = std::getenv("LATTICE_FABRIC_ADDR"); a && *a) o.fabric_host = a;
-  if (const char* v = std::getenv("LATTICE_INSECURE"); v && *v && std::string(v) != "0") o.insecure = true;
-  if (const char* v = std::getenv("LATTICE_REJOIN"); v && *v && std::string(v) != "0") o.rejoin = true;
+    return InvalidArgument(std::string(env::kProvider) + "='" + o.provider + "': use shm or tcp");
+  o.fabric_host = e.fabric_addr;
+  o.insecure = e.insecure;
+  o.rejoin = e.rejoin;
   // The launcher (or another process) runs the coordinator: rank 0 is then as expendable as any.
-  if (const char* v = std::getenv("LATTICE_EXTERNAL_COORDINATOR"); v && *v && std::string(v) != "0")
-    o.host_coordinator = false;
-  LATTICE_ASSIGN_OR_RETURN(int hb, env_int("LATTICE_HEARTBEAT_MS", 100));
-  LATTICE_ASSIGN_OR_RETURN(int ft, env_int("LATTICE_FAILURE_TIMEOUT_MS", 700));
+  if (e.external_coordinator) o.host_coordinator = false;
+  const int hb = e.heartbeat_ms.value_or(100), ft = e.failure_timeout_ms.value_or(700);
   if (hb < 1 || ft <= hb) return InvalidArgument("need 0 < LATTICE_HEARTBEAT_MS < LATTICE_FAILURE_TIMEOUT_MS");
-  LATTICE_ASSIGN_OR_RETURN(int ct, env_int("LATTICE_CONNECT_TIMEOUT_MS", 15000));
+  const int ct = e.connect_timeout_ms.value_or(15000);
   if (ct < 1) return InvalidArgument("LATTICE_CONNECT_TIMEOUT_MS must be positive");
   o.connect_timeout = std::chrono::milliseconds(ct);
   o.membership.heartbeat_interval = std::chrono::milliseconds(hb);
@@ -172,12 +140,19 @@ Result<ClusterOptions> cluster_options_from_env() {
     if (o.coordinator.empty())
       return InvalidArgument("rank " + std::to_string(o.rank) + " of " + std::to_string(o.world_size) +
                              ": no coordinator (set LATTICE_COORDINATOR=host:port or LATTICE_TOPOLOGY=file)");
-    auto s = crypto::load_secret("");
+    auto s = crypto::load_secret(secret_file);  // the file if given, else LATTICE_SECRET / LATTICE_SECRET_FILE
     if (!s.ok()) return s.status().with_context("joining a cluster needs its secret");
     o.secret = *s;
   }
   return o;
 }
+
+std::string provider_uri(std::string_view word, std::string_view host) {
+  if (word == "tcp") return "tcp://" + std::string(host.empty() ? "127.0.0.1" : host) + ":0";
+  return std::string(word);
+}
+
+std::string Cluster::local_ip() const { return link_ ? link_->local_ip() : "127.0.0.1"; }
 
 Cluster::~Cluster() {
   // Leave politely: the coordinator tells the others "left", not "died". The rank hosting
@@ -291,12 +266,8 @@ Status Cluster::build_epoch(const json& plan, Deadline deadline) {
       if (plan["origins"][r].is_number_integer()) origins_[size_t(r)] = plan["origins"][r].get<int>();
   log::set_rank(rank);
 
-  if (!provider_) {
-    std::string uri = opt_.provider;
-    if (uri == "tcp") {
-      std::string host = opt_.fabric_host.empty() ? (link_ ? link_->local_ip() : "127.0.0.1") : opt_.fabric_host;
-      uri = "tcp://" + host + ":0";
-    }
+  if (!provider_ && !opt_.control_only) {
+    const std::string uri = provider_uri(opt_.provider, opt_.fabric_host.empty() ? local_ip() : opt_.fabric_host);
     // Data traffic is sealed with the cluster secret (tcp; same-host shm ignores it) unless
     // --insecure, which the join already announced loudly.
     fabric::ProviderOptions po;
@@ -316,7 +287,7 @@ Status Cluster::build_epoch(const json& plan, Deadline deadline) {
   // (an old coordinator) only the first epoch can follow the topology.
   const bool first_epoch = epoch == 0 && !opt_.rejoin;
   auto is_linked = [&](int a, int b) {
-    if (a == b) return false;
+    if (a == b || opt_.control_only) return false;
     if (!opt_.linked) return true;
     const int oa = origins_[size_t(a)], ob = origins_[size_t(b)];
     if (oa >= 0 && ob >= 0) return opt_.linked(oa, ob);
@@ -383,7 +354,7 @@ Status Cluster::build_epoch(const json& plan, Deadline deadline) {
     state_ = std::move(st);
   }
   live_epoch_ = epoch;
-  LATTICE_LOG_INFO("epoch {}: rank {} of {} over {}", epoch, rank, world, provider_->name());
+  LATTICE_LOG_INFO("epoch {}: rank {} of {} over {}", epoch, rank, world, provider_ ? provider_->name() : std::string_view("the control plane only"));
   return Status::Ok();
 }
 

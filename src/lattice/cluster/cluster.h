@@ -13,7 +13,7 @@
 // (plus nodes waiting to rejoin) to the next epoch: ranks renumbered in the old order, fresh
 // endpoints, epoch + 1.
 //
-// Environment (cluster_options_from_env):
+// Environment (cluster_options_from_env; the names are in rank_env.h):
 //   rank/world    LATTICE_RANK / LATTICE_WORLD_SIZE, else OMPI_COMM_WORLD_RANK/SIZE (mpirun),
 //                 PMI_RANK/PMI_SIZE (MPICH, Intel MPI), SLURM_PROCID/SLURM_NTASKS (srun);
 //                 none: a single rank (no control plane at all)
@@ -36,6 +36,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "lattice/cluster/bootstrap.h"
@@ -63,11 +64,21 @@ struct ClusterOptions {
   std::chrono::milliseconds connect_timeout{15000};
   // Which pairs get an endpoint (ranks of the epoch being built); empty: full mesh.
   std::function<bool(int, int)> linked;
+  // No fabric at all (no provider, no endpoints): only the control plane, its allgather and
+  // the membership. For programs that make their own endpoints (demo, bench fabric) and use
+  // the cluster to start, swap address blobs and agree on steps.
+  bool control_only = false;
   MemberLink::Callback on_event;
 };
 
-// From the environment (see above); the secret is required unless the world has one rank.
-Result<ClusterOptions> cluster_options_from_env();
+// From the environment (see above and rank_env.h); the secret is required unless the world has
+// one rank. `secret_file` non-empty (a --secret-file flag): the secret comes from that file.
+Result<ClusterOptions> cluster_options_from_env(const std::string& secret_file = "");
+
+// A provider word as every command takes it, as a fabric URI: plain "tcp" is tcp on `host`
+// (empty: 127.0.0.1) with a port picked by the system; anything else (shm, tcp://HOST:PORT,
+// verbs, ...) is already a URI and returned as it is.
+std::string provider_uri(std::string_view word, std::string_view host = {});
 
 class Cluster;
 Result<std::unique_ptr<Cluster>> join_cluster(ClusterOptions options, Deadline deadline);
@@ -105,6 +116,9 @@ class Cluster final : public Group {
   // current rank; -1 when unknown.
   const std::vector<int>& origins() const { return origins_; }
 
+  // This host's IP as the coordinator sees it (the address peers reach it by); 127.0.0.1
+  // without a control plane.
+  std::string local_ip() const;
   // The coordinator this rank hosts, or nullptr.
   Coordinator* coordinator() { return coordinator_.get(); }
   // Test hooks: behave as a stopped process (pause) or a killed one (drop control).

@@ -1,5 +1,7 @@
 #include "lattice/cluster/control.h"
 
+#include "lattice/core/fd_io.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -28,51 +30,6 @@ uint32_t get_u32(const uint8_t* p) {
 }
 
 }  // namespace
-
-Status write_all_fd(int fd, const void* data, size_t n, Deadline deadline) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  while (n > 0) {
-    ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (w > 0) {
-      p += w;
-      n -= static_cast<size_t>(w);
-      continue;
-    }
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (deadline.expired()) return Timeout("control write timed out (peer not reading)");
-      pollfd pfd{fd, POLLOUT, 0};
-      ::poll(&pfd, 1, std::min(deadline.remaining_ms_for_poll(), 100));
-      continue;
-    }
-    if (w < 0 && (errno == EPIPE || errno == ECONNRESET)) return PeerLost("control connection closed");
-    return ErrnoError("control write", errno);
-  }
-  return Status::Ok();
-}
-
-Status read_all_fd(int fd, void* data, size_t n, Deadline deadline) {
-  auto* p = static_cast<uint8_t*>(data);
-  while (n > 0) {
-    ssize_t r = ::recv(fd, p, n, MSG_DONTWAIT);
-    if (r > 0) {
-      p += r;
-      n -= static_cast<size_t>(r);
-      continue;
-    }
-    if (r == 0) return PeerLost("control connection closed");
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (deadline.expired()) return Timeout("control read timed out");
-      pollfd pfd{fd, POLLIN, 0};
-      ::poll(&pfd, 1, std::min(deadline.remaining_ms_for_poll(), 100));
-      continue;
-    }
-    if (errno == ECONNRESET) return PeerLost("control connection reset");
-    return ErrnoError("control read", errno);
-  }
-  return Status::Ok();
-}
 
 ControlChannel::ControlChannel(int fd, std::optional<crypto::SessionCipher> cipher, int peer,
                                std::string peer_name)
@@ -113,7 +70,7 @@ Result<std::vector<uint8_t>> ControlChannel::seal_frame(const json& msg) {
 Status ControlChannel::send(const json& msg, Deadline deadline) {
   std::lock_guard lock(send_mu_);
   LATTICE_ASSIGN_OR_RETURN(auto frame, seal_frame(msg));
-  Status s = write_all_fd(fd_, frame.data(), frame.size(), deadline);
+  Status s = write_all(fd_, frame.data(), frame.size(), deadline);
   return s.ok() ? s : Status(s.code(), s.message(), peer());
 }
 
@@ -165,8 +122,8 @@ Result<json> ControlChannel::recv(Deadline deadline) {
     LATTICE_ASSIGN_OR_RETURN(auto m, try_recv());
     if (m) return std::move(*m);
     if (deadline.expired()) return Timeout("no control message from " + peer_name_, peer());
-    pollfd pfd{fd_, POLLIN, 0};
-    ::poll(&pfd, 1, std::min(deadline.remaining_ms_for_poll(), 100));
+    // Looks again at least every 100 ms (a timeout of the wait is not an error: the loop decides).
+    (void)wait_readable(fd_, deadline.min(Deadline::after(std::chrono::milliseconds(100))));
   }
 }
 
@@ -185,20 +142,20 @@ Result<std::unique_ptr<ControlChannel>> handshake_fd(int fd, crypto::Handshake::
   auto run = [&]() -> Status {
     if (role == crypto::Handshake::Role::kInitiator) {
       LATTICE_ASSIGN_OR_RETURN(auto m1, hs.start());
-      LATTICE_RETURN_IF_ERROR(write_all_fd(fd, m1.data(), m1.size(), deadline));
+      LATTICE_RETURN_IF_ERROR(write_all(fd, m1.data(), m1.size(), deadline));
     }
     while (!hs.done()) {
       size_t want = hs.next_message_bytes();
       if (want == 0) return AuthFailed("handshake stalled");
       std::vector<uint8_t> in(want);
-      LATTICE_RETURN_IF_ERROR(read_all_fd(fd, in.data(), in.size(), deadline));
+      LATTICE_RETURN_IF_ERROR(read_all(fd, in.data(), in.size(), deadline));
       auto out = hs.on_message(in);
       if (!out.ok()) {
         auto reject = hs.take_reject();
-        if (!reject.empty()) (void)write_all_fd(fd, reject.data(), reject.size(), Deadline::after(200ms));
+        if (!reject.empty()) (void)write_all(fd, reject.data(), reject.size(), Deadline::after(200ms));
         return out.status();
       }
-      if (!out->empty()) LATTICE_RETURN_IF_ERROR(write_all_fd(fd, out->data(), out->size(), deadline));
+      if (!out->empty()) LATTICE_RETURN_IF_ERROR(write_all(fd, out->data(), out->size(), deadline));
     }
     return Status::Ok();
   };
@@ -258,48 +215,9 @@ Result<std::pair<std::string, uint16_t>> split_host_port(std::string_view addres
 
 Result<int> dial_tcp(std::string_view address, Deadline deadline) {
   LATTICE_ASSIGN_OR_RETURN(auto hp, split_host_port(address));
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  int rc = ::getaddrinfo(hp.first.c_str(), std::to_string(hp.second).c_str(), &hints, &res);
-  if (rc != 0) return Unavailable("cannot resolve '" + hp.first + "': " + gai_strerror(rc));
-  Status last = Unavailable("no address for '" + hp.first + "'");
-  for (addrinfo* ai = res; ai; ai = ai->ai_next) {
-    int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) {
-      last = ErrnoError("socket()", errno);
-      continue;
-    }
-    int r = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
-    if (r < 0 && errno == EINPROGRESS) {
-      pollfd pfd{fd, POLLOUT, 0};
-      int pr = ::poll(&pfd, 1, deadline.remaining_ms_for_poll());
-      if (pr <= 0) {
-        ::close(fd);
-        last = Timeout("connect to " + std::string(address) + " timed out");
-        continue;
-      }
-      int err = 0;
-      socklen_t len = sizeof(err);
-      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-      if (err != 0) {
-        ::close(fd);
-        last = ErrnoError("connect to " + std::string(address), err);
-        continue;
-      }
-    } else if (r < 0) {
-      last = ErrnoError("connect to " + std::string(address), errno);
-      ::close(fd);
-      continue;
-    }
-    int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    ::freeaddrinfo(res);
-    return fd;
-  }
-  ::freeaddrinfo(res);
-  return last;
+  auto fd = connect_tcp(hp.first, hp.second, deadline);
+  if (!fd.ok()) return fd.status().with_context("connect to " + std::string(address));
+  return fd;
 }
 
 std::string socket_name(int fd, bool local) {

@@ -76,10 +76,6 @@ class ControlChannel {
   Status failed_;
 };
 
-// Writes/reads exactly n bytes on a blocking or non-blocking stream socket, within the deadline.
-Status write_all_fd(int fd, const void* data, size_t n, Deadline deadline);
-Status read_all_fd(int fd, void* data, size_t n, Deadline deadline);
-
 // Runs the handshake over `fd` (blocking, bounded by `deadline`) and returns the channel.
 // The initiator is the rank dialing the coordinator. A refused handshake is kAuthFailed
 // (wrong or missing secret) or kInvalidArgument (--insecure on one side only).

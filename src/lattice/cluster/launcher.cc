@@ -11,14 +11,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <optional>
 #include <memory>
 
+#include "lattice/cluster/bootstrap.h"
 #include "lattice/core/deadline.h"
+#include "lattice/core/fd_io.h"
 
 extern char** environ;
 
@@ -64,17 +68,9 @@ bool process_stopped(pid_t pid) {
   return close && close[1] == ' ' && (close[2] == 'T' || close[2] == 't');
 }
 
-void write_fully(int fd, const std::string& s) {
-  const char* p = s.data();
-  size_t n = s.size();
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-}
+// Our output (a terminal, a pipe): bounded, so a reader that stopped reading cannot hang the
+// supervisor; what does not fit in time is dropped.
+void write_fully(int fd, const std::string& s) { (void)write_all(fd, s.data(), s.size(), Deadline::after(10s)); }
 
 std::string describe(int status) {
   if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
@@ -398,6 +394,74 @@ Result<int> run_ranks(const LaunchOptions& options) {
     if (!s.ok()) return s.with_context("starting rank " + std::to_string(r.rank));  // ~Supervisor kills the rest
   }
   return sup.run();
+}
+
+std::vector<std::vector<int>> local_job_cpus(const LocalJob& job) {
+  const Bind policy = job.launch.keep_going && job.bind == Bind::kAuto ? Bind::kNone : job.bind;
+  return bind_cpus(job.world_size, policy, usable_cpus());
+}
+
+Result<int> run_local_job(LocalJob job) {
+  if (job.world_size < 1 || job.world_size > 256)
+    return InvalidArgument("a local job has 1..256 ranks, not " + std::to_string(job.world_size));
+  if (job.argv.empty()) return InvalidArgument("a local job needs a command");
+  RankEnv e;
+  e.world_size = job.world_size;
+  e.provider = job.provider;
+  e.insecure = job.insecure;
+  e.heartbeat_ms = job.heartbeat_ms;
+  e.failure_timeout_ms = job.failure_timeout_ms;
+  std::optional<crypto::ClusterSecret> secret = job.secret;
+  if (!job.secret_file.empty()) {
+    // Refused here, once, rather than in every rank.
+    LATTICE_ASSIGN_OR_RETURN(secret, crypto::load_secret_file(job.secret_file));
+    char buf[PATH_MAX];
+    e.secret_file = job.secret_file.front() != '/' && ::realpath(job.secret_file.c_str(), buf) ? buf : job.secret_file;
+  } else {
+    if (!secret) secret = crypto::ClusterSecret::generate();
+    e.secret_hex = secret->to_hex();
+  }
+  e.coordinator = job.coordinator;
+  if (e.coordinator.empty()) {
+    LATTICE_ASSIGN_OR_RETURN(uint16_t port, pick_free_port());
+    e.coordinator = "127.0.0.1:" + std::to_string(port);
+  }
+  std::unique_ptr<Coordinator> hosted;  // outlives every rank: run_ranks returns after the last
+  if (job.host_coordinator) {
+    CoordinatorOptions co;
+    co.listen = e.coordinator;
+    co.world_size = job.world_size;
+    co.secret = *secret;
+    co.insecure = job.insecure;
+    if (job.heartbeat_ms) co.heartbeat_interval = std::chrono::milliseconds(*job.heartbeat_ms);
+    if (job.failure_timeout_ms) co.failure_timeout = std::chrono::milliseconds(*job.failure_timeout_ms);
+    auto started = Coordinator::start(co);
+    if (!started.ok()) return started.status().with_context("starting the coordinator");
+    hosted = std::move(*started);
+    e.external_coordinator = true;
+  }
+  const std::vector<std::vector<int>> cpus = local_job_cpus(job);
+  LaunchOptions lo = job.launch;
+  lo.ranks.clear();
+  for (int r = 0; r < job.world_size; ++r) {
+    e.rank = r;
+    LaunchRank lr;
+    lr.rank = r;
+    lr.argv = job.argv;
+    lr.env = job.env;
+    for (auto& kv : e.to_env()) lr.env.push_back(std::move(kv));
+    lr.cpus = cpus[size_t(r)];
+    lo.ranks.push_back(std::move(lr));
+  }
+  return run_ranks(lo);
+}
+
+std::string self_exe() {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "/proc/self/exe";
+  buf[n] = 0;
+  return buf;
 }
 
 std::string shell_quote(const std::string& text) {

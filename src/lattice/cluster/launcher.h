@@ -18,12 +18,15 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "lattice/cluster/rank_env.h"
 #include "lattice/core/status.h"
+#include "lattice/crypto/secret.h"
 
 namespace lattice::cluster {
 
@@ -58,6 +61,41 @@ struct LaunchOptions {
 // Runs the ranks to completion; returns the launcher's exit code (see above). Fails only if
 // it could not start (fork/pipe errors), after stopping whatever it started.
 Result<int> run_ranks(const LaunchOptions& options);
+
+// A job of local ranks, the one way this codebase starts rank processes on this machine
+// (`lattice launch -n`, `run --nodes`, `demo`, `bench fabric`, `bench coll --procs`): every
+// rank runs `argv` with the rank environment contract (rank_env.h) filled in, pinned to CPUs
+// as `bind` says, and supervised by run_ranks() (see above).
+struct LocalJob {
+  int world_size = 0;
+  std::vector<std::string> argv;  // the same for every rank; see self_exe()
+  std::string provider = "shm";   // LATTICE_PROVIDER
+  // kAuto pins only when every rank can have CPUs of its own, and never with keep_going (ranks
+  // that survive others' loss should be free to use the cores those leave): `launch --bind auto`.
+  Bind bind = Bind::kAuto;
+  // The launcher itself hosts the coordinator (LATTICE_EXTERNAL_COORDINATOR=1), so no rank is
+  // special (jobs that survive losing rank 0). Else rank 0 hosts it.
+  bool host_coordinator = false;
+  std::string coordinator;        // empty: 127.0.0.1 on a free port
+  // The cluster secret: secret_file (absolute path, passed as LATTICE_SECRET_FILE), else
+  // `secret`, else a fresh one for this run; both of the latter travel as LATTICE_SECRET in
+  // the environment of our children only.
+  std::string secret_file;
+  std::optional<crypto::ClusterSecret> secret;
+  bool insecure = false;
+  std::optional<int> heartbeat_ms, failure_timeout_ms;
+  std::vector<std::pair<std::string, std::string>> env;  // more variables for every rank
+  LaunchOptions launch;  // grace, prefix, keep_going, fds; its `ranks` are filled in here
+};
+
+// Starts and supervises the job; returns run_ranks()'s exit code. Fails (nothing started) on
+// a bad job: world_size outside 1..256, no argv, an unreadable secret file, no free port, a
+// coordinator that cannot start.
+Result<int> run_local_job(LocalJob job);
+// Per-rank CPUs for the job, as run_local_job pins them.
+std::vector<std::vector<int>> local_job_cpus(const LocalJob& job);
+// This executable's absolute path (/proc/self/exe resolved), for jobs that re-run it.
+std::string self_exe();
 
 // 'text' quoted for /bin/sh (single quotes, embedded quotes escaped).
 std::string shell_quote(const std::string& text);
