@@ -19,7 +19,7 @@
 #include "lattice/cluster/cluster.h"
 #include "lattice/cluster/launcher.h"
 #include "lattice/coll/coll.h"
-#include "lattice/crypto/secret.h"
+#include "lattice/cluster/rank_env.h"
 #include "lattice/engine/gguf/make_model.h"
 #include "lattice/engine/model/arch.h"
 #include "lattice/engine/model/hparams.h"
@@ -58,13 +58,6 @@ int fail(const std::string& msg) {
   return 2;
 }
 
-std::string self_exe() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return "/proc/self/exe";
-  buf[n] = 0;
-  return buf;
-}
 
 // The environment variable that carries a local run's options to its ranks, as one JSON
 // value (run_job_to_json / run_job_from_json), instead of flag by flag.
@@ -174,44 +167,19 @@ int launch_local(DistRunArgs a) {
   if (a.nodes < 1 || a.nodes > 64) return fail("--nodes must be in 1..64");
   if (a.provider != "shm" && a.provider != "tcp") return fail("--provider must be shm or tcp");
   if (std::string e = check_args(a, a.nodes); !e.empty()) return fail(e);
-  auto port = cluster::pick_free_port();
-  if (!port.ok()) return fail(port.status().to_string());
   // Every rank must sample with the same seed: resolve a random one here.
   if (!a.seed_set) a.seed = static_cast<uint64_t>(std::random_device{}()), a.seed_set = true;
-  const std::vector<std::string> argv = {self_exe(), "run"};
-  const std::string job = run_job_to_json(a).dump();
-  const crypto::ClusterSecret cluster_secret = crypto::ClusterSecret::generate();
-  const std::string secret = cluster_secret.to_hex();
+  cluster::LocalJob job;
+  job.world_size = a.nodes;
+  job.argv = {cluster::self_exe(), "run"};
+  job.provider = a.provider;
   // With recovery on, the launcher hosts the coordinator (the membership authority) itself,
-  // so no rank is special: any of them, rank 0 included, can be lost and re-placed. The
-  // launcher outlives every rank anyway (they die with it).
-  std::unique_ptr<cluster::Coordinator> coordinator;
-  if (a.recover) {
-    cluster::CoordinatorOptions co;
-    co.listen = "127.0.0.1:" + std::to_string(*port);
-    co.world_size = a.nodes;
-    co.secret = cluster_secret;
-    auto started = cluster::Coordinator::start(co);
-    if (!started.ok()) return fail("coordinator: " + started.status().to_string());
-    coordinator = std::move(*started);
-  }
-  cluster::LaunchOptions lo;
-  lo.prefix = false;  // rank 0 writes the text; the others write only errors (which name their rank)
-  lo.keep_going = a.recover;  // survivors re-place the work; rank 0's status is the job's
-  for (int r = 0; r < a.nodes; ++r) {
-    cluster::LaunchRank lr;
-    lr.rank = r;
-    lr.argv = argv;
-    lr.env = {{"LATTICE_RANK", std::to_string(r)},
-              {"LATTICE_WORLD_SIZE", std::to_string(a.nodes)},
-              {"LATTICE_COORDINATOR", "127.0.0.1:" + std::to_string(*port)},
-              {"LATTICE_PROVIDER", a.provider},
-              {"LATTICE_SECRET", secret},
-              {"LATTICE_EXTERNAL_COORDINATOR", a.recover ? "1" : "0"},
-              {kRunJobEnv, job}};
-    lo.ranks.push_back(std::move(lr));
-  }
-  auto code = cluster::run_ranks(lo);
+  // so no rank is special: any of them, rank 0 included, can be lost and re-placed.
+  job.host_coordinator = a.recover;
+  job.env = {{kRunJobEnv, run_job_to_json(a).dump()}};
+  job.launch.prefix = false;          // rank 0 writes the text; the others only errors (naming their rank)
+  job.launch.keep_going = a.recover;  // survivors re-place the work; rank 0's status is the job's
+  auto code = cluster::run_local_job(std::move(job));
   if (!code.ok()) return fail(code.status().to_string());
   return *code;
 }
@@ -359,9 +327,8 @@ int run_rank(DistRunArgs a) {
 }  // namespace
 
 bool under_cluster_launcher() {
-  const char* r = std::getenv("LATTICE_RANK");
-  const char* w = std::getenv("LATTICE_WORLD_SIZE");
-  return r && *r && w && *w;
+  auto env = cluster::RankEnv::from_env();
+  return env.ok() && env->launched;
 }
 
 std::string demo_model_path(std::string* error) {
