@@ -2,6 +2,8 @@
 // fields, greedy tokens equal to the Session's, exit code 2 on bad input. Skipped when the
 // lattice binary has not been built next to the tests.
 #include <gtest/gtest.h>
+
+#include <chrono>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -94,6 +96,11 @@ TEST_F(EngineCli, BadInputExitsWith2) {
   EXPECT_EQ(run("run -m " + (dir_ / "missing.gguf").string() + " -p hi").exit_code, 2);
   EXPECT_EQ(run("run -m " + model_ + " -p hi -n -1").exit_code, 2);
   EXPECT_EQ(run("run -m " + model_ + " -p hi --top-p -1").exit_code, 2);
+  EXPECT_EQ(run("run -m " + model_ + " -p hi --top-p 2").exit_code, 2);
+  EXPECT_EQ(run("run -m " + model_ + " -p hi --temp -1").exit_code, 2);
+  EXPECT_EQ(run("run -m " + model_ + " -p hi --min-p 1.5").exit_code, 2);
+  EXPECT_EQ(run("run -m " + model_ + " -p hi --inject-fault 1@2").exit_code, 2);  // one node: no rank to lose
+  EXPECT_EQ(run("bench engine -m " + model_ + " --batch 0").exit_code, 2);
   EXPECT_EQ(run("bench engine -m " + model_ + " -p 8,x").exit_code, 2);
   EXPECT_EQ(run("bench engine -m " + model_ + " -t 0").exit_code, 2);
   // A file that is not a GGUF.
@@ -102,6 +109,35 @@ TEST_F(EngineCli, BadInputExitsWith2) {
   std::fputs("not a model at all", f);
   std::fclose(f);
   EXPECT_EQ(run("run -m " + junk + " -p hi").exit_code, 2);
+}
+
+// Checked before any rank starts: the run ends at once with the usage error, nothing launched.
+TEST_F(EngineCli, DistributedRunRefusesBadOptionsBeforeStartingRanks) {
+  for (const std::string bad : {"--inject-fault x", "--inject-fault 5@2", "--temp -1", "--top-p 2", "--split 1,2,3",
+                                "--parallel zz"}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Ran r = run("run -m " + model_ + " -p hi -n 2 --nodes 2 " + bad);
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << bad;
+  }
+}
+
+TEST_F(EngineCli, TextRunShowsThePromptThenTheText) {
+  const Ran r = run("run -m " + model_ + " -p 'hello world' -n 6 --temp 0 --ignore-eos");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(r.out.rfind("hello world", 0), 0u) << r.out;
+  EXPECT_GT(r.out.size(), std::string("hello world").size());
+}
+
+TEST_F(EngineCli, BenchEngineBatchReportsAggregateDecodeRows) {
+  const Ran r = run("bench engine -m " + model_ + " -p 8 -n 4 --batch 1,4 -t 1 -r 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto rows = nlohmann::json::parse(r.out);
+  ASSERT_EQ(rows.size(), 3u);  // pp8, tg4@b1, tg4@b4
+  EXPECT_EQ(rows[1]["test"], "tg4@b1");
+  EXPECT_EQ(rows[2]["test"], "tg4@b4");
+  EXPECT_EQ(rows[2]["batch"].get<int>(), 4);
+  EXPECT_GT(rows[2]["decode_tok_s"].get<double>(), 0.0);
 }
 
 TEST_F(EngineCli, BenchEngineJsonHasOneRowPerThreadAndTest) {
