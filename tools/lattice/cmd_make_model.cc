@@ -14,7 +14,8 @@ Registrar make_model_cmd{
     {"make-model", "write a GGUF model with random weights (llama, qwen2, qwen3)", [](CLI::App& app) {
        auto o = std::make_shared<engine::MakeModelOptions>();
        auto out = std::make_shared<std::string>();
-       app.add_option("--arch", o->arch, "llama | qwen2 | qwen3")->capture_default_str();
+       app.add_option("--arch", o->arch, "llama | qwen2 | qwen3 | qwen3moe (llama with --experts: Mixtral)")
+           ->capture_default_str();
        app.add_option("--dim", o->dim, "embedding length")->capture_default_str();
        app.add_option("--layers", o->layers, "number of blocks")->capture_default_str();
        app.add_option("--heads", o->heads, "attention heads")->capture_default_str();
@@ -22,6 +23,10 @@ Registrar make_model_cmd{
        app.add_option("--head-dim", o->head_dim, "head dimension (0: dim / heads)")->capture_default_str();
        app.add_option("--ffn", o->ffn, "feed-forward length (0: about 8/3 * dim)")->capture_default_str();
        app.add_option("--vocab", o->vocab, "vocabulary size")->capture_default_str();
+       app.add_option("--experts", o->experts, "experts per layer (mixture of experts; 0: dense)")->capture_default_str();
+       app.add_option("--experts-used", o->experts_used, "experts each token uses")->capture_default_str();
+       app.add_option("--expert-ffn", o->expert_ffn, "each expert's feed-forward length (0: --ffn)")
+           ->capture_default_str();
        app.add_option("--ctx", o->context_length, "training context length")->capture_default_str();
        app.add_option("--type", o->type, "f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m q5_k_m")->capture_default_str();
        app.add_flag("--pure", o->pure, "every weight matrix in --type (no Q6_K output, no mixing)");

@@ -82,11 +82,18 @@ void generate_row(uint64_t state, float mean, float std, float* out, size_t n) {
 struct Shape {
   std::string arch;
   uint32_t dim, layers, heads, kv_heads, head_dim, ffn, vocab;
+  uint32_t experts, experts_used, expert_ffn;
 };
 
 Status check_options(const MakeModelOptions& o, Shape& s) {
-  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3")
-    return InvalidArgument("--arch '" + o.arch + "': expected llama, qwen2 or qwen3");
+  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3" && o.arch != "qwen3moe")
+    return InvalidArgument("--arch '" + o.arch + "': expected llama, qwen2, qwen3 or qwen3moe");
+  if (o.arch == "qwen3moe" && o.experts == 0) return InvalidArgument("--experts: qwen3moe needs experts");
+  if (o.experts > 0 && o.arch != "llama" && o.arch != "qwen3moe")
+    return InvalidArgument("--experts: only llama (Mixtral) and qwen3moe have experts");
+  if (o.experts > 4096) return InvalidArgument("--experts must be at most 4096");
+  if (o.experts > 0 && (o.experts_used == 0 || o.experts_used > o.experts))
+    return InvalidArgument("--experts-used must be 1 to --experts");
   if (o.dim == 0 || o.dim > (1u << 16)) return InvalidArgument("--dim must be 1 to 65536");
   if (o.layers == 0 || o.layers > 1024) return InvalidArgument("--layers must be 1 to 1024");
   if (o.heads == 0 || o.heads > o.dim) return InvalidArgument("--heads must be 1 to --dim");
@@ -108,7 +115,9 @@ Status check_options(const MakeModelOptions& o, Shape& s) {
   if (o.context_length == 0) return InvalidArgument("--ctx must be positive");
   if (o.version != 2 && o.version != 3) return InvalidArgument("--gguf-version must be 2 or 3");
   if (o.rope_scale < 0 || !std::isfinite(o.rope_scale)) return InvalidArgument("--rope-scale must be positive");
-  s = {o.arch, o.dim, o.layers, o.heads, kv, hd, ffn, o.vocab};
+  const uint32_t eff = o.experts ? (o.expert_ffn ? o.expert_ffn : ffn) : 0;
+  if (eff > (1u << 20)) return InvalidArgument("--expert-ffn must be at most 1048576");
+  s = {o.arch, o.dim, o.layers, o.heads, kv, hd, ffn, o.vocab, o.experts, o.experts_used, eff};
   return Status::Ok();
 }
 
@@ -149,7 +158,13 @@ Result<ModelPlan> plan_model(const MakeModelOptions& o) {
     md.set(a + ".rope.scaling.factor", o.rope_scale);
     md.set(a + ".rope.scaling.original_context_length", o.context_length);
   }
-  if (a == "qwen3" || s.head_dim * s.heads != s.dim) {
+  const bool qk_norm = a == "qwen3" || a == "qwen3moe";
+  if (s.experts) {
+    md.set(a + ".expert_count", s.experts);
+    md.set(a + ".expert_used_count", s.experts_used);
+    if (a == "qwen3moe") md.set(a + ".expert_feed_forward_length", s.expert_ffn);
+  }
+  if (qk_norm || s.head_dim * s.heads != s.dim) {
     md.set(a + ".attention.key_length", s.head_dim);
     md.set(a + ".attention.value_length", s.head_dim);
   }
@@ -188,6 +203,12 @@ Result<ModelPlan> plan_model(const MakeModelOptions& o) {
     st = w.add_tensor(name, pick(role, layer, n_in), {n_in, n_out});
     gens->push_back({role, 0.0f, std});
   };
+  auto expert_matrix = [&](const std::string& name, Role role, uint32_t layer, uint64_t n_in, uint64_t n_out,
+                           float std) {
+    if (!st.ok()) return;
+    st = w.add_tensor(name, pick(role, layer, n_in), {n_in, n_out, s.experts});
+    gens->push_back({role, 0.0f, std});
+  };
   auto vec = [&](const std::string& name, Role role, uint64_t n, float mean, float std) {
     if (!st.ok()) return;
     st = w.add_tensor(name, TensorType::kF32, {n});
@@ -209,15 +230,26 @@ Result<ModelPlan> plan_model(const MakeModelOptions& o) {
       vec(b + "attn_k.bias", Role::kBias, kv_dim, 0.0f, 0.02f);
       vec(b + "attn_v.bias", Role::kBias, kv_dim, 0.0f, 0.02f);
     }
-    if (a == "qwen3") {
+    if (qk_norm) {
       vec(b + "attn_q_norm.weight", Role::kNorm, s.head_dim, 1.0f, 0.05f);
       vec(b + "attn_k_norm.weight", Role::kNorm, s.head_dim, 1.0f, 0.05f);
     }
     matrix(b + "attn_output.weight", Role::kAttnOut, l, q_dim, s.dim, 1.0f / std::sqrt(static_cast<float>(q_dim)));
     vec(b + "ffn_norm.weight", Role::kNorm, s.dim, 1.0f, 0.05f);
-    matrix(b + "ffn_gate.weight", Role::kFfnGate, l, s.dim, s.ffn, inv_dim);
-    matrix(b + "ffn_up.weight", Role::kFfnUp, l, s.dim, s.ffn, inv_dim);
-    matrix(b + "ffn_down.weight", Role::kFfnDown, l, s.ffn, s.dim, 1.0f / std::sqrt(static_cast<float>(s.ffn)));
+    if (s.experts) {
+      // The router stays F32, as llama.cpp's quantizer leaves it; a larger spread than the
+      // projections' so that the choice of experts is not a near-tie everywhere.
+      if (st.ok()) st = w.add_tensor(b + "ffn_gate_inp.weight", TensorType::kF32, {s.dim, s.experts});
+      gens->push_back({Role::kFfnGate, 0.0f, 4.0f * inv_dim});
+      expert_matrix(b + "ffn_gate_exps.weight", Role::kFfnGate, l, s.dim, s.expert_ffn, inv_dim);
+      expert_matrix(b + "ffn_up_exps.weight", Role::kFfnUp, l, s.dim, s.expert_ffn, inv_dim);
+      expert_matrix(b + "ffn_down_exps.weight", Role::kFfnDown, l, s.expert_ffn, s.dim,
+                    1.0f / std::sqrt(static_cast<float>(s.expert_ffn)));
+    } else {
+      matrix(b + "ffn_gate.weight", Role::kFfnGate, l, s.dim, s.ffn, inv_dim);
+      matrix(b + "ffn_up.weight", Role::kFfnUp, l, s.dim, s.ffn, inv_dim);
+      matrix(b + "ffn_down.weight", Role::kFfnDown, l, s.ffn, s.dim, 1.0f / std::sqrt(static_cast<float>(s.ffn)));
+    }
   }
   if (!st.ok()) return st.with_context("make-model");
   for (const auto& t : w.tensors()) {

@@ -21,7 +21,7 @@
 namespace lattice::engine {
 
 struct MakeModelOptions {
-  std::string arch = "llama";  // llama | qwen2 | qwen3
+  std::string arch = "llama";  // llama | qwen2 | qwen3 | qwen3moe (llama with experts: Mixtral)
   uint32_t dim = 256;          // embedding length
   uint32_t layers = 2;
   uint32_t heads = 4;
@@ -29,6 +29,13 @@ struct MakeModelOptions {
   uint32_t head_dim = 0;       // 0: dim / heads
   uint32_t ffn = 0;            // 0: a multiple of 32 near 8/3 * dim
   uint32_t vocab = 512;
+  // Mixture of experts: experts per layer (0: a dense FFN; qwen3moe needs some), how many a
+  // token uses, and each expert's FFN width (0: --ffn). Written as llama.cpp's converters do:
+  // ffn_gate_inp [dim, experts] (F32), ffn_{gate,up}_exps [dim, expert_ffn, experts],
+  // ffn_down_exps [expert_ffn, dim, experts], and the {arch}.expert_* keys.
+  uint32_t experts = 0;
+  uint32_t experts_used = 0;
+  uint32_t expert_ffn = 0;
   uint32_t context_length = 2048;
   std::string type = "f16";    // f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m q5_k_m
   bool pure = false;           // every weight matrix in `type` (no Q6_K output, no mixing)

@@ -21,6 +21,10 @@ enum class AttentionKind : uint8_t {
 enum class FfnKind : uint8_t {
   kSwiGlu,  // down(silu(gate x) * up x)
 };
+// How a mixture-of-experts layer weighs its experts.
+enum class RouterKind : uint8_t {
+  kSoftmaxTopK,  // softmax over all experts, the top k chosen (lowest id on ties), optionally renormalized
+};
 // Whether a tensor family is in the file.
 enum class Presence : uint8_t { kAbsent, kOptional, kRequired };
 
@@ -31,6 +35,8 @@ struct TensorNames {
   std::string_view ffn_norm = "ffn_norm", gate = "ffn_gate", up = "ffn_up", down = "ffn_down";
   std::string_view tok_embd = "token_embd", output_norm = "output_norm", output = "output";
   std::string_view rope_freqs = "rope_freqs";
+  std::string_view gate_inp = "ffn_gate_inp", gate_exps = "ffn_gate_exps", up_exps = "ffn_up_exps",
+                   down_exps = "ffn_down_exps";
 };
 
 struct ArchInfo {
@@ -45,12 +51,18 @@ struct ArchInfo {
   ops::RopeLayout rope_layout = ops::RopeLayout::kNormal;  // how RoPE pairs components
   Presence qkv_bias = Presence::kOptional;  // attn_{q,k,v}.bias
   bool qk_norm = false;                     // per-head RMSNorm of q and k before RoPE
+  // Mixture of experts: whether layers route tokens to experts ({arch}.expert_count > 0,
+  // ffn_*_exps tensors; kOptional: dense files of the architecture have none), and how.
+  Presence experts = Presence::kAbsent;
+  RouterKind router = RouterKind::kSoftmaxTopK;
+  bool expert_weights_norm = true;  // default of {arch}.expert_weights_norm
   TensorNames names;
 };
 
 extern const ArchInfo kLlamaArch;
 extern const ArchInfo kQwen2Arch;
 extern const ArchInfo kQwen3Arch;
+extern const ArchInfo kQwen3MoeArch;
 
 // All supported architectures, in the order they are listed to users.
 std::span<const ArchInfo* const> supported_archs();

@@ -54,6 +54,27 @@ Result<Hparams> read_hparams(const Metadata& md, const ArchInfo& arch) {
   if (!(h.rms_eps > 0.0f) || !(h.rms_eps < 1.0f))
     return bad(key(arch, "attention.layer_norm_rms_epsilon"), "must be in (0, 1)");
 
+  // Experts.
+  if (arch.experts != Presence::kAbsent) {
+    LATTICE_ASSIGN_OR_RETURN(h.n_expert, md.get_u32_or(key(arch, "expert_count"), 0));
+    if (arch.experts == Presence::kRequired && h.n_expert == 0)
+      return bad(key(arch, "expert_count"), "must be > 0 for " + std::string(arch.name));
+  }
+  if (h.n_expert > 0) {
+    if (h.n_expert > 4096) return bad(key(arch, "expert_count"), std::to_string(h.n_expert) + " is more than 4096");
+    LATTICE_RETURN_IF_ERROR(req_u32("expert_used_count", h.n_expert_used));
+    if (h.n_expert_used > h.n_expert)
+      return bad(key(arch, "expert_used_count"), std::to_string(h.n_expert_used) + " is more than the " +
+                                                     std::to_string(h.n_expert) + " experts");
+    LATTICE_ASSIGN_OR_RETURN(h.n_ff_exp, md.get_u32_or(key(arch, "expert_feed_forward_length"), h.n_ff));
+    if (h.n_ff_exp == 0) return bad(key(arch, "expert_feed_forward_length"), "must be > 0");
+    LATTICE_ASSIGN_OR_RETURN(h.expert_weights_norm, md.get_bool_or(key(arch, "expert_weights_norm"), arch.expert_weights_norm));
+    LATTICE_ASSIGN_OR_RETURN(h.expert_weights_scale, md.get_f32_or(key(arch, "expert_weights_scale"), 0.0f));
+    if (h.expert_weights_scale == 0.0f) h.expert_weights_scale = 1.0f;
+    if (!(h.expert_weights_scale > 0.0f) || !std::isfinite(h.expert_weights_scale))
+      return bad(key(arch, "expert_weights_scale"), "must be a finite number > 0");
+  }
+
   h.rope.layout = arch.rope_layout;
   LATTICE_ASSIGN_OR_RETURN(h.rope.n_rot, md.get_u32_or(key(arch, "rope.dimension_count"), h.head_dim));
   if (h.rope.n_rot == 0 || h.rope.n_rot % 2 != 0 || h.rope.n_rot > h.head_dim)

@@ -24,12 +24,20 @@ struct Hparams {
   float rms_eps = 1e-5f;     // {arch}.attention.layer_norm_rms_epsilon
   ops::RopeParams rope;      // layout from the arch; n_rot, freq_base, linear scaling from the file
   std::string rope_scaling;  // "none" or "linear"
+  // Mixture of experts (0 experts: a dense FFN in every layer).
+  uint32_t n_expert = 0;          // {arch}.expert_count
+  uint32_t n_expert_used = 0;     // {arch}.expert_used_count
+  uint32_t n_ff_exp = 0;          // {arch}.expert_feed_forward_length (default feed_forward_length)
+  bool expert_weights_norm = true;   // {arch}.expert_weights_norm: renormalize the chosen k
+  float expert_weights_scale = 1.0f; // {arch}.expert_weights_scale (0 in the file means 1)
 
   uint32_t q_dim() const { return n_head * head_dim; }
   uint32_t kv_dim() const { return n_head_kv * head_dim; }
   uint32_t v_dim() const { return n_head_kv * head_dim_v; }
   uint32_t attn_out_dim() const { return n_head * head_dim_v; }
   uint32_t group() const { return n_head / n_head_kv; }  // query heads per KV head
+  bool moe() const { return n_expert > 0; }
+  uint32_t ffn_width() const { return moe() ? n_ff_exp : n_ff; }  // the FFN columns a layout splits
 };
 
 // Reads and checks the hyper-parameters. Errors name the key and the reason (kNotFound for a

@@ -48,12 +48,13 @@ Result<ShardLayout> make_shard_layout(const Hparams& hp, uint32_t ff_block_elems
                        " do not align with KV-head groups of " + std::to_string(cols_per_kv) + " columns");
   L.kv_heads = split_units(hp.n_head_kv, world, weights);
   uint32_t g = std::max<uint32_t>(ff_block_elems, 1);
-  if (hp.n_ff % std::max<uint32_t>(g, 32) == 0) g = std::max<uint32_t>(g, 32);
-  if (hp.n_ff % g != 0)
-    return Unavailable("tensor parallel: FFN width " + std::to_string(hp.n_ff) + " is not a multiple of the block size " +
+  const uint32_t F = hp.ffn_width();
+  if (F % std::max<uint32_t>(g, 32) == 0) g = std::max<uint32_t>(g, 32);
+  if (F % g != 0)
+    return Unavailable("tensor parallel: FFN width " + std::to_string(F) + " is not a multiple of the block size " +
                        std::to_string(g));
   L.ff_granularity = g;
-  L.ff = split_units(hp.n_ff / g, world, weights);
+  L.ff = split_units(hp.ffn_width() / g, world, weights);
   for (Range& r : L.ff) r = {r.begin * g, r.end * g};
   L.vocab = split_units(hp.n_vocab, world, weights);
   return L;
@@ -170,7 +171,7 @@ Status Model::bind_all(const LoadOptions& options) {
   // Block sizes decide where FFN and attention-output columns may be cut.
   uint32_t ff_blk = 1, wo_blk = 1;
   for (uint32_t i = 0; i < hp_.n_layer; ++i)
-    for (auto [base, dst] : {std::pair{nm.down, &ff_blk}, std::pair{nm.wo, &wo_blk}})
+    for (auto [base, dst] : {std::pair{hp_.moe() ? nm.down_exps : nm.down, &ff_blk}, std::pair{nm.wo, &wo_blk}})
       if (const TensorInfo* t = file_->find_tensor(blk(i, base)))
         *dst = std::max<uint32_t>(*dst, type_traits(static_cast<uint32_t>(t->type))->block_elems);
   LATTICE_ASSIGN_OR_RETURN(layout_, make_shard_layout(hp_, ff_blk, wo_blk, shard_.world, shard_.weights));
@@ -224,12 +225,64 @@ Status Model::bind_all(const LoadOptions& options) {
       LATTICE_ASSIGN_OR_RETURN(L.k_norm, vec(blk(i, nm.k_norm), HD, true));
     }
     LATTICE_ASSIGN_OR_RETURN(L.ffn_norm, vec(blk(i, nm.ffn_norm), E, true));
+    if (hp_.moe()) {
+      LATTICE_RETURN_IF_ERROR(bind_experts(L, i, pack));
+      continue;
+    }
     LATTICE_ASSIGN_OR_RETURN(const TensorInfo* tg, matrix_info(blk(i, nm.gate), E, hp_.n_ff));
     LATTICE_ASSIGN_OR_RETURN(const TensorInfo* tu, matrix_info(blk(i, nm.up), E, hp_.n_ff));
     LATTICE_ASSIGN_OR_RETURN(const TensorInfo* td, matrix_info(blk(i, nm.down), hp_.n_ff, E));
     LATTICE_ASSIGN_OR_RETURN(L.w_gate, rows(*tg, f, pack));
     LATTICE_ASSIGN_OR_RETURN(L.w_up, rows(*tu, f, pack));
     LATTICE_ASSIGN_OR_RETURN(L.w_down, cols(*td, f, pack));
+  }
+  return Status::Ok();
+}
+
+Result<TensorInfo> Model::expert_slice(const TensorInfo& t, uint32_t e) const {
+  TensorInfo s = t;
+  const uint64_t bytes = t.row_bytes() * t.ne[1];
+  s.name = t.name + "[" + std::to_string(e) + "]";
+  s.n_dims = 2;
+  s.ne[2] = 1;
+  s.n_elems = t.ne[0] * t.ne[1];
+  s.n_bytes = bytes;
+  s.data = t.data + bytes * e;
+  return s;
+}
+
+Status Model::bind_experts(LayerWeights& L, uint32_t i, bool pack) {
+  const TensorNames& nm = arch_->names;
+  const uint32_t E = hp_.n_embd, X = hp_.n_expert, FX = hp_.n_ff_exp;
+  const auto name = [&](std::string_view base) { return "blk." + std::to_string(i) + "." + std::string(base) + ".weight"; };
+  const auto experts3 = [&](std::string_view base, uint64_t n_in, uint64_t n_out) -> Result<const TensorInfo*> {
+    const std::string n = name(base);
+    const TensorInfo* t = file_->find_tensor(n);
+    if (!t) return NotFound("tensor '" + n + "' is missing (a mixture-of-experts layer)");
+    if (t->n_dims != 3 || t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != X)
+      return Corrupt("tensor '" + n + "' has shape " + t->shape_string() + ", expected [" + std::to_string(n_in) + ", " +
+                     std::to_string(n_out) + ", " + std::to_string(X) + "]");
+    if (!is_supported_weight_type(t->type))
+      return Unavailable("tensor '" + n + "': weight type " +
+                         std::string(type_traits(static_cast<uint32_t>(t->type))->name) + " is not supported");
+    return t;
+  };
+  LATTICE_ASSIGN_OR_RETURN(const TensorInfo* router, matrix_info(name(nm.gate_inp), E, X));
+  LATTICE_ASSIGN_OR_RETURN(L.router, rows(*router, {0, X}, false));
+  LATTICE_ASSIGN_OR_RETURN(const TensorInfo* tg, experts3(nm.gate_exps, E, FX));
+  LATTICE_ASSIGN_OR_RETURN(const TensorInfo* tu, experts3(nm.up_exps, E, FX));
+  LATTICE_ASSIGN_OR_RETURN(const TensorInfo* td, experts3(nm.down_exps, FX, E));
+  const Range f = ff();
+  L.gate_exps.resize(X), L.up_exps.resize(X), L.down_exps.resize(X);
+  for (uint32_t e = 0; e < X; ++e) {
+    LATTICE_ASSIGN_OR_RETURN(const TensorInfo g, expert_slice(*tg, e));
+    LATTICE_ASSIGN_OR_RETURN(const TensorInfo u, expert_slice(*tu, e));
+    LATTICE_ASSIGN_OR_RETURN(const TensorInfo d, expert_slice(*td, e));
+    // Each expert is a 2-D tensor of its own; a packed copy drops its mapped pages (a shared
+    // boundary page is read back from the file if still needed).
+    LATTICE_ASSIGN_OR_RETURN(L.gate_exps[e], rows(g, f, pack));
+    LATTICE_ASSIGN_OR_RETURN(L.up_exps[e], rows(u, f, pack));
+    LATTICE_ASSIGN_OR_RETURN(L.down_exps[e], cols(d, f, pack));
   }
   return Status::Ok();
 }
@@ -245,8 +298,12 @@ uint64_t Model::weight_bytes() const { return file_->total_tensor_bytes(); }
 uint64_t Model::shard_bytes() const {
   uint64_t n = output_.n_rows() ? output_.bytes() : 0;
   for (const LayerWeights& L : layers_)
-    for (const Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+    for (const Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.router})
       if (w->n_rows()) n += w->bytes();
+  for (const LayerWeights& L : layers_)
+    for (const auto* list : {&L.gate_exps, &L.up_exps, &L.down_exps})
+      for (const Weight& w : *list)
+        if (w.n_rows()) n += w.bytes();
   return n;
 }
 

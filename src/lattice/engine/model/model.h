@@ -43,6 +43,10 @@ struct LayerWeights {
   const float* ffn_norm = nullptr;   // [n_embd]
   Weight w_gate, w_up;               // local rows [local ff x n_embd]
   Weight w_down;                     // [n_embd x local ff columns]
+  // Mixture of experts (hparams().moe()): the router [n_expert x n_embd] (every rank holds all
+  // of it), and per expert the same slices as the dense FFN's, of the expert's own matrices.
+  Weight router;
+  std::vector<Weight> gate_exps, up_exps, down_exps;
 };
 
 struct LoadOptions {
@@ -106,6 +110,9 @@ class Model {
   Result<const TensorInfo*> matrix_info(const std::string& name, uint64_t n_in, uint64_t n_out);
   Result<Weight> rows(const TensorInfo& t, Range r, bool pack);
   Result<Weight> cols(const TensorInfo& t, Range c, bool pack);
+  // Expert e of a 3-D [n_in, n_out, n_expert] tensor, as a 2-D tensor of its own.
+  Result<TensorInfo> expert_slice(const TensorInfo& t, uint32_t e) const;
+  Status bind_experts(LayerWeights& L, uint32_t layer, bool pack);
   Result<const float*> vec(const std::string& name, uint64_t n, bool required);
 
   std::unique_ptr<GgufFile> file_;

@@ -13,6 +13,9 @@ const ArchInfo kQwen2Arch{
     .rope_layout = ops::RopeLayout::kNeox,
     .qkv_bias = Presence::kRequired,
     .qk_norm = false,
+    .experts = Presence::kAbsent,
+    .router = RouterKind::kSoftmaxTopK,
+    .expert_weights_norm = true,
     .names = {},
 };
 

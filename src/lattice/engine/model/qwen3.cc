@@ -15,6 +15,9 @@ const ArchInfo kQwen3Arch{
     .rope_layout = ops::RopeLayout::kNeox,
     .qkv_bias = Presence::kOptional,
     .qk_norm = true,
+    .experts = Presence::kAbsent,
+    .router = RouterKind::kSoftmaxTopK,
+    .expert_weights_norm = true,
     .names = {},
 };
 

@@ -10,12 +10,14 @@
 #include "lattice/engine/ops/ops.h"
 #include "lattice/engine/quant/matmul.h"
 #include "lattice/engine/quant/quantize.h"
+#include "lattice/engine/runtime/router.h"
 
 namespace lattice::engine {
 
 namespace {
 // Candidates of one rank for one item, as (value, id) float pairs: ids below 2^24 are exact.
 constexpr float kNoId = -1.0f;
+constexpr uint32_t kMaxExpertsUsed = 64;
 
 bool greedy(const Sampler* s) {
   if (!s) return true;
@@ -49,6 +51,9 @@ Result<std::unique_ptr<Forward>> Forward::create(const Model& model, Group& grou
   if (o.n_ctx > std::max<uint64_t>(hp.n_ctx_train, 1) * 8 || o.n_ctx > (1u << 20))
     return InvalidArgument("forward: context " + std::to_string(o.n_ctx) + " is far beyond the model's " +
                            std::to_string(hp.n_ctx_train));
+  if (hp.n_expert_used > kMaxExpertsUsed)
+    return Unavailable("forward: " + std::to_string(hp.n_expert_used) + " experts a token, at most " +
+                       std::to_string(kMaxExpertsUsed));
   if (hp.head_dim_v != hp.head_dim)
     return Unavailable("forward: value head size " + std::to_string(hp.head_dim_v) + " != key head size " +
                        std::to_string(hp.head_dim));
@@ -71,6 +76,8 @@ Result<std::unique_ptr<Forward>> Forward::create(const Model& model, Group& grou
       {&f->v_, B * KL},        {&f->att_, B * QL},      {&f->gate_, B * FL}, {&f->up_, B * FL},
       {&f->scores_, size_t{o.n_threads} * ((o.n_ctx + 15) / 16 * 16)},
       {&f->cos_sin_, B * hp.rope.n_rot},                {&f->inv_freq_, hp.rope.n_rot / 2},
+      {&f->router_, hp.moe() ? B * hp.n_expert : 0},    {&f->xe_, hp.moe() ? B * E : 0},
+      {&f->ye_, hp.moe() ? B * E : 0},                  {&f->acc_, hp.moe() ? B * E : 0},
   };
   for (const Want& w : wants) {
     *w.buf = alloc_floats(w.n);
@@ -78,6 +85,8 @@ Result<std::unique_ptr<Forward>> Forward::create(const Model& model, Group& grou
     f->scratch_floats_ += w.n;
   }
   if (model.has_head()) f->logits_.assign(size_t{o.max_items} * model.vocab().size(), 0.0f);
+  f->expert_rows_.resize(hp.n_expert);
+  f->order_.resize(hp.n_expert);
   ops::rope_inv_freq(f->inv_freq_.get(), hp.rope, model.rope_freq_factors());
   return f;
 }
@@ -148,6 +157,40 @@ void Forward::attention(uint32_t l, std::span<const StepItem> items) {
       ops::attend_head(att_.get() + (r0 + j) * QL + h * HD, q_.get() + (r0 + j) * QL + h * HD, kc, vc, pos0 + j + 1,
                        HD, scale, scores);
   });
+}
+
+void Forward::moe_ffn(const LayerWeights& L, uint32_t R) {
+  const Hparams& hp = model_->hparams();
+  const size_t E = hp.n_embd, X = hp.n_expert, K = hp.n_expert_used, FL = model_->ff().size();
+  float* xb = xb_.get();
+  // The router runs on every rank over the whole expert set, so every rank picks the same
+  // experts for every token.
+  matmul(L.router, xb, R, router_.get(), *pool_);
+  for (auto& rows : expert_rows_) rows.clear();
+  uint32_t ids[kMaxExpertsUsed];
+  float w[kMaxExpertsUsed];
+  for (uint32_t r = 0; r < R; ++r) {
+    route_softmax_topk(router_.get() + size_t{r} * X, X, K, hp.expert_weights_norm, hp.expert_weights_scale, ids, w,
+                       order_.data());
+    for (size_t k = 0; k < K; ++k) expert_rows_[ids[k]].emplace_back(r, w[k]);
+  }
+  float* acc = acc_.get();
+  std::memset(acc, 0, size_t{R} * E * sizeof(float));
+  if (FL > 0) {
+    // Each chosen expert once, over the rows that chose it: its weights are read once a step.
+    for (size_t e = 0; e < X; ++e) {
+      const auto& rows = expert_rows_[e];
+      if (rows.empty()) continue;
+      const size_t n = rows.size();
+      for (size_t j = 0; j < n; ++j) std::memcpy(xe_.get() + j * E, xb + rows[j].first * E, E * sizeof(float));
+      const MatmulOut gate_up[] = {{&L.gate_exps[e], gate_.get()}, {&L.up_exps[e], up_.get()}};
+      matmul_multi(gate_up, xe_.get(), n, *pool_);
+      ops::swiglu(gate_.get(), gate_.get(), up_.get(), n * FL);
+      matmul(L.down_exps[e], gate_.get(), n, ye_.get(), *pool_);
+      for (size_t j = 0; j < n; ++j) ops::axpy(acc + rows[j].first * E, rows[j].second, ye_.get() + j * E, E);
+    }
+  }
+  std::memcpy(xb, acc, size_t{R} * E * sizeof(float));
 }
 
 Status Forward::step(std::span<const StepItem> items) {
@@ -223,7 +266,9 @@ Status Forward::step(std::span<const StepItem> items) {
     for (uint32_t r = 0; r < R; ++r) ops::add(x + r * E, xb + r * E, E);
 
     for (uint32_t r = 0; r < R; ++r) ops::rmsnorm(xb + r * E, x + r * E, L.ffn_norm, E, hp.rms_eps);
-    if (FL > 0) {
+    if (hp.moe()) {
+      moe_ffn(L, R);
+    } else if (FL > 0) {
       const MatmulOut gate_up[] = {{&L.w_gate, gate_.get()}, {&L.w_up, up_.get()}};
       matmul_multi(gate_up, xb, R, pool);
       ops::swiglu(gate_.get(), gate_.get(), up_.get(), size_t{R} * FL);

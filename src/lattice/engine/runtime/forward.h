@@ -144,6 +144,9 @@ class Forward final : public Stepper {
   Forward() = default;
   Status check(std::span<const StepItem> items, uint32_t* total_rows) const;
   void attention(uint32_t layer, std::span<const StepItem> items);
+  // The mixture-of-experts FFN of one layer over the step's R rows: xb in, xb out (this rank's
+  // partial sum over its columns of the chosen experts).
+  void moe_ffn(const LayerWeights& L, uint32_t R);
 
   const Model* model_ = nullptr;
   Group* group_ = nullptr;
@@ -151,6 +154,9 @@ class Forward final : public Stepper {
   std::unique_ptr<ThreadPool> pool_;
   // Activations, n_batch rows each.
   FloatBuffer x_, xb_, q_, k_, v_, att_, gate_, up_, scores_, cos_sin_, inv_freq_;
+  FloatBuffer router_, xe_, ye_, acc_;  // mixture of experts: router logits, gathered rows, sums
+  std::vector<std::vector<std::pair<uint32_t, float>>> expert_rows_;  // per expert: (row, weight)
+  std::vector<uint32_t> order_;
   size_t scratch_floats_ = 0;
   std::vector<float> logits_;        // max_items x local vocabulary
   size_t n_logit_items_ = 0;         // items of the last step with logits
