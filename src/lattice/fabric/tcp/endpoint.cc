@@ -13,6 +13,7 @@
 #include <cstring>
 #include <thread>
 
+#include "lattice/core/fd_io.h"
 #include "lattice/core/log.h"
 #include "lattice/crypto/handshake.h"
 #include "lattice/fabric/tcp/cq.h"
@@ -34,45 +35,24 @@ std::string hex(uint64_t v) {
   return buf;
 }
 
-// Blocking-with-deadline helpers for the Hello exchange on a non-blocking socket.
-Status write_all(int fd, const void* data, size_t n, Deadline deadline, const std::string& who, int rank) {
-  const auto* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (w > 0) {
-      p += w;
-      n -= static_cast<size_t>(w);
-      continue;
-    }
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return ErrnoError("sending hello to " + who, errno, rank);
-    pollfd pfd{fd, POLLOUT, 0};
-    int rc = ::poll(&pfd, 1, deadline.remaining_ms_for_poll());
-    if (rc == 0) return Timeout("sending hello to " + who + ": deadline passed", rank);
-  }
-  return Status::Ok();
+// The set-up exchanges (Hello, handshake) through core's deadline-bounded fd I/O, with the peer
+// named in the error: "sending hello to peer 3 at ...: write: deadline passed".
+Status about_peer(const Status& s, const std::string& what, int rank) {
+  if (s.ok()) return s;
+  return Status(s.code(), what + ": " + s.message(), rank);
 }
 
-Status read_all(int fd, void* data, size_t n, Deadline deadline, const std::string& who, int rank) {
-  auto* p = static_cast<char*>(data);
-  while (n > 0) {
-    ssize_t r = ::recv(fd, p, n, MSG_DONTWAIT);
-    if (r > 0) {
-      p += r;
-      n -= static_cast<size_t>(r);
-      continue;
-    }
-    if (r == 0)
-      return PeerLost(who + " closed the connection during the hello (unknown endpoint, or it rejected our "
-                            "protocol version)",
-                      rank);
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) return ErrnoError("reading hello from " + who, errno, rank);
-    pollfd pfd{fd, POLLIN, 0};
-    int rc = ::poll(&pfd, 1, deadline.remaining_ms_for_poll());
-    if (rc == 0) return Timeout("waiting for the hello of " + who + ": deadline passed", rank);
-  }
-  return Status::Ok();
+Status send_setup(int fd, const void* data, size_t n, Deadline deadline, const std::string& who, int rank) {
+  return about_peer(lattice::write_all(fd, data, n, deadline), "sending hello to " + who, rank);
+}
+
+Status read_setup(int fd, void* data, size_t n, Deadline deadline, const std::string& who, int rank) {
+  Status s = lattice::read_all(fd, data, n, deadline);
+  if (s.code() == ErrorCode::kPeerLost)
+    return PeerLost(who + " closed the connection during the hello (unknown endpoint, or it rejected our "
+                          "protocol version)",
+                    rank);
+  return about_peer(s, "waiting for the hello of " + who, rank);
 }
 
 std::string nonce_hex(const Nonce& n) {
@@ -191,42 +171,23 @@ Status Conn::dial(const EndpointAddress& peer, Deadline deadline, int* out_fd) {
   const std::string who = "peer" + (rank == Status::kNoPeer ? std::string() : " " + std::to_string(rank)) +
                           " at " + peer.to_string();
   SockAddr sa = peer.sockaddr();
-  int fd = -1;
-  for (;;) {
-    fd = ::socket(sa.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) return ErrnoError("socket() for " + who, errno, rank);
-    int err = 0;
-    if (::connect(fd, sa.get(), sa.len) < 0) {
-      err = errno;
-      if (err == EINPROGRESS) {
-        pollfd pfd{fd, POLLOUT, 0};
-        int rc;
-        do {
-          rc = ::poll(&pfd, 1, deadline.remaining_ms_for_poll());
-        } while (rc < 0 && errno == EINTR);
-        if (rc == 0) {
-          ::close(fd);
-          return Timeout("connecting to " + who + ": no answer before the deadline", rank);
-        }
-        socklen_t len = sizeof err;
-        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-      }
-    }
-    if (err == 0) break;
-    ::close(fd);
-    if ((err == ECONNREFUSED || err == ECONNRESET || err == EAGAIN) && !deadline.expired()) {
-      // The peer's provider may not be listening yet: retry until the deadline.
-      std::this_thread::sleep_for(std::min<Clock::duration>(std::chrono::milliseconds(10), deadline.remaining()));
-      continue;
-    }
-    return ErrnoError("connecting to " + who, err, rank);
+  ConnectOptions co;
+  co.retry_refused = true;  // the peer's provider may not be listening yet: retry until the deadline
+  co.retry_interval = std::chrono::milliseconds(10);
+  co.no_delay = false;      // tune_socket() once the link is up
+  Result<int> dialed = connect_addr(sa.get(), sa.len, deadline, co);
+  if (!dialed.ok()) {
+    if (dialed.status().code() == ErrorCode::kTimeout)
+      return Timeout("connecting to " + who + ": no answer before the deadline", rank);
+    return about_peer(dialed.status(), "connecting to " + who, rank);
   }
+  const int fd = *dialed;
   const bool sealed = provider_->secret().has_value();
   Hello hello = make_hello(local_.nonce.data(), peer.nonce.data());
   hello.flags = sealed ? kHelloFlagSealed : 0;
-  Status s = write_all(fd, &hello, sizeof hello, deadline, who, rank);
+  Status s = send_setup(fd, &hello, sizeof hello, deadline, who, rank);
   Hello reply{};
-  if (s.ok()) s = read_all(fd, &reply, sizeof reply, deadline, who, rank);
+  if (s.ok()) s = read_setup(fd, &reply, sizeof reply, deadline, who, rank);
   if (s.ok()) {
     if (std::memcmp(reply.magic, kHelloMagic, sizeof reply.magic) != 0) {
       s = Corrupt(who + " did not answer with a lattice tcp hello (bad magic)", rank);
@@ -273,13 +234,13 @@ Result<crypto::SessionCipher> Conn::secure_handshake(int fd, bool initiator, con
   };
   if (initiator) {
     LATTICE_ASSIGN_OR_RETURN(std::vector<uint8_t> m1, hs.start());
-    LATTICE_RETURN_IF_ERROR(write_all(fd, m1.data(), m1.size(), deadline, who, rank));
+    LATTICE_RETURN_IF_ERROR(send_setup(fd, m1.data(), m1.size(), deadline, who, rank));
   }
   while (!hs.done()) {
     size_t n = hs.next_message_bytes();
     if (n == 0) return AuthFailed("handshake with " + who + " stalled", rank);
     std::vector<uint8_t> in(n);
-    Status s = read_all(fd, in.data(), n, deadline, who, rank);
+    Status s = read_setup(fd, in.data(), n, deadline, who, rank);
     if (!s.ok()) {
       if (s.code() == ErrorCode::kPeerLost && initiator)
         return AuthFailed("handshake with " + who + ": it hung up (does it hold the same cluster secret?)", rank);
@@ -288,10 +249,10 @@ Result<crypto::SessionCipher> Conn::secure_handshake(int fd, bool initiator, con
     auto out = hs.on_message(in);
     if (!out.ok()) {
       std::vector<uint8_t> reject = hs.take_reject();
-      if (!reject.empty()) (void)::send(fd, reject.data(), reject.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (!reject.empty()) (void)lattice::write_all(fd, reject.data(), reject.size(), Deadline::now());  // best effort
       return ctx(out.status());
     }
-    if (!out->empty()) LATTICE_RETURN_IF_ERROR(write_all(fd, out->data(), out->size(), deadline, who, rank));
+    if (!out->empty()) LATTICE_RETURN_IF_ERROR(send_setup(fd, out->data(), out->size(), deadline, who, rank));
   }
   LATTICE_ASSIGN_OR_RETURN(crypto::Session session, hs.session());
   LATTICE_LOG_DEBUG("tcp: sealed session {} with {} ({})", session.session_id_hex(), who,
