@@ -16,6 +16,10 @@
 // next call rebuilds the staging for the new membership automatically.
 //
 // Thread safety: like its Group, used by one thread at a time. The Group must outlive it.
+//
+// Files: comm.cc (staging, lanes, plan cache, liveness checks), executor.cc + pipeline.cc (the
+// one executor every plan runs on), landing.cc + twoshot.cc (the one-sided landing zones). Which
+// of them a collective call takes is chosen once per call: choose.h.
 #pragma once
 
 #include <cstddef>
@@ -102,9 +106,7 @@ class Communicator {
     return group_->epoch() != epoch_ || group_->world_size() != world_ ? build() : Status::Ok();
   }
 
-  // Runs a plan: `in`/`out` are the caller's buffers (either may be null where the plan never
-  // references it), `chunk_bytes` (0: the staging slot size) splits transfers into messages.
-  // Blocks until done or `deadline`.
+  // ---- landing zones (landing.cc, twoshot.cc): the one-sided paths ----
   // True when the one-sided one-shot path can run (every link's provider writes one-sided);
   // its largest buffer in bytes. The first such call swaps landing-zone keys with the peers.
   bool rma_ready() const { return rma_capable_; }
@@ -125,6 +127,10 @@ class Communicator {
   Status twoshot(CollOp op, const void* in, void* out, size_t count, DType dtype, ReduceOp rop, size_t chunk_bytes,
                  Deadline deadline);
 
+  // ---- the executor (executor.cc, pipeline.cc): runs plans over the staging slots ----
+  // Runs a plan: `in`/`out` are the caller's buffers (either may be null where the plan never
+  // references it), `chunk_bytes` (0: the staging slot size) splits transfers into messages.
+  // Blocks until done or `deadline`.
   Status execute(const plan::Plan& plan, DType dtype, ReduceOp op, const void* in, void* out, size_t chunk_bytes,
                  Deadline deadline);
 
