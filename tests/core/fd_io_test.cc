@@ -378,6 +378,11 @@ TEST(FdIo, ConnectTcpTimesOutOnAPeerThatDoesNotAnswer) {
       held.push_back(*fd);
       continue;
     }
+    if (fd.status().code() == ErrorCode::kIoError) {
+      // net.ipv4.tcp_abort_on_overflow=1: the kernel resets instead of dropping the SYN.
+      for (int h : held) ::close(h);
+      GTEST_SKIP() << "this kernel refuses connects to a full accept queue: " << fd.status().to_string();
+    }
     EXPECT_EQ(fd.status().code(), ErrorCode::kTimeout) << fd.status().to_string();
     EXPECT_GE(took, 149);
     EXPECT_LT(took, 2000);

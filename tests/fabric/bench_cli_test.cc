@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -119,6 +120,30 @@ void check_sweep(const std::string& provider_uri, const std::string& provider_na
     EXPECT_LT(bw, 1000.0);
     EXPECT_EQ(j.at("check_errors").get<uint64_t>(), 0u);
   }
+}
+
+// `lattice devices` end to end: the emulated devices with their ports and GIDs, and
+// --no-emulated hides them. Whether the machine has real RDMA only changes the first lines.
+TEST(DevicesProcess, ListsEmulatedDevicesAndHidesThemOnRequest) {
+  if (!std::filesystem::exists(std::string(LATTICE_BINARY_DIR) + "/lattice"))
+    GTEST_SKIP() << "the lattice binary is not built";
+  CliRun all = run_lattice("devices");
+  ASSERT_EQ(all.exit_code, 0) << all.out;
+  EXPECT_NE(all.out.find("emu_tb5_0 (emulated)  fw emulated-1  ports 2  max QPs 10  max MRs 100"), std::string::npos)
+      << all.out;
+  EXPECT_NE(all.out.find("  port 1: DOWN   mtu 4096  max msg 16773120  link ethernet"), std::string::npos) << all.out;
+  EXPECT_NE(all.out.find("  port 2: ACTIVE mtu 4096"), std::string::npos) << all.out;
+  EXPECT_NE(all.out.find("(IPv4-mapped)"), std::string::npos) << all.out;
+  EXPECT_NE(all.out.find("emu_rc_0 (emulated)"), std::string::npos) << all.out;
+  EXPECT_TRUE(all.out.find("no RDMA") != std::string::npos || all.out.find("fw ") < all.out.find("emu_tb5_0"))
+      << "neither system devices nor a 'no RDMA' line: " << all.out;
+
+  CliRun system = run_lattice("devices --no-emulated");
+  ASSERT_EQ(system.exit_code, 0) << system.out;
+  EXPECT_EQ(system.out.find("emulated)"), std::string::npos) << system.out;
+
+  CliRun bad = run_lattice("devices --bogus", /*with_stderr=*/true);
+  EXPECT_NE(bad.exit_code, 0) << bad.out;
 }
 
 TEST(BenchCliProcess, ShmSendSweepJson) {

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "fabric_testlib.h"
-#include "lattice/fabric/shm/shm.h"
+#include "lattice/fabric/shm/endpoint.h"
 
 namespace lattice::fabric::testing {
 namespace {

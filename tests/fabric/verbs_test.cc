@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "fabric_testlib.h"
-#include "lattice/fabric/verbs/verbs.h"
+#include "lattice/fabric/verbs/endpoint.h"
 
 namespace lattice::fabric::testing {
 namespace {

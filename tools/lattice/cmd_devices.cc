@@ -1,96 +1,68 @@
-// `lattice devices`: RDMA devices, their ports, states and GIDs, through the same function
-// table the verbs provider uses; the first diagnostic on a newly cabled Mac. Emulated devices
+// `lattice devices`: RDMA devices, their ports, states and GIDs, as the fabric's verbs provider
+// sees them (fabric::list_devices); the first diagnostic on a newly cabled Mac. Emulated devices
 // (verbs-emu) are listed too, marked "(emulated)".
 #include <cstdio>
-#include <cstring>
 #include <string>
 
 #include "command.h"
-#include "lattice/fabric/verbs/api.h"
-#include "lattice/fabric/verbs/emu/emu.h"
+#include "lattice/fabric/fabric.h"
 
 namespace lattice::cli {
 namespace {
 
-namespace v = lattice::fabric::verbs;
-
-int mtu_bytes(ibv_mtu m) {
-  switch (m) {
-    case IBV_MTU_256: return 256;
-    case IBV_MTU_512: return 512;
-    case IBV_MTU_1024: return 1024;
-    case IBV_MTU_2048: return 2048;
-    case IBV_MTU_4096: return 4096;
+void print_device(const fabric::DeviceInfo& d) {
+  const char* mark = d.emulated ? " (emulated)" : "";
+  if (!d.error.empty()) {
+    std::printf("%s%s: %s\n", d.name.c_str(), mark, d.error.c_str());
+    return;
   }
-  return 0;
-}
-
-// Prints every device of `api`; returns how many.
-int list_devices(const v::VerbsApi& api, const char* mark) {
-  int n = 0;
-  ibv_device** list = api.get_device_list(&n);
-  if (list == nullptr) return 0;
-  for (int i = 0; i < n; ++i) {
-    const char* name = api.get_device_name(list[i]);
-    ibv_context* ctx = api.open_device(list[i]);
-    if (ctx == nullptr) {
-      std::printf("%s%s: cannot open (%s)\n", name ? name : "?", mark, std::strerror(errno));
+  std::printf("%s%s  fw %s  ports %zu  max QPs %d  max MRs %d  max WRs %d  atomics %s\n", d.name.c_str(), mark,
+              d.firmware.c_str(), d.ports.size(), d.max_qp, d.max_mr, d.max_qp_wr, d.atomics ? "yes" : "no");
+  for (const auto& p : d.ports) {
+    if (!p.error.empty()) {
+      std::printf("  port %u: %s\n", p.number, p.error.c_str());
       continue;
     }
-    ibv_device_attr da{};
-    if (api.query_device(ctx, &da) != 0) {
-      std::printf("%s%s: query_device failed\n", name ? name : "?", mark);
-      api.close_device(ctx);
-      continue;
-    }
-    std::printf("%s%s  fw %s  ports %u  max QPs %d  max MRs %d  max WRs %d  atomics %s\n", name, mark, da.fw_ver,
-                da.phys_port_cnt, da.max_qp, da.max_mr, da.max_qp_wr, da.atomic_cap == IBV_ATOMIC_NONE ? "no" : "yes");
-    for (uint8_t p = 1; p <= da.phys_port_cnt; ++p) {
-      ibv_port_attr pa{};
-      if (api.query_port(ctx, p, &pa) != 0) {
-        std::printf("  port %u: query failed\n", p);
+    std::printf("  port %u: %-6s mtu %d  max msg %u  link %s\n", p.number, p.state.c_str(), p.mtu_bytes,
+                p.max_msg_bytes, p.link_layer.c_str());
+    for (const auto& g : p.gids) {
+      if (g.empty) {
+        std::printf("    gid[%d] (empty%s)\n", g.index, g.index == 1 ? ": no IPv4 address on the paired interface?" : "");
         continue;
       }
-      std::printf("  port %u: %-6s mtu %d  max msg %u  link %s\n", p, v::port_state_name(pa.state),
-                  mtu_bytes(pa.active_mtu), pa.max_msg_sz,
-                  pa.link_layer == IBV_LINK_LAYER_ETHERNET ? "ethernet" : "infiniband");
-      for (int g = 0; g < pa.gid_tbl_len && g < 16; ++g) {
-        ibv_gid gid{};
-        if (api.query_gid(ctx, p, g, &gid) != 0) continue;
-        if (v::gid_is_zero(gid)) {
-          std::printf("    gid[%d] (empty%s)\n", g, g == 1 ? ": no IPv4 address on the paired interface?" : "");
-          continue;
-        }
-        std::printf("    gid[%d] %s%s\n", g, v::gid_to_string(gid).c_str(),
-                    v::gid_is_ipv4_mapped(gid) ? "  (IPv4-mapped)" : "");
-      }
+      std::printf("    gid[%d] %s%s\n", g.index, g.address.c_str(), g.ipv4_mapped ? "  (IPv4-mapped)" : "");
     }
-    api.close_device(ctx);
   }
-  api.free_device_list(list);
-  return n;
+}
+
+int show_devices(bool emulated) {
+  fabric::DeviceList list = fabric::list_devices(emulated);
+  size_t n_system = 0;
+  for (const auto& d : list.devices)
+    if (!d.emulated) {
+      print_device(d);
+      ++n_system;
+    }
+  if (!list.system.ok()) {
+    std::printf("no RDMA: %s\n", list.system.to_string().c_str());
+  } else if (n_system == 0) {
+    std::printf("no RDMA devices: %s loaded but lists none (no NIC, or on macOS RDMA not enabled: rdma_ctl "
+                "enable in Recovery)\n",
+                list.system_library.c_str());
+  }
+  if (emulated) {
+    std::printf("\n");
+    for (const auto& d : list.devices)
+      if (d.emulated) print_device(d);
+    std::printf("(emulated devices: verbs-emu://apple-tb5 -> emu_tb5_0, verbs-emu://linux-rc -> emu_rc_0)\n");
+  }
+  return 0;
 }
 
 Registrar devices_cmd{{"devices", "list RDMA devices, ports, states and GIDs (emulated ones marked)", [](CLI::App& app) {
                          auto emulated = std::make_shared<bool>(true);
                          app.add_flag("!--no-emulated", *emulated, "hide the emulated (verbs-emu) devices");
-                         return [emulated] {
-                           auto api = v::load_system_verbs();
-                           if (!api.ok()) {
-                             std::printf("no RDMA: %s\n", api.status().to_string().c_str());
-                           } else if (list_devices(**api, "") == 0) {
-                             std::printf("no RDMA devices: %s loaded but lists none (no NIC, or on macOS RDMA "
-                                         "not enabled: rdma_ctl enable in Recovery)\n",
-                                         (*api)->library.c_str());
-                           }
-                           if (*emulated) {
-                             std::printf("\n");
-                             list_devices(v::emu::api(), " (emulated)");
-                             std::printf("(emulated devices: verbs-emu://apple-tb5 -> emu_tb5_0, "
-                                         "verbs-emu://linux-rc -> emu_rc_0)\n");
-                           }
-                           return 0;
-                         };
+                         return [emulated] { return show_devices(*emulated); };
                        }}};
 
 }  // namespace

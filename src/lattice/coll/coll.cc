@@ -1,8 +1,11 @@
-// The public collectives: validate, resolve the algorithm, build the plan, execute it.
+// The public collectives: validate, make the call's one algorithm choice (choose.h), run it:
+// a plan through the executor (comm.cc, pipeline.cc) or a landing-zone path (landing.cc, twoshot.cc).
 #include "lattice/coll/coll.h"
 
+#include "lattice/coll/choose.h"
 #include "lattice/coll/plan/ring_route.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -13,19 +16,42 @@ namespace {
 
 Deadline deadline_of(const CollOptions& o) { return o.deadline ? *o.deadline : Deadline::after(o.timeout); }
 
-Status run(Communicator& comm, CollOp op, const void* in, void* out, size_t count, DType dtype, ReduceOp rop,
-           int root, bool in_place, const CollOptions& o) {
+Status check_call(Communicator& comm, size_t count, int root) {
   if (root < 0 || root >= comm.world_size())
     return InvalidArgument("coll: root " + std::to_string(root) + " out of range for " +
                            std::to_string(comm.world_size()) + " ranks");
   if (count > (size_t{1} << 40)) return InvalidArgument("coll: count " + std::to_string(count) + " too large");
-  LATTICE_RETURN_IF_ERROR(comm.refresh());
+  return Status::Ok();
+}
+
+Status in_context(Status s, CollOp op) { return s.ok() ? s : s.with_context(std::string(to_string(op))); }
+
+// Runs the plan of `algo` (already chosen) for one shape. A plan that cannot be built (an
+// algorithm this shape does not allow) says so in plan::build's words.
+Status run_plan(Communicator& comm, CollOp op, Algorithm algo, const void* in, void* out, size_t count, DType dtype,
+                ReduceOp rop, int root, bool in_place, size_t chunk_bytes, Deadline deadline) {
   plan::Shape shape{op, comm.rank(), comm.world_size(), count, root, in_place};
-  Algorithm algo = resolve_algorithm(comm, op, count, dtype, o.algo);
   auto p = comm.plan_for(shape, algo);
   if (!p.ok()) return p.status();
-  Status s = comm.execute(**p, dtype, rop, in, out, o.chunk_bytes, deadline_of(o));
-  return s.ok() ? s : s.with_context(std::string(to_string(op)));
+  return in_context(comm.execute(**p, dtype, rop, in, out, chunk_bytes, deadline), op);
+}
+
+// The one choice of a call (choose.h), after the communicator caught up with the group's epoch.
+Result<Choice> choose_for(Communicator& comm, CollOp op, size_t count, DType dtype, const CollOptions& o,
+                          bool buffers_apart = true) {
+  LATTICE_RETURN_IF_ERROR(comm.refresh());
+  CallFacts facts = facts_of(comm, op, count, dtype_size(dtype), o.algo);
+  facts.buffers_apart = buffers_apart;
+  return choose(facts);
+}
+
+// The collectives whose only path is a plan: broadcast, reduce, barrier (and all_to_all on a
+// full mesh).
+Status run(Communicator& comm, CollOp op, const void* in, void* out, size_t count, DType dtype, ReduceOp rop,
+           int root, bool in_place, const CollOptions& o) {
+  LATTICE_RETURN_IF_ERROR(check_call(comm, count, root));
+  LATTICE_ASSIGN_OR_RETURN(Choice c, choose_for(comm, op, count, dtype, o));
+  return run_plan(comm, op, c.algo, in, out, count, dtype, rop, root, in_place, o.chunk_bytes, deadline_of(o));
 }
 
 Status need(const void* p, const char* what) {
@@ -35,77 +61,77 @@ Status need(const void* p, const char* what) {
 }  // namespace
 
 Algorithm resolve_algorithm(const Communicator& comm, CollOp op, size_t count, DType dtype, Algorithm requested) {
-  if (requested != Algorithm::kAuto) return requested;
-  if (!comm.full_mesh()) return Algorithm::kRing;
-  // The landing-zone paths count only where this communicator has them enabled.
-  return plan::choose_algorithm(op, count * dtype_size(dtype), comm.world_size(), comm.twoshot_ready());
+  Result<Choice> c = choose(facts_of(comm, op, count, dtype_size(dtype), requested));
+  return c.ok() ? c->algo : requested;
 }
 
 Status all_reduce(Communicator& comm, const void* in, void* out, size_t count, DType dtype, ReduceOp op,
                   const CollOptions& o) {
   if (count) LATTICE_RETURN_IF_ERROR(need(out, "out"));
-  LATTICE_RETURN_IF_ERROR(comm.refresh());
-  bool in_place = in == nullptr || in == out;
-  const Algorithm algo = resolve_algorithm(comm, CollOp::kAllReduce, count, dtype, o.algo);
-  // One-sided paths where every link writes passively; the plans (two-sided) elsewhere.
-  if (algo == Algorithm::kOneShot && comm.rma_ready() && comm.rma_zone_bytes() > 0 &&
-      count * dtype_size(dtype) <= comm.rma_zone_bytes()) {
-    Status s = comm.all_reduce_rma(in_place ? out : in, out, count, dtype, op, deadline_of(o));
-    return s.ok() ? s : s.with_context("all_reduce");
+  LATTICE_RETURN_IF_ERROR(check_call(comm, count, 0));
+  const bool in_place = in == nullptr || in == out;
+  const void* src = in_place ? out : in;
+  LATTICE_ASSIGN_OR_RETURN(Choice c, choose_for(comm, CollOp::kAllReduce, count, dtype, o));
+  const Deadline deadline = deadline_of(o);
+  Status s;
+  switch (c.path) {
+    case Path::kOneShotZone:
+      return in_context(comm.all_reduce_rma(src, out, count, dtype, op, deadline), CollOp::kAllReduce);
+    case Path::kTwoShotZone:
+      return in_context(comm.twoshot(CollOp::kAllReduce, src, out, count, dtype, op, o.chunk_bytes, deadline),
+                        CollOp::kAllReduce);
+    case Path::kSlicedPlan: {
+      // Consecutive all-reduces of the slices under one deadline for them all.
+      const size_t es = dtype_size(dtype);
+      const auto* from = static_cast<const std::byte*>(src);
+      auto* to = static_cast<std::byte*>(out);
+      for (size_t done = 0; done < count && s.ok(); done += c.slice_count) {
+        const size_t n = std::min(c.slice_count, count - done);
+        s = run_plan(comm, CollOp::kAllReduce, c.algo, from + done * es, to + done * es, n, dtype, op, 0, in_place,
+                     o.chunk_bytes, deadline);
+      }
+      return s;
+    }
+    default:
+      return run_plan(comm, CollOp::kAllReduce, c.algo, src, out, count, dtype, op, 0, in_place, o.chunk_bytes,
+                      deadline);
   }
-  if (algo == Algorithm::kTwoShot && comm.twoshot_ready()) {
-    Status s = comm.twoshot(CollOp::kAllReduce, in_place ? out : in, out, count, dtype, op, o.chunk_bytes,
-                            deadline_of(o));
-    return s.ok() ? s : s.with_context("all_reduce");
-  }
-  const auto* src = static_cast<const std::byte*>(in_place ? out : in);
-  const size_t es = dtype_size(dtype), slice = comm.options().slice_bytes / es;
-  if (slice == 0 || count <= slice) return run(comm, CollOp::kAllReduce, src, out, count, dtype, op, 0, in_place, o);
-  // Near-equal slices (equal ones share one cached plan) under one deadline for them all.
-  CollOptions so = o;
-  so.deadline = deadline_of(o);
-  auto* dst = static_cast<std::byte*>(out);
-  const size_t parts = (count + slice - 1) / slice, per = (count + parts - 1) / parts;
-  for (size_t done = 0; done < count; done += per) {
-    const size_t n = std::min(per, count - done);
-    LATTICE_RETURN_IF_ERROR(run(comm, CollOp::kAllReduce, src + done * es, dst + done * es, n, dtype, op, 0, in_place, so));
-  }
-  return Status::Ok();
 }
 
 Status all_gather(Communicator& comm, const void* in, void* out, size_t count, DType dtype, const CollOptions& o) {
   if (count) LATTICE_RETURN_IF_ERROR(need(out, "out"));
+  LATTICE_RETURN_IF_ERROR(check_call(comm, count, 0));
   const std::byte* mine = static_cast<std::byte*>(out) + size_t(comm.rank()) * count * dtype_size(dtype);
-  bool in_place = in == nullptr || in == mine;
-  LATTICE_RETURN_IF_ERROR(comm.refresh());
-  if (comm.full_mesh() && comm.twoshot_ready() &&
-      resolve_algorithm(comm, CollOp::kAllGather, count, dtype, o.algo) == Algorithm::kTwoShot) {
-    Status s = comm.twoshot(CollOp::kAllGather, in_place ? mine : in, out, count, dtype, ReduceOp::kSum, o.chunk_bytes,
-                            deadline_of(o));
-    return s.ok() ? s : s.with_context("all_gather");
-  }
-  return run(comm, CollOp::kAllGather, in_place ? mine : in, out, count, dtype, ReduceOp::kSum, 0, in_place, o);
+  const bool in_place = in == nullptr || in == mine;
+  const void* src = in_place ? mine : in;
+  LATTICE_ASSIGN_OR_RETURN(Choice c, choose_for(comm, CollOp::kAllGather, count, dtype, o));
+  if (c.path == Path::kTwoShotZone)
+    return in_context(
+        comm.twoshot(CollOp::kAllGather, src, out, count, dtype, ReduceOp::kSum, o.chunk_bytes, deadline_of(o)),
+        CollOp::kAllGather);
+  return run_plan(comm, CollOp::kAllGather, c.algo, src, out, count, dtype, ReduceOp::kSum, 0, in_place, o.chunk_bytes,
+                  deadline_of(o));
 }
 
 Status reduce_scatter(Communicator& comm, const void* in, void* out, size_t count, DType dtype, ReduceOp op,
                       const CollOptions& o) {
   if (count) LATTICE_RETURN_IF_ERROR(need(out, "out"));
+  LATTICE_RETURN_IF_ERROR(check_call(comm, count, 0));
   // Plans read all of `in` into scratch before writing `out`, so overlap is safe; null in
   // means the full input sits in out's place shifted back by rank * count.
   const size_t block = count * dtype_size(dtype);
   const void* src = in ? in : static_cast<std::byte*>(out) - size_t(comm.rank()) * block;
-  LATTICE_RETURN_IF_ERROR(comm.refresh());
   // The one-sided path writes out chunk by chunk while it still sends from in: out must be
   // apart from in or exactly this rank's block of it.
   const auto in_addr = reinterpret_cast<uintptr_t>(src), out_addr = reinterpret_cast<uintptr_t>(out);
   const bool apart = out_addr + block <= in_addr || in_addr + size_t(comm.world_size()) * block <= out_addr ||
                      out_addr == in_addr + size_t(comm.rank()) * block;
-  if (apart && comm.full_mesh() && comm.twoshot_ready() &&
-      resolve_algorithm(comm, CollOp::kReduceScatter, count, dtype, o.algo) == Algorithm::kTwoShot) {
-    Status s = comm.twoshot(CollOp::kReduceScatter, src, out, count, dtype, op, o.chunk_bytes, deadline_of(o));
-    return s.ok() ? s : s.with_context("reduce_scatter");
-  }
-  return run(comm, CollOp::kReduceScatter, src, out, count, dtype, op, 0, true, o);
+  LATTICE_ASSIGN_OR_RETURN(Choice c, choose_for(comm, CollOp::kReduceScatter, count, dtype, o, apart));
+  if (c.path == Path::kTwoShotZone)
+    return in_context(comm.twoshot(CollOp::kReduceScatter, src, out, count, dtype, op, o.chunk_bytes, deadline_of(o)),
+                      CollOp::kReduceScatter);
+  return run_plan(comm, CollOp::kReduceScatter, c.algo, src, out, count, dtype, op, 0, true, o.chunk_bytes,
+                  deadline_of(o));
 }
 
 Status broadcast(Communicator& comm, const void* in, void* out, size_t count, DType dtype, int root,
@@ -125,16 +151,13 @@ Status reduce(Communicator& comm, const void* in, void* out, size_t count, DType
 
 Status all_to_all(Communicator& comm, const void* in, void* out, size_t count, DType dtype, const CollOptions& o) {
   if (count) LATTICE_RETURN_IF_ERROR(need(out, "out"));
-  LATTICE_RETURN_IF_ERROR(comm.refresh());
-  bool in_place = in == nullptr || in == out;
-  const int w = comm.world_size();
-  if (!comm.full_mesh() && w > 1) {
-    // A partial mesh: every rank's whole input goes around the route (all_gather), then each
-    // rank keeps the blocks addressed to it. w times the traffic of a direct exchange, which
-    // MoE-sized token batches afford; a store-and-forward ring would do better.
-    if (o.algo != Algorithm::kAuto && o.algo != Algorithm::kRing)
-      return InvalidArgument("coll: algorithm " + std::string(to_string(o.algo)) +
-                             " needs a full mesh; this topology only allows ring");
+  LATTICE_RETURN_IF_ERROR(check_call(comm, count, 0));
+  const bool in_place = in == nullptr || in == out;
+  LATTICE_ASSIGN_OR_RETURN(Choice c, choose_for(comm, CollOp::kAllToAll, count, dtype, o));
+  if (c.path == Path::kGatherAround) {
+    // A partial mesh: every rank's whole input goes around the route (all_gather, its own
+    // call with its own choice), then each rank keeps the blocks addressed to it.
+    const int w = comm.world_size();
     const size_t es = dtype_size(dtype), row = size_t(w) * count * es;
     std::vector<std::byte> all(size_t(w) * row);
     CollOptions go = o;
@@ -146,7 +169,8 @@ Status all_to_all(Communicator& comm, const void* in, void* out, size_t count, D
                   all.data() + size_t(q) * row + size_t(comm.rank()) * count * es, count * es);
     return Status::Ok();
   }
-  return run(comm, CollOp::kAllToAll, in_place ? out : in, out, count, dtype, ReduceOp::kSum, 0, in_place, o);
+  return run_plan(comm, CollOp::kAllToAll, c.algo, in_place ? out : in, out, count, dtype, ReduceOp::kSum, 0,
+                  in_place, o.chunk_bytes, deadline_of(o));
 }
 
 Status barrier(Communicator& comm, const CollOptions& o) {

@@ -55,7 +55,8 @@ Status barrier(Communicator& comm, const CollOptions& options = {});
 Status send(Communicator& comm, const void* buf, size_t count, DType dtype, int peer, const CollOptions& options = {});
 Status recv(Communicator& comm, void* buf, size_t count, DType dtype, int peer, const CollOptions& options = {});
 
-// The algorithm a call with these arguments runs (resolves kAuto).
+// The algorithm a call with these arguments runs (resolves kAuto; a sliced all_reduce: its
+// slices' algorithm). The whole choice, path included, is choose() in choose.h.
 Algorithm resolve_algorithm(const Communicator& comm, CollOp op, size_t count, DType dtype, Algorithm requested);
 
 }  // namespace lattice::coll

@@ -16,6 +16,10 @@
 // next call rebuilds the staging for the new membership automatically.
 //
 // Thread safety: like its Group, used by one thread at a time. The Group must outlive it.
+//
+// Files: comm.cc (staging, lanes, plan cache, liveness checks), executor.cc + pipeline.cc (the
+// one executor every plan runs on), landing.cc + twoshot.cc (the one-sided landing zones). Which
+// of them a collective call takes is chosen once per call: choose.h.
 #pragma once
 
 #include <cstddef>
@@ -102,9 +106,7 @@ class Communicator {
     return group_->epoch() != epoch_ || group_->world_size() != world_ ? build() : Status::Ok();
   }
 
-  // Runs a plan: `in`/`out` are the caller's buffers (either may be null where the plan never
-  // references it), `chunk_bytes` (0: the staging slot size) splits transfers into messages.
-  // Blocks until done or `deadline`.
+  // ---- landing zones (landing.cc, twoshot.cc): the one-sided paths ----
   // True when the one-sided one-shot path can run (every link's provider writes one-sided);
   // its largest buffer in bytes. The first such call swaps landing-zone keys with the peers.
   bool rma_ready() const { return rma_capable_; }
@@ -125,6 +127,10 @@ class Communicator {
   Status twoshot(CollOp op, const void* in, void* out, size_t count, DType dtype, ReduceOp rop, size_t chunk_bytes,
                  Deadline deadline);
 
+  // ---- the executor (executor.cc, pipeline.cc): runs plans over the staging slots ----
+  // Runs a plan: `in`/`out` are the caller's buffers (either may be null where the plan never
+  // references it), `chunk_bytes` (0: the staging slot size) splits transfers into messages.
+  // Blocks until done or `deadline`.
   Status execute(const plan::Plan& plan, DType dtype, ReduceOp op, const void* in, void* out, size_t chunk_bytes,
                  Deadline deadline);
 
@@ -132,7 +138,25 @@ class Communicator {
   struct Staging;
   struct PeerState;
   Communicator() = default;
+  // ---- comm.cc: staging and lanes per epoch, failure, the checks of waiting loops ----
   Status build();
+  Status fail(Status s);
+  Status check_links();
+  // After an empty poll of the executors: yields the core when oversubscribed; every 1024
+  // empty polls in a row checks the deadline (the timeout names waiting_on(), a rank still
+  // awaited, or none if it gives -1) and every link. Ok: keep polling.
+  template <typename WaitingOn>
+  Status after_empty_poll(uint32_t* idle, Deadline deadline, const WaitingOn& waiting_on) {
+    // Inline: this runs between every two empty polls of a waiting loop.
+    ++*idle;
+    if (*idle >= spin_before_yield_) std::this_thread::yield();
+    if ((*idle & 1023) != 0) return Status::Ok();
+    return idle_check(deadline, waiting_on());
+  }
+  // The deadline and every link, now and then from a waiting loop; `waiting_on` names the
+  // rank it waits for (-1: several) in a timeout.
+  Status idle_check(Deadline deadline, int waiting_on);
+  // ---- executor.cc, pipeline.cc ----
   // Transfers are split into messages of chunk_of_[peer] bytes (set by execute()).
   Status exchange(const plan::Step& step, size_t esize, DType dtype, ReduceOp op, Deadline deadline);
   // Runs consecutive steps overlapped chunk by chunk (pipeline.cc); false (nothing sent) when
@@ -152,34 +176,20 @@ class Communicator {
   // The completion queues of these lanes, each once: the executors poll only those (on tcp
   // every poll of a queue is a recv() per link).
   void queues_of(const std::vector<int>& lanes, std::vector<fabric::CompletionQueue*>* out) const;
-  Status fail(Status s);
-  Status check_links();
-  Status zone_gone(int peer) const;
-  // After an empty poll of the executors: yields the core when oversubscribed; every 1024
-  // empty polls in a row checks the deadline (the timeout names waiting_on(), a rank still
-  // awaited, or none if it gives -1) and every link. Ok: keep polling.
-  template <typename WaitingOn>
-  Status after_empty_poll(uint32_t* idle, Deadline deadline, const WaitingOn& waiting_on) {
-    // Inline: this runs between every two empty polls of a waiting loop.
-    ++*idle;
-    if (*idle >= spin_before_yield_) std::this_thread::yield();
-    if ((*idle & 1023) != 0) return Status::Ok();
-    return idle_check(deadline, waiting_on());
-  }
-  // The deadline and every link, now and then from a waiting loop; `waiting_on` names the
-  // rank it waits for (-1: several) in a timeout.
-  Status idle_check(Deadline deadline, int waiting_on);
+  // ---- landing.cc, twoshot.cc ----
   Status setup_rma(Deadline deadline);
   Status swap_words(fabric::MemoryRegion* fresh, uint64_t mine, std::vector<uint64_t>* theirs, Deadline deadline);
   Status rma_begin(Deadline deadline);
-  size_t twoshot_area_bytes();  // also sets ts_chunk_, ts_depth_ and the counters
-  Status post_write_retry(int peer, fabric::LocalSlice src, fabric::RemoteSlice dst, fabric::WorkId id,
-                          Deadline deadline, size_t* done);
   size_t poll_all(fabric::Completion* comps, size_t cap, Status* error);
   // Polls every queue once and counts the current call's completions into *done (one-sided
   // writes: their completions carry nothing else); a failed one of this call is returned.
   Status reap_writes(size_t* done);
+  Status zone_gone(int peer) const;
+  size_t twoshot_area_bytes();  // also sets ts_chunk_, ts_depth_ and the counters
+  Status post_write_retry(int peer, fabric::LocalSlice src, fabric::RemoteSlice dst, fabric::WorkId id,
+                          Deadline deadline, size_t* done);
 
+  // The communicator and its executor (comm.cc, executor.cc, pipeline.cc).
   cluster::Group* group_ = nullptr;
   CommOptions options_;
   uint64_t epoch_ = 0;
@@ -213,7 +223,7 @@ class Communicator {
   CachedPlan plans_[kCachedPlans];
   size_t plans_next_ = 0;  // round-robin victim
   std::vector<fabric::CompletionQueue*> cqs_;
-  // One-sided path: my landing region (peer p writes into zones (p * 2 + parity) * stride),
+  // Landing zones (landing.cc, twoshot.cc). My landing region (peer p writes into zones (p * 2 + parity) * stride),
   // the source area + flag word I write from, and each peer's landing key.
   std::unique_ptr<fabric::MemoryRegion> landing_;
   std::vector<uint64_t> peer_keys_;

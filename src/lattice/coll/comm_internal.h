@@ -1,5 +1,6 @@
-// Internals shared by the communicator's files (comm.cc: staging + plan executor; twoshot.cc:
-// the one-sided two-shot all-reduce): how work ids name a collective, a peer and a slot.
+// Internals shared by the communicator's files (comm.cc: staging and lanes; executor.cc and
+// pipeline.cc: the plan executor; landing.cc and twoshot.cc: the one-sided landing zones): how
+// work ids name a collective, a peer and a slot, and the per-provider and per-lane state.
 #pragma once
 
 #include <string>

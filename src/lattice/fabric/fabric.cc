@@ -65,4 +65,6 @@ std::vector<std::string> available_providers() {
   return out;
 }
 
+DeviceList list_devices(bool include_emulated) { return detail::list_verbs_devices(include_emulated); }
+
 }  // namespace lattice::fabric

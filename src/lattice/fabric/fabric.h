@@ -230,4 +230,50 @@ Result<std::unique_ptr<Provider>> make_provider(std::string_view uri, const Prov
 // Providers usable on this machine right now (probed at run time).
 std::vector<std::string> available_providers();
 
+// ---- RDMA devices (diagnostics: `lattice devices`) ----------------------------------------
+// Plain data, no verbs types: what the verbs provider sees of the machine's RDMA devices, and
+// of the emulated ones (verbs-emu). Listing opens each device read-only for a moment; it needs
+// no root and never fails as a whole: what could not be read is reported in `error`.
+
+struct DeviceGid {
+  int index = 0;
+  bool empty = true;         // an all-zero entry (index 1 on a Mac: no IPv4 on the paired interface?)
+  std::string address;       // "fe80::1", "::ffff:10.0.0.2"; empty when `empty`
+  bool ipv4_mapped = false;  // ::ffff:a.b.c.d (RoCE v2 over IPv4)
+};
+
+struct DevicePort {
+  uint8_t number = 0;        // 1-based, as in verbs
+  std::string error;         // non-empty: the port could not be queried (the rest is unset)
+  std::string state;         // "ACTIVE", "DOWN", ...
+  bool active = false;
+  int mtu_bytes = 0;         // active MTU
+  uint32_t max_msg_bytes = 0;
+  std::string link_layer;    // "ethernet" or "infiniband"
+  std::vector<DeviceGid> gids;  // the first kMaxListedGids entries of the GID table
+};
+
+struct DeviceInfo {
+  std::string name;          // "mlx5_0", "rdma_en2", "emu_tb5_0"
+  bool emulated = false;     // the verbs-emu device (open it with verbs-emu://<profile>)
+  std::string error;         // non-empty: the device could not be opened or queried
+  std::string firmware;
+  int max_qp = 0, max_mr = 0, max_qp_wr = 0;
+  bool atomics = false;
+  std::vector<DevicePort> ports;
+};
+
+struct DeviceList {
+  std::vector<DeviceInfo> devices;  // the system's first, then the emulated ones (if asked for)
+  // Whether the system's verbs library loaded ("no RDMA" otherwise: kUnavailable with the
+  // loader's error), and which library it was.
+  Status system;
+  std::string system_library;
+};
+
+inline constexpr int kMaxListedGids = 16;
+
+// Blocks only as long as the device queries do (no network). Thread-safe.
+DeviceList list_devices(bool include_emulated = true);
+
 }  // namespace lattice::fabric

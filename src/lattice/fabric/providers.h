@@ -15,5 +15,7 @@ Result<std::unique_ptr<Provider>> make_tcp_provider(std::string_view params, con
 // device ("verbs-emu://apple-tb5", "verbs-emu://linux-rc?drop=17").
 Result<std::unique_ptr<Provider>> make_verbs_provider(std::string_view params, const ProviderOptions& options);
 Result<std::unique_ptr<Provider>> make_verbs_emu_provider(std::string_view params, const ProviderOptions& options);
+// verbs/devices.cc: list_devices() of fabric.h.
+DeviceList list_verbs_devices(bool include_emulated);
 
 }  // namespace lattice::fabric::detail

@@ -12,7 +12,7 @@
 #include <functional>
 #include <string>
 
-#include "lattice/fabric/shm/shm.h"
+#include "lattice/fabric/shm/address.h"
 
 namespace lattice::fabric::shm {
 

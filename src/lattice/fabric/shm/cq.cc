@@ -10,7 +10,7 @@
 #include <climits>
 #include <thread>
 
-#include "lattice/fabric/shm/shm.h"
+#include "lattice/fabric/shm/endpoint.h"
 
 namespace lattice::fabric::shm {
 

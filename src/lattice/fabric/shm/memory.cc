@@ -8,7 +8,7 @@
 #include <string>
 
 #include "lattice/core/random.h"
-#include "lattice/fabric/shm/shm.h"
+#include "lattice/fabric/shm/endpoint.h"
 
 namespace lattice::fabric::shm {
 

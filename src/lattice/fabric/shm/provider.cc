@@ -11,7 +11,7 @@
 
 #include "lattice/core/random.h"
 #include "lattice/fabric/providers.h"
-#include "lattice/fabric/shm/shm.h"
+#include "lattice/fabric/shm/endpoint.h"
 
 namespace lattice::fabric::shm {
 

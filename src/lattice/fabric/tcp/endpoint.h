@@ -2,6 +2,13 @@
 // wire.h. The public TcpEndpoint owns a shared Conn; the provider's background thread and the
 // completion queues hold it too, so a Conn outlives racing progress calls.
 //
+// Conn is one class implemented along its seams, one file each:
+//   socket.cc     dialing, set-up I/O with deadlines, sockets handed over by the listener (socket.h)
+//   handshake.cc  connect(): who dials, the Hello exchange, the sealed sessions' crypto handshake
+//   frame_tx.cc   transmit: frame queue, sealing, sendmsg gathering from the caller's memory
+//   frame_rx.cc   receive: staging, frame parsing and validation, opening, one-sided targets
+//   endpoint.cc   posting, failure and completion, progress and liveness, TcpEndpoint
+//
 // Connection set-up: both sides call connect(peer_blob). The side with the smaller
 // (family, ip, port, nonce) dials the peer's provider listener and sends a Hello naming the
 // peer endpoint's nonce; the listener (background thread) validates it and hands the socket

@@ -1,6 +1,6 @@
 #include <cstring>
 
-#include "lattice/fabric/verbs/verbs.h"
+#include "lattice/fabric/verbs/address.h"
 
 namespace lattice::fabric::verbs {
 

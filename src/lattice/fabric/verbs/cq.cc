@@ -1,6 +1,6 @@
 #include <thread>
 
-#include "lattice/fabric/verbs/verbs.h"
+#include "lattice/fabric/verbs/cq.h"
 
 namespace lattice::fabric::verbs {
 

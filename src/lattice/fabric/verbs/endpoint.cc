@@ -6,7 +6,7 @@
 
 #include "lattice/core/log.h"
 #include "lattice/core/random.h"
-#include "lattice/fabric/verbs/verbs.h"
+#include "lattice/fabric/verbs/endpoint.h"
 
 namespace lattice::fabric::verbs {
 namespace {

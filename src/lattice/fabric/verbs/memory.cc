@@ -3,7 +3,7 @@
 #include <cstdlib>
 
 #include "lattice/core/random.h"
-#include "lattice/fabric/verbs/verbs.h"
+#include "lattice/fabric/verbs/provider.h"
 
 namespace lattice::fabric::verbs {
 

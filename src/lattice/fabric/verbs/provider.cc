@@ -3,7 +3,7 @@
 
 #include "lattice/core/log.h"
 #include "lattice/fabric/providers.h"
-#include "lattice/fabric/verbs/verbs.h"
+#include "lattice/fabric/verbs/endpoint.h"
 
 namespace lattice::fabric::verbs {
 

@@ -59,4 +59,13 @@ constexpr uint32_t kChunkMagic = 0x4c564348u;  // "LVCH"
 // a table otherwise. `seed` chains calls (pass the previous result).
 uint32_t crc32c(const void* data, size_t n, uint32_t seed = 0);
 
+// Staging geometry of the staged (UC) protocol: every staged verbs message is one slot.
+constexpr size_t kFrameBytes = 4096;
+constexpr size_t kSlotBytes = 32 * 1024;  // 8 frames; every staged verbs message is exactly this
+constexpr size_t kChunkPayload = kSlotBytes - sizeof(ChunkHeader);
+constexpr uint32_t kDataSlots = 32;       // send window (chunks in flight awaiting ack)
+constexpr uint32_t kCtrlSlots = 8;        // acks, hellos, byes
+constexpr uint32_t kRecvSlots = 48;
+constexpr uint32_t kRecvReserve = 8;      // receive slots never promised to data: control always fits
+
 }  // namespace lattice::fabric::verbs
