@@ -280,6 +280,8 @@ struct StepCase {
   uint32_t head_dim;  // 0: dim / heads
   uint64_t seed;
   double tolerance;
+  float rope_scale = 0;  // > 0: linear RoPE scaling
+  bool tied = false;     // the output reuses token_embd
 };
 
 class StepLogits : public StepLogitsMatch, public ::testing::WithParamInterface<StepCase> {};
@@ -290,6 +292,8 @@ TEST_P(StepLogits, Top1AgreesOutsideNearTiesAndLogitsStayClose) {
   o.kv_heads = c.kv_heads;
   o.head_dim = c.head_dim;
   o.seed = c.seed;
+  o.rope_scale = c.rope_scale;
+  o.tied = c.tied;
   const std::string path = make(Case{c.arch, c.type}, o);
   constexpr int kSteps = 48;
   const auto rows = run_steps(path, kSteps);
@@ -336,12 +340,14 @@ INSTANTIATE_TEST_SUITE_P(Quantized, LogitsMatch,
                                            Case{"qwen2", "q4_0"}, Case{"qwen3", "q4_k_m"}),
                          [](const auto& info) { return std::string(info.param.arch) + "_" + info.param.type; });
 // Cases: the make-model CLI's default shape (4 heads, no GQA) at seed 1 for every type, plus
-// the seeds and shapes where docs/NUMERICS.md found a top-1 difference (a near-tie), GQA, and
-// qwen3 with a head size (128) that is not dim / heads.
+// the seeds and shapes where docs/NUMERICS.md found a top-1 difference (a near-tie), GQA,
+// linear RoPE scaling with a tied output, and qwen3 with a head size (128) that is not
+// dim / heads.
 constexpr double kTolF32 = 2e-5, kTolF16 = 1e-2, kTolQ8Act = 0.25;
 INSTANTIATE_TEST_SUITE_P(
     Weights, StepLogits,
     ::testing::Values(StepCase{"llama", "f32", 4, 0, 1, kTolF32}, StepCase{"llama", "f32", 2, 0, 11, kTolF32},
+                      StepCase{"llama", "f32", 2, 0, 11, kTolF32, 4.0f, true},
                       StepCase{"llama", "f16", 4, 0, 1, kTolF16}, StepCase{"llama", "q8_0", 4, 0, 1, kTolQ8Act},
                       StepCase{"llama", "q8_0", 4, 0, 5, kTolQ8Act}, StepCase{"llama", "q4_0", 2, 0, 6, kTolQ8Act},
                       StepCase{"qwen2", "f32", 4, 0, 1, kTolF32}, StepCase{"qwen3", "f32", 4, 0, 1, kTolF32},
@@ -349,7 +355,9 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) {
       const StepCase& c = info.param;
       return std::string(c.arch) + "_" + c.type + "_kv" + std::to_string(c.kv_heads) + "_hd" +
-             std::to_string(c.head_dim) + "_seed" + std::to_string(c.seed);
+             std::to_string(c.head_dim) + "_seed" + std::to_string(c.seed) +
+             (c.rope_scale > 0 ? "_ropescale" + std::to_string(static_cast<int>(c.rope_scale)) : "") +
+             (c.tied ? "_tied" : "");
     });
 
 }  // namespace
