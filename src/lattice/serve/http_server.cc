@@ -66,9 +66,10 @@ class Session : public std::enable_shared_from_this<Session> {
     });
   }
 
-  void stream_begin(int status, std::string content_type) {
+  void stream_begin(int status, std::string content_type, std::string first) {
     if (state_ != State::kHandling) return;
     state_ = State::kStreaming;
+    pending_.insert(0, first);
     stream_res_.emplace(static_cast<http::status>(status), 11);
     stream_res_->set(http::field::server, "lattice");
     stream_res_->set(http::field::content_type, content_type);
@@ -283,9 +284,11 @@ class SessionResponder final : public Responder {
     answered_ = true;
     asio::post(ex_, [s = s_, r = std::move(r)]() mutable { s->reply(std::move(r)); });
   }
-  void stream_begin(int status, std::string ct) override {
+  void stream_begin(int status, std::string ct, std::string first) override {
     answered_ = true;
-    asio::post(ex_, [s = s_, status, ct = std::move(ct)]() mutable { s->stream_begin(status, std::move(ct)); });
+    asio::post(ex_, [s = s_, status, ct = std::move(ct), first = std::move(first)]() mutable {
+      s->stream_begin(status, std::move(ct), std::move(first));
+    });
   }
   void stream_write(std::string data) override {
     asio::post(ex_, [s = s_, d = std::move(data)]() mutable { s->stream_write(std::move(d)); });

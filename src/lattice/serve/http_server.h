@@ -45,11 +45,16 @@ struct HttpReply {
 // One request's answer: reply() once, or stream_begin() + stream_write()* + stream_end().
 // Calls after the answer ended, or after the client left, are ignored. A Responder dropped
 // without an answer answers 500.
+//
+// Calls from different threads are not ordered among themselves (Asio runs what the server's
+// own thread posts before what other threads posted): stream_write() and stream_end() made
+// before stream_begin() is carried out are held and follow its header, and `first` (the
+// opening event, say) goes before everything written.
 class Responder {
  public:
   virtual ~Responder() = default;
   virtual void reply(HttpReply reply) = 0;
-  virtual void stream_begin(int status, std::string content_type) = 0;
+  virtual void stream_begin(int status, std::string content_type, std::string first = {}) = 0;
   virtual void stream_write(std::string data) = 0;
   virtual void stream_end() = 0;
   // fn runs once, on the server's thread, if the client goes away before the answer ends.

@@ -149,12 +149,10 @@ void Server::Impl::complete(Endpoint endpoint, const std::string& body, std::sha
                                   r->tokens.size())});
     };
   }
-  // The opening chunk goes first; it and the pieces the engine makes before stream_begin is
-  // carried out are held by the responder (and dropped if the answer is a 503 instead).
-  if (cr.stream) out->stream_write(sse_open(*meta));
   auto job = loop->submit(std::move(*gr), std::move(sink));
   if (!job.ok()) return out->reply(error_reply(503, job.status().message(), "server_busy"));
-  if (cr.stream) out->stream_begin(200, "text/event-stream");
+  // Pieces the engine made before this is carried out are held; the opening chunk goes first.
+  if (cr.stream) out->stream_begin(200, "text/event-stream", sse_open(*meta));
   out->on_abort([loop = loop.get(), id = *job] { loop->cancel(id); });
 }
 
