@@ -201,6 +201,26 @@ TEST_F(ServeProcess, IdleAndHalfSentConnectionsDoNotBlockOthers) {
   EXPECT_EQ(curl(url("/health")).status, 200);
 }
 
+// A client that gives up on a whole (non-streamed) answer: the read kept posted on its
+// connection notices, and the request ends as cancelled long before its 8000 tokens.
+TEST_F(ServeProcess, ADroppedNonStreamedRequestIsCancelled) {
+  testing::TinyModel big(/*big=*/true);
+  ASSERT_TRUE(big.ok());
+  ASSERT_TRUE(serve_.start(big.path(), {"-t", "1", "--slots", "1", "--ctx", "8192"}).ok());
+  auto gave_up = curl(url("/v1/completions"), {"--max-time", "0.5", "-d", R"({"prompt":"x","max_tokens":8000,"ignore_eos":true})"});
+  EXPECT_EQ(gave_up.status, 0);  // curl timed out: no answer
+  json h;
+  const Deadline deadline = Deadline::after(std::chrono::seconds(5));
+  do {
+    h = json::parse(curl(url("/health")).body, nullptr, false);
+    if (h.is_object() && h["requests_cancelled"] == 1 && h["active"] == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  } while (!deadline.expired());
+  EXPECT_EQ(h["requests_cancelled"], 1) << h.dump();
+  EXPECT_EQ(h["requests_completed"], 0) << h.dump();
+  EXPECT_EQ(h["active"], 0) << h.dump();
+}
+
 TEST_F(ServeProcess, BadFlagsExitWith2) {
   auto run = [](const std::vector<std::string>& args) {
     std::vector<std::string> argv = {cluster::testing::lattice_bin(), "serve"};
