@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Installs what lattice needs to build and test, from Debian's packages (and, for the
-# llama.cpp cross-check tests, node-llama-cpp from the npm registry). Idempotent.
+# llama.cpp cross-check tests and the serve tests, node-llama-cpp and openai from the npm registry). Idempotent.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 pkgs=(build-essential cmake ninja-build ccache pkg-config git
       libgtest-dev libgmock-dev libbenchmark-dev
       nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libsodium-dev libssl-dev
-      libibverbs-dev iproute2 procps)
+      libibverbs-dev iproute2 procps libboost-dev curl)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then
@@ -15,7 +15,7 @@ if ((${#missing[@]})); then
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends -o DPkg::Lock::Timeout=600 "${missing[@]}" >/dev/null
 fi
-if [ -f "$here/tests/node/package.json" ] && command -v npm >/dev/null && [ ! -d "$here/tests/node/node_modules" ]; then
+if [ -f "$here/tests/node/package.json" ] && command -v npm >/dev/null && [ ! -d "$here/tests/node/node_modules/openai" ]; then
   (cd "$here/tests/node" && npm ci --silent --no-audit --no-fund >/dev/null 2>&1 || npm install --silent --no-audit --no-fund >/dev/null 2>&1) \
     || echo "setup: npm install failed; llama.cpp cross-check tests will be skipped" >&2
 fi

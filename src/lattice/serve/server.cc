@@ -1,0 +1,250 @@
+#include "lattice/serve/server.h"
+
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "lattice/engine/runtime/forward.h"
+#include "lattice/engine/runtime/generator.h"
+#include "lattice/engine/tokenizer/from_gguf.h"
+#include "lattice/serve/engine_loop.h"
+#include "lattice/serve/http_server.h"
+#include "lattice/serve/openai.h"
+
+namespace lattice::serve {
+
+struct Server::Impl {
+  const engine::Model* model = nullptr;
+  const engine::Tokenizer* tokenizer = nullptr;
+  ServeOptions opt;
+  uint32_t n_ctx = 0;
+  int64_t created = 0;
+  engine::SoloGroup group;
+  std::unique_ptr<engine::Forward> forward;
+  std::unique_ptr<EngineLoop> loop;
+  std::unique_ptr<HttpServer> http;
+  std::mt19937_64 rng{std::random_device{}()};  // the HTTP thread's only
+
+  std::optional<HttpReply> screen(const HttpRequest& head) const;
+  void handle(HttpRequest req, std::shared_ptr<Responder> out);
+  void complete(Endpoint endpoint, const std::string& body, std::shared_ptr<Responder> out);
+  std::string health() const;
+};
+
+namespace {
+
+HttpReply error_reply(int status, std::string_view message, std::string_view code = {}) {
+  return {status, "application/json", error_body(status, message, code)};
+}
+
+// Compares without an early exit, so the time taken says nothing about the key.
+bool same_key(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+  return diff == 0;
+}
+
+}  // namespace
+
+std::optional<HttpReply> Server::Impl::screen(const HttpRequest& head) const {
+  struct Route {
+    const char* path;
+    const char* method;
+  };
+  static constexpr Route kRoutes[] = {{"/health", "GET"},
+                                      {"/v1/models", "GET"},
+                                      {"/v1/chat/completions", "POST"},
+                                      {"/v1/completions", "POST"}};
+  const Route* route = nullptr;
+  for (const Route& r : kRoutes)
+    if (head.target == r.path) route = &r;
+  if (!route) return error_reply(404, "no such endpoint: " + head.target, "not_found");
+  if (head.method != route->method)
+    return error_reply(405, head.target + " takes " + route->method + ", not " + head.method, "method_not_allowed");
+  if (!opt.api_key.empty() && head.target != "/health") {
+    constexpr std::string_view kBearer = "Bearer ";
+    std::string_view auth = head.authorization;
+    if (auth.substr(0, kBearer.size()) != kBearer)
+      return error_reply(401, "an API key is required (Authorization: Bearer KEY)", "invalid_api_key");
+    if (!same_key(auth.substr(kBearer.size()), opt.api_key))
+      return error_reply(401, "the API key is not valid", "invalid_api_key");
+  }
+  return std::nullopt;
+}
+
+std::string Server::Impl::health() const {
+  const EngineLoop::Stats s = loop->stats();
+  return nlohmann::json{{"status", "ok"},
+                        {"model", opt.model_name},
+                        {"slots", opt.slots},
+                        {"n_ctx", n_ctx},
+                        {"active", s.active},
+                        {"queued", s.queued},
+                        {"in_flight", s.in_flight},
+                        {"requests_completed", s.completed},
+                        {"requests_cancelled", s.cancelled},
+                        {"requests_failed", s.failed},
+                        {"tokens_generated", s.tokens_generated},
+                        {"connections", http ? http->n_connections() : 0}}
+      .dump();
+}
+
+void Server::Impl::handle(HttpRequest req, std::shared_ptr<Responder> out) {
+  if (req.target == "/health") return out->reply({200, "application/json", health()});
+  if (req.target == "/v1/models") return out->reply({200, "application/json", models_body(opt.model_name, created)});
+  complete(req.target == "/v1/chat/completions" ? Endpoint::kChat : Endpoint::kCompletion, req.body, std::move(out));
+}
+
+void Server::Impl::complete(Endpoint endpoint, const std::string& body, std::shared_ptr<Responder> out) {
+  auto parsed = parse_request(endpoint, body);
+  if (!parsed.ok()) return out->reply(error_reply(400, parsed.status().message()));
+  CompletionRequest& cr = *parsed;
+  if (!cr.seed_set) cr.sampler.seed = rng();
+  auto gr = generation_request(cr, prompt_tokens(*tokenizer, cr), n_ctx);
+  if (!gr.ok()) return out->reply(error_reply(400, gr.status().message(), "context_length_exceeded"));
+  // Token ids given by the client are checked here, where the answer can still be a 400.
+  for (int32_t t : gr->prompt)
+    if (static_cast<uint32_t>(t) >= model->hparams().n_vocab)
+      return out->reply(error_reply(400, "prompt token " + std::to_string(t) + " is outside the vocabulary"));
+
+  auto meta = std::make_shared<ResponseMeta>();
+  meta->endpoint = endpoint;
+  char id[24];
+  std::snprintf(id, sizeof id, "%016llx", static_cast<unsigned long long>(rng()));
+  meta->id = (endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + std::string(id);
+  meta->created = static_cast<int64_t>(std::time(nullptr));
+  meta->model = opt.model_name;
+  meta->include_usage = cr.stream && cr.include_usage;
+
+  JobSink sink;
+  if (cr.stream) {
+    sink.on_piece = [out, meta](std::string_view piece) { out->stream_write(sse_piece(*meta, piece)); };
+    sink.on_done = [out, meta](Result<engine::GenerateResult> r) {
+      if (r.ok()) {
+        out->stream_write(sse_finish(*meta, finish_reason(r->stop_reason)));
+        if (meta->include_usage) out->stream_write(sse_usage(*meta, r->prompt_tokens.size(), r->tokens.size()));
+      } else {
+        out->stream_write(sse_error(r.status().message()));
+      }
+      out->stream_write(std::string(kSseDone));
+      out->stream_end();
+    };
+  } else {
+    sink.on_done = [out, meta](Result<engine::GenerateResult> r) {
+      if (!r.ok()) {
+        const int status = r.status().code() == ErrorCode::kInvalidArgument ? 400
+                           : r.status().code() == ErrorCode::kCancelled ? 503
+                                                                          : 500;
+        return out->reply(error_reply(status, r.status().message()));
+      }
+      out->reply({200, "application/json",
+                  completion_body(*meta, r->text, finish_reason(r->stop_reason), r->prompt_tokens.size(),
+                                  r->tokens.size())});
+    };
+  }
+  auto job = loop->submit(std::move(*gr), std::move(sink));
+  if (!job.ok()) return out->reply(error_reply(503, job.status().message(), "server_busy"));
+  // Pieces the engine made before this is carried out are held; the opening chunk goes first.
+  if (cr.stream) out->stream_begin(200, "text/event-stream", sse_open(*meta));
+  out->on_abort([loop = loop.get(), id = *job] { loop->cancel(id); });
+}
+
+Result<std::unique_ptr<Server>> Server::start(const engine::Model& model, const engine::Tokenizer& tokenizer,
+                                              const ServeOptions& options) {
+  if (options.slots == 0 || options.slots > 256) return InvalidArgument("serve: --slots must be in 1..256");
+  if (options.threads > 1024) return InvalidArgument("serve: -t must be in 0..1024");
+  if (options.max_queue == 0) return InvalidArgument("serve: the queue must hold at least one request");
+  std::unique_ptr<Server> s(new Server());
+  s->impl_ = std::make_unique<Impl>();
+  Impl& im = *s->impl_;
+  im.model = &model;
+  im.tokenizer = &tokenizer;
+  im.opt = options;
+  if (im.opt.model_name.empty()) im.opt.model_name = "lattice";
+  im.created = static_cast<int64_t>(std::time(nullptr));
+
+  engine::ForwardOptions fo;
+  fo.n_threads = options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
+  fo.max_items = options.slots;
+  fo.n_ctx = options.n_ctx;
+  fo.n_batch = std::max<uint32_t>(256, options.slots);
+  LATTICE_ASSIGN_OR_RETURN(im.forward, engine::Forward::create(model, im.group, fo));
+  im.n_ctx = im.forward->options().n_ctx;
+  engine::GeneratorOptions go;
+  go.max_seqs = options.slots;
+  go.n_ctx = im.n_ctx;
+  go.prefill_chunk = im.forward->options().n_batch;
+  go.max_queue = options.max_queue;
+  EngineLoopOptions lo;
+  lo.max_jobs = size_t{options.slots} + options.max_queue;
+  LATTICE_ASSIGN_OR_RETURN(im.loop, EngineLoop::start(
+                                        [&im, go]() { return engine::Generator::create(*im.forward, *im.tokenizer, go); }, lo));
+
+  HttpOptions ho;
+  ho.host = options.host;
+  ho.port = options.port;
+  ho.max_body_bytes = options.max_body_bytes;
+  ho.header_timeout = options.header_timeout;
+  HttpHandler h;
+  h.screen = [&im](const HttpRequest& head) { return im.screen(head); };
+  h.handle = [&im](HttpRequest req, std::shared_ptr<Responder> out) { im.handle(std::move(req), std::move(out)); };
+  h.error = [](int status, const std::string& message) { return error_reply(status, message); };
+  LATTICE_ASSIGN_OR_RETURN(im.http, HttpServer::start(ho, std::move(h)));
+  return s;
+}
+
+Server::~Server() {
+  if (!impl_) return;
+  // The engine first: its jobs answer and drop their responders while the HTTP server runs.
+  if (impl_->loop) impl_->loop->stop();
+  impl_->http.reset();
+  impl_->loop.reset();
+}
+
+uint16_t Server::port() const { return impl_->http->port(); }
+const ServeOptions& Server::options() const { return impl_->opt; }
+
+Status serve_until_signal(const std::string& model_path, ServeOptions options) {
+  // SIGINT/SIGTERM are taken by this thread alone (sigtimedwait below): every thread started
+  // from here inherits the mask. SIGPIPE is ignored: a client gone mid-write is an error code.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+  // Thousands of idle connections need descriptors: the soft limit goes up to the hard one.
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &nofile);
+  }
+
+  auto model = engine::Model::load(model_path);
+  if (!model.ok()) return model.status();
+  (*model)->prefault();
+  auto tok = engine::tokenizer_from_gguf((*model)->file());
+  if (!tok.ok()) return InvalidArgument("tokenizer: " + tok.status().to_string());
+  if (options.model_name.empty()) options.model_name = std::filesystem::path(model_path).filename().string();
+  auto server = Server::start(**model, *tok, options);
+  if (!server.ok()) return server.status();
+  std::printf("listening on http://%s:%u\n", options.host.c_str(), static_cast<unsigned>((*server)->port()));
+  std::fflush(stdout);
+  for (;;) {
+    const timespec second{1, 0};
+    const int sig = sigtimedwait(&sigs, nullptr, &second);
+    if (sig == SIGINT || sig == SIGTERM) break;
+  }
+  std::fprintf(stderr, "lattice serve: stopping\n");
+  server->reset();
+  return Status::Ok();
+}
+
+}  // namespace lattice::serve

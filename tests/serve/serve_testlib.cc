@@ -1,0 +1,74 @@
+#include "serve_testlib.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "lattice/engine/gguf/make_model.h"
+
+namespace lattice::serve::testing {
+
+namespace fs = std::filesystem;
+
+TinyModel::TinyModel(bool big) {
+  static int n = 0;
+  dir_ = (fs::temp_directory_path() / ("lattice-serve-" + std::to_string(::getpid()) + "-" + std::to_string(n++))).string();
+  fs::create_directories(dir_);
+  path_ = dir_ + "/tiny.gguf";
+  engine::MakeModelOptions o;
+  o.dim = big ? 256 : 64;
+  o.layers = big ? 4 : 2;
+  o.heads = 4;
+  o.kv_heads = 2;
+  o.vocab = 300;
+  o.context_length = 8192;
+  o.type = "q8_0";
+  o.threads = 1;
+  ok_ = engine::make_model(o, path_).ok();
+}
+
+TinyModel::~TinyModel() {
+  std::error_code ec;
+  fs::remove_all(dir_, ec);
+}
+
+Status ServeProc::start(const std::string& model, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {cluster::testing::lattice_bin(), "serve", "-m", model, "--port", "0"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  LATTICE_ASSIGN_OR_RETURN(proc_, cluster::testing::Proc::spawn(argv, {}));
+  running_ = true;
+  auto line = proc_.wait_line("listening on http://", Deadline::after(std::chrono::seconds(30)));
+  if (!line.ok()) return Internal("serve did not start: " + line.status().to_string() + "; stderr: " + proc_.err());
+  const auto colon = line->rfind(':');
+  port_ = std::atoi(line->c_str() + colon + 1);
+  if (port_ <= 0) return Internal("no port in '" + *line + "'");
+  return Status::Ok();
+}
+
+Result<int> ServeProc::stop() {
+  if (!running_) return InvalidArgument("not running");
+  running_ = false;
+  proc_.signal(SIGTERM);
+  return proc_.wait(Deadline::after(std::chrono::seconds(20)));
+}
+
+ServeProc::~ServeProc() {
+  if (running_) (void)stop();
+}
+
+HttpResult curl(const std::string& url, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"curl", "-s", "--max-time", "30", "-o", "-", "-w", "\n%{http_code}"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.push_back(url);
+  auto r = cluster::testing::run_cmd(argv, {}, Deadline::after(std::chrono::seconds(40)));
+  HttpResult h;
+  const auto nl = r.out.rfind('\n');
+  if (nl == std::string::npos) return h;
+  h.status = std::atoi(r.out.c_str() + nl + 1);
+  h.body = r.out.substr(0, nl);
+  return h;
+}
+
+}  // namespace lattice::serve::testing

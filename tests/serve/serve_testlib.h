@@ -1,0 +1,50 @@
+// For the serve tests: a tiny make-model model, `lattice serve` as a child process on a port
+// it picks, and curl as the HTTP client.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "proc_testlib.h"
+
+namespace lattice::serve::testing {
+
+// A make-model model in a temporary directory (removed by the destructor). big: a larger
+// one, slow enough that a long request takes seconds.
+class TinyModel {
+ public:
+  explicit TinyModel(bool big = false);
+  ~TinyModel();
+  const std::string& path() const { return path_; }
+  bool ok() const { return ok_; }
+
+ private:
+  std::string dir_, path_;
+  bool ok_ = false;
+};
+
+// `lattice serve -m MODEL --port 0 ARGS...`, started and waited for ("listening on").
+class ServeProc {
+ public:
+  Status start(const std::string& model, const std::vector<std::string>& args);
+  ~ServeProc();  // SIGTERM, then reaped (SIGKILL at a deadline)
+  std::string base_url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  int port() const { return port_; }
+  // SIGTERM and the exit status (raw wait status).
+  Result<int> stop();
+  cluster::testing::Proc& proc() { return proc_; }
+
+ private:
+  cluster::testing::Proc proc_;
+  int port_ = 0;
+  bool running_ = false;
+};
+
+struct HttpResult {
+  int status = 0;  // 0: curl failed
+  std::string body;
+};
+// curl -s ARGS... URL; the status and body. Every call has a 30 s deadline.
+HttpResult curl(const std::string& url, const std::vector<std::string>& args = {});
+
+}  // namespace lattice::serve::testing
