@@ -168,7 +168,19 @@ TEST(ModelLoad, UnsupportedArchitectureIsRefusedByName) {
   }, keep);
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), ErrorCode::kUnavailable);
-  EXPECT_EQ(m.status().message(), "architecture 'gemma3' is not supported (supported: llama, qwen2, qwen3)");
+  EXPECT_EQ(m.status().message(), "architecture 'gemma3' is not supported (supported: llama, qwen2, qwen3, qwen3moe)");
+}
+
+// A block count the tensor table cannot hold is refused before anything is sized by it (it
+// used to allocate 2^31 layers and abort with bad_alloc).
+TEST(ModelLoad, ABlockCountBeyondTheTensorsIsCorrupt) {
+  std::vector<std::byte> keep;
+  auto m = bind_modified(tiny({"llama", "f32", 0}), [](GgufWriter& w) {
+    w.metadata().set("llama.block_count", uint32_t{1u << 31});
+  }, keep);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), ErrorCode::kCorrupt);
+  EXPECT_NE(m.status().message().find("llama.block_count"), std::string::npos) << m.status().to_string();
 }
 
 TEST(ModelLoad, MissingKeyAndBadValuesAreNamed) {
