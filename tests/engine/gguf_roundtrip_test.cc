@@ -75,7 +75,9 @@ void set_all_values(Metadata& md) {
 }
 
 void expect_same(const GgufWriter& w, const GgufFile& f, bool check_metadata = true) {
-  if (check_metadata) ASSERT_EQ(f.metadata().size(), w.metadata().size());
+  if (check_metadata) {
+    ASSERT_EQ(f.metadata().size(), w.metadata().size());
+  }
   for (size_t i = 0; check_metadata && i < w.metadata().size(); ++i) {
     EXPECT_EQ(f.metadata().entries()[i].key, w.metadata().entries()[i].key);
     EXPECT_TRUE(f.metadata().entries()[i].value == w.metadata().entries()[i].value) << w.metadata().entries()[i].key;

@@ -79,7 +79,9 @@ struct TempDir {
 
 std::string file_of(const MakeModelOptions& o) {
   const std::string path = (temp.dir / (o.arch + "-" + o.type + ".gguf")).string();
-  if (!fs::exists(path)) EXPECT_TRUE(make_model(o, path).ok());
+  if (!fs::exists(path)) {
+    EXPECT_TRUE(make_model(o, path).ok());
+  }
   return path;
 }
 
@@ -163,7 +165,7 @@ void expect_tp_matches(const std::string& arch, int world) {
       st[r] = [&]() -> Status {
         LATTICE_ASSIGN_OR_RETURN(auto comm, coll::Communicator::create(*(*g)[r]));
         LoadOptions lo;
-        lo.shard = {.rank = r, .world = world};
+        lo.shard = {.rank = r, .world = world, .weights = {}};
         LATTICE_ASSIGN_OR_RETURN(auto m, Model::load(path, lo));
         parallel::CommGroup group(*comm);
         LATTICE_ASSIGN_OR_RETURN(auto s, Session::create(*m, group, {.n_ctx = 64}));

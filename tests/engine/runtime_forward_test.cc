@@ -106,7 +106,9 @@ TEST(Forward, APromptChunkMixedIntoADecodeStepChangesNothing) {
     std::vector<StepItem> items = {{.seq = a.get(), .tokens = std::span<const int32_t>(&tok, 1)}};
     if (s < 2) items.push_back({.seq = b.get(), .tokens = std::span<const int32_t>(pb).subspan(s * 4, 4)});
     ASSERT_TRUE((*f)->step(items).ok());
-    if (s == 1) EXPECT_EQ(std::vector<float>((*f)->logits(1).begin(), (*f)->logits(1).end()), ref_b[0]);
+    if (s == 1) {
+      EXPECT_EQ(std::vector<float>((*f)->logits(1).begin(), (*f)->logits(1).end()), ref_b[0]);
+    }
   }
   EXPECT_EQ(b->n_past(), 8u);
 }
@@ -134,7 +136,7 @@ TEST(Forward, BadStepsAreRefusedWhole) {
   EXPECT_EQ(code({{.seq = other.get(), .tokens = ok}}), ErrorCode::kInvalidArgument);
   // A shard's group must match it.
   LoadOptions lo;
-  lo.shard = {.rank = 1, .world = 2};
+  lo.shard = {.rank = 1, .world = 2, .weights = {}};
   auto half = testing::make_mem_model(shape("q8_0"), lo);
   ASSERT_TRUE(half.model);
   EXPECT_EQ(Forward::create(*half.model, solo, {}).status().code(), ErrorCode::kInvalidArgument);

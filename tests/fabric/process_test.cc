@@ -132,7 +132,9 @@ class FabricProcess : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(peer_.write_line("ADDR " + hex_encode(me_->ep->local_address())));
     Status c = me_->ep->connect(hex_decode(line.substr(5)), generous());
     ASSERT_TRUE(c.ok()) << c.to_string();
-    if (role == "idle") ASSERT_EQ(peer_.read_line(generous()), "READY");
+    if (role == "idle") {
+      ASSERT_EQ(peer_.read_line(generous()), "READY");
+    }
   }
   Result<Completion> wait_one(CompletionQueue* cq, Deadline d) {
     Completion c[1];

@@ -110,7 +110,7 @@ TEST(TcpFault, ReservedFieldsAndUnknownTypeAreRejected) {
     if (which == 2) h.seal_seq = 1;
     if (which == 3) h.type = 200;
     ASSERT_TRUE(v.raw.send_frame(h));
-    v.expect_failure(ErrorCode::kCorrupt);
+    (void)v.expect_failure(ErrorCode::kCorrupt);
     v.expect_error_frame_then_eof(ErrorCode::kCorrupt);
   }
   f.check_others_work();
@@ -123,7 +123,7 @@ TEST(TcpFault, TruncatedHeaderThenClose) {
   h.payload_len = 4;
   ASSERT_TRUE(raw_write(v.raw.fd, &h, 20));  // a third of a header, then hang up
   ::shutdown(v.raw.fd, SHUT_WR);
-  v.expect_failure(ErrorCode::kPeerLost);
+  (void)v.expect_failure(ErrorCode::kPeerLost);
   f.check_others_work();
 }
 
@@ -135,7 +135,7 @@ TEST(TcpFault, HugeLengthIsRejectedWithoutAllocating) {
     h.payload_len = uint64_t{1} << 62;
     ASSERT_TRUE(v.raw.send_frame(h));
     // A write of 2^62 bytes is an out-of-bounds access; everything else is a corrupt frame.
-    v.expect_failure(t == FrameType::kWrite ? ErrorCode::kAccessDenied : ErrorCode::kCorrupt);
+    (void)v.expect_failure(t == FrameType::kWrite ? ErrorCode::kAccessDenied : ErrorCode::kCorrupt);
   }
   f.check_others_work();
 }
@@ -174,7 +174,7 @@ TEST(TcpFault, UnknownKeyAndOutOfBoundsFromRawPeer) {
       h.arg0 = tc.len;
     }
     ASSERT_TRUE(v.raw.send_frame(h, payload.data(), payload.size()));
-    v.expect_failure(ErrorCode::kAccessDenied);
+    (void)v.expect_failure(ErrorCode::kAccessDenied);
     v.expect_error_frame_then_eof(ErrorCode::kAccessDenied);
   }
   for (int i = 0; i < 4096; ++i) ASSERT_EQ(region->data()[i], std::byte{0x77}) << i;  // memory unharmed
@@ -188,7 +188,7 @@ TEST(TcpFault, UnsolicitedResponsesAreRejected) {
     FrameHeader h = make_header(t);
     h.req_id = 1;
     ASSERT_TRUE(v.raw.send_frame(h));
-    v.expect_failure(ErrorCode::kCorrupt);
+    (void)v.expect_failure(ErrorCode::kCorrupt);
   }
   f.check_others_work();
 }
@@ -477,7 +477,7 @@ TEST(TcpFault, HeartbeatsKeepAQuietPeerAlive) {
   EXPECT_TRUE(v.side.ep->status().ok()) << v.side.ep->status().to_string();
   ::close(v.raw.fd);
   v.raw.fd = -1;
-  v.expect_failure(ErrorCode::kPeerLost);
+  (void)v.expect_failure(ErrorCode::kPeerLost);
 }
 
 TEST(TcpFault, ClosedRawPeerIsLostPromptly) {
@@ -486,7 +486,7 @@ TEST(TcpFault, ClosedRawPeerIsLostPromptly) {
   auto t0 = Clock::now();
   ::close(v.raw.fd);
   v.raw.fd = -1;
-  v.expect_failure(ErrorCode::kPeerLost);
+  (void)v.expect_failure(ErrorCode::kPeerLost);
   EXPECT_LT(Clock::now() - t0, std::chrono::seconds(10));
   f.check_others_work();
 }

@@ -45,7 +45,7 @@ Status Communicator::build() {
   // Regions of the previous epoch stay alive: cancelled receives may still name them.
   for (auto& s : staging_) retired_.push_back(std::move(s));
   staging_.clear();
-  if (landing_) retired_.push_back(std::make_unique<Staging>(Staging{nullptr, std::move(landing_)}));
+  if (landing_) retired_.push_back(std::make_unique<Staging>(Staging{nullptr, std::move(landing_), false, {}}));
   peer_keys_.clear();
   peer_maps_.clear();  // nothing is in flight through them: every store happened at once
   for (CachedPlan& c : plans_) c.used = false;  // ranks and topology may have changed
