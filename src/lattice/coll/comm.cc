@@ -17,15 +17,6 @@
 
 namespace lattice::coll {
 
-using fabric::Completion;
-using fabric::LocalSlice;
-using fabric::MemoryRegion;
-
-using detail::decode;
-using detail::Decoded;
-using detail::kPeerBits;
-using detail::kSeqMask;
-using detail::work_id;
 
 Result<std::unique_ptr<Communicator>> Communicator::create(cluster::Group& group, const CommOptions& options) {
   if (options.chunk_bytes < 64 || options.chunk_bytes > (size_t{1} << 30))

@@ -88,4 +88,15 @@ struct Communicator::PeerState {
   std::vector<size_t> recv_msg;           // slot -> index in recvs
 };
 
+// The names every part of the communicator (comm.cc, executor.cc, landing.cc) uses.
+using fabric::Completion;
+using fabric::LocalSlice;
+using fabric::MemoryRegion;
+
+using detail::decode;
+using detail::Decoded;
+using detail::kPeerBits;
+using detail::kSeqMask;
+using detail::work_id;
+
 }  // namespace lattice::coll

@@ -26,15 +26,6 @@
 
 namespace lattice::coll {
 
-using fabric::Completion;
-using fabric::LocalSlice;
-using fabric::MemoryRegion;
-
-using detail::decode;
-using detail::Decoded;
-using detail::kPeerBits;
-using detail::kSeqMask;
-using detail::work_id;
 
 Status Communicator::register_user(const plan::Plan& plan, size_t esize) {
   if (std::none_of(staging_.begin(), staging_.end(), [](const auto& st) { return st->direct; })) return Status::Ok();

@@ -19,15 +19,6 @@
 
 namespace lattice::coll {
 
-using fabric::Completion;
-using fabric::LocalSlice;
-using fabric::MemoryRegion;
-
-using detail::decode;
-using detail::Decoded;
-using detail::kPeerBits;
-using detail::kSeqMask;
-using detail::work_id;
 
 // Sends `mine` to every peer and receives theirs into (*theirs)[peer] (8 bytes each way, over
 // the two-sided path), from the still unused flag word of `fresh`: direct lanes have no send
