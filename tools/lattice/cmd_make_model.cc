@@ -11,7 +11,7 @@ namespace lattice::cli {
 namespace {
 
 Registrar make_model_cmd{
-    {"make-model", "write a GGUF model with random weights (llama, qwen2, qwen3)", [](CLI::App& app) {
+    {"make-model", "write a GGUF model with random weights (llama, qwen2, qwen3, qwen3moe; llama with --experts: Mixtral)", [](CLI::App& app) {
        auto o = std::make_shared<engine::MakeModelOptions>();
        auto out = std::make_shared<std::string>();
        app.add_option("--arch", o->arch, "llama | qwen2 | qwen3 | qwen3moe (llama with --experts: Mixtral)")
