@@ -15,7 +15,20 @@ if ((${#missing[@]})); then
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends -o DPkg::Lock::Timeout=600 "${missing[@]}" >/dev/null
 fi
-if [ -f "$here/tests/node/package.json" ] && command -v npm >/dev/null && [ ! -d "$here/tests/node/node_modules/openai" ]; then
-  (cd "$here/tests/node" && npm ci --silent --no-audit --no-fund >/dev/null 2>&1 || npm install --silent --no-audit --no-fund >/dev/null 2>&1) \
-    || echo "setup: npm install failed; llama.cpp cross-check tests will be skipped" >&2
+# The external oracles (llama.cpp through node-llama-cpp, the openai client) need Node.js: from
+# Debian when it is missing (a Node.js already installed, e.g. with its own npm, is kept).
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends -o DPkg::Lock::Timeout=600 nodejs npm >/dev/null
+fi
+nm="$here/tests/node/node_modules"
+if [ -f "$here/tests/node/package.json" ] && { [ ! -d "$nm/openai" ] || [ ! -d "$nm/node-llama-cpp" ]; }; then
+  if ! (cd "$here/tests/node" && { npm ci --silent --no-audit --no-fund >/dev/null 2>&1 ||
+                                   npm install --silent --no-audit --no-fund >/dev/null 2>&1; }); then
+    echo "setup: npm install in tests/node failed; the llama.cpp and openai-client tests need it" >&2
+    echo "       (run 'cd tests/node && npm ci' to see why)" >&2
+    exit 1
+  fi
 fi

@@ -2,6 +2,8 @@
 // cable between network namespaces, each detected by every survivor, then shrink() and a
 // plain-send exchange among the survivors.
 #include <gtest/gtest.h>
+
+#include "../require.h"
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -119,7 +121,7 @@ class Netns {
 
 TEST(FaultNetns, ACutCableIsDetectedByEverySurvivorThenShrink) {
   Netns net(3, "f");
-  if (!net.skip_reason().empty()) GTEST_SKIP() << net.skip_reason();
+  if (!net.skip_reason().empty()) LATTICE_SKIP_OR_FAIL("netns", net.skip_reason());
   std::string coord = net.ip(0) + ":7470";
   std::vector<Proc> ranks;
   for (int r = 0; r < 3; ++r) {
@@ -142,7 +144,7 @@ TEST(FaultNetns, ACutCableIsDetectedByEverySurvivorThenShrink) {
 // fails, and the message names the pair and why.
 TEST(FaultNetns, AnUnreachablePeerIsNamedByEveryRank) {
   Netns net(2, "u");
-  if (!net.skip_reason().empty()) GTEST_SKIP() << net.skip_reason();
+  if (!net.skip_reason().empty()) LATTICE_SKIP_OR_FAIL("netns", net.skip_reason());
   ASSERT_EQ(sh("ip -n " + net.name(1) + " addr add 10.250.0.2/32 dev lo"), 0);
   std::string coord = net.ip(0) + ":7470";
   std::vector<Proc> ranks;
@@ -179,7 +181,7 @@ void write_topology(const std::string& path, Netns& net, const std::vector<std::
 
 TEST(LaunchNetns, HostfileLaunchThroughIpNetnsExecPingsEveryPair) {
   Netns net(3, "l");
-  if (!net.skip_reason().empty()) GTEST_SKIP() << net.skip_reason();
+  if (!net.skip_reason().empty()) LATTICE_SKIP_OR_FAIL("netns", net.skip_reason());
   auto dir = std::filesystem::temp_directory_path() / ("lattice_netns_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::string topo = (dir / "hosts.json").string(), secret = (dir / "secret").string();
@@ -198,7 +200,7 @@ TEST(LaunchNetns, CollectivesRunAroundARingOfCables) {
   // Four hosts cabled in a ring a-c-b-d-a (not in rank order): collectives must use the cables
   // only, and give the reference results (bench coll --check).
   Netns net(4, "q");
-  if (!net.skip_reason().empty()) GTEST_SKIP() << net.skip_reason();
+  if (!net.skip_reason().empty()) LATTICE_SKIP_OR_FAIL("netns", net.skip_reason());
   auto dir = std::filesystem::temp_directory_path() / ("lattice_ring_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::string topo = (dir / "ring.json").string(), secret = (dir / "secret").string();
@@ -230,7 +232,7 @@ TEST(LaunchNetns, ARingThatLosesAHostFinishesTheRequestOverTheRemainingCables) {
   // shrink, re-place the model and finish with the tokens a single node gives. Pipeline stages
   // follow the cables.
   Netns net(4, "k");
-  if (!net.skip_reason().empty()) GTEST_SKIP() << net.skip_reason();
+  if (!net.skip_reason().empty()) LATTICE_SKIP_OR_FAIL("netns", net.skip_reason());
   auto dir = std::filesystem::temp_directory_path() / ("lattice_ringloss_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::string topo = (dir / "ring.json").string(), secret = (dir / "secret").string(),

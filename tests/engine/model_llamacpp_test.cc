@@ -10,6 +10,8 @@
 // Skipped only when the oracle is missing: tests/node/node_modules (scripts/setup.sh installs
 // it) or node itself.
 #include <gtest/gtest.h>
+
+#include "../require.h"
 #include <unistd.h>
 
 #include <cmath>
@@ -38,10 +40,10 @@ class LlamaCppFixture : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!fs::exists(kNodeDir / "node_modules" / "node-llama-cpp"))
-      GTEST_SKIP() << "llama.cpp oracle missing: " << (kNodeDir / "node_modules" / "node-llama-cpp").string()
-                   << " absent (run scripts/setup.sh, or npm ci in tests/node)";
+      LATTICE_SKIP_OR_FAIL("oracle", "llama.cpp oracle missing: " << (kNodeDir / "node_modules" / "node-llama-cpp").string()
+                   << " absent (run scripts/setup.sh, or npm ci in tests/node)");
     if (std::system("command -v node >/dev/null 2>&1") != 0)
-      GTEST_SKIP() << "llama.cpp oracle missing: no node on PATH (it runs tests/node/llamacpp_oracle.mjs)";
+      LATTICE_SKIP_OR_FAIL("oracle", "llama.cpp oracle missing: no node on PATH (it runs tests/node/llamacpp_oracle.mjs)");
     dir_ = fs::temp_directory_path() / ("lattice-llamacpp-" + std::to_string(::getpid()));
     fs::create_directories(dir_);
   }

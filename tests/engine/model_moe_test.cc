@@ -6,6 +6,8 @@
 // bad expert keys are named.
 #include <gtest/gtest.h>
 
+#include "../require.h"
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -106,7 +108,7 @@ class MoeLlamaCpp : public ::testing::TestWithParam<std::pair<const char*, const
 TEST_P(MoeLlamaCpp, GreedyTokensAgreeFor32Tokens) {
   const fs::path node_dir = fs::path(LATTICE_SOURCE_DIR) / "tests" / "node";
   if (!fs::exists(node_dir / "node_modules" / "node-llama-cpp"))
-    GTEST_SKIP() << "the llama.cpp oracle is missing: tests/node/node_modules absent (run scripts/setup.sh)";
+    LATTICE_SKIP_OR_FAIL("oracle", "the llama.cpp oracle is missing: tests/node/node_modules absent (run scripts/setup.sh)");
   const auto [arch, type] = GetParam();
   const std::string path = file_of(moe(arch, type));
   auto m = Model::load(path);

@@ -9,6 +9,8 @@
 // installs them). Invalid UTF-8 cannot be handed to node-llama-cpp, whose strings are
 // JavaScript strings; the unit tests cover it.
 #include <gtest/gtest.h>
+
+#include "../require.h"
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -240,7 +242,7 @@ class Oracle {
 // is started once per process.
 TEST(TokenizerLlamaCpp, SameIdsAndTextAsLlamaCpp) {
   Oracle& o = Oracle::get();
-  if (o.skip) GTEST_SKIP() << o.message;
+  if (o.skip) LATTICE_SKIP_OR_FAIL("oracle", o.message);
   ASSERT_EQ(o.cases.size(), 14u);
   for (const auto& [name, c] : o.cases) {
     SCOPED_TRACE(name);

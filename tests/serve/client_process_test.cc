@@ -4,6 +4,8 @@
 // tests/node/node_modules/openai is absent (scripts/setup.sh installs it).
 #include <gtest/gtest.h>
 
+#include "../require.h"
+
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -21,7 +23,7 @@ class ServeClientProcess : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!fs::exists(cluster::testing::lattice_bin())) GTEST_SKIP() << "lattice not built";
-    if (!fs::exists(kNodeDir / "node_modules" / "openai")) GTEST_SKIP() << "tests/node/node_modules/openai absent (run scripts/setup.sh)";
+    if (!fs::exists(kNodeDir / "node_modules" / "openai")) LATTICE_SKIP_OR_FAIL("oracle", "tests/node/node_modules/openai absent (run scripts/setup.sh)");
   }
   json client(const std::string& mode, const std::string& base, const std::string& key, const std::string& arg = "") {
     std::vector<std::string> argv = {"node", (kNodeDir / "openai_client.mjs").string(), mode, base, key};
