@@ -215,6 +215,34 @@ TEST(Moe, BatchedStepsGiveEachSequenceItsOwnTokens) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(got[i], ref) << i;
 }
 
+// Decode costs what is active: one token reads the attention matrices, the router and exactly
+// experts_used of the experts of every layer, then the output matrix and one embedding row.
+TEST(Moe, ADecodeStepReadsOnlyTheChosenExperts) {
+  auto mm = testing::make_mem_model(moe("qwen3moe", "q8_0"));
+  ASSERT_TRUE(mm.model);
+  const Model& m = *mm.model;
+  SoloGroup solo;
+  auto f = Forward::create(m, solo, {.n_threads = 1, .n_batch = 16, .max_items = 1, .n_ctx = 32});
+  ASSERT_TRUE(f.ok());
+  auto seq = std::move(*(*f)->new_sequence());
+  StepItem it{.seq = seq.get(), .tokens = kPrompt};
+  ASSERT_TRUE((*f)->step(std::span<const StepItem>(&it, 1)).ok());
+  const uint64_t before = (*f)->weight_bytes_read();
+  const int32_t tok = 7;
+  it.tokens = std::span<const int32_t>(&tok, 1);
+  ASSERT_TRUE((*f)->step(std::span<const StepItem>(&it, 1)).ok());
+  uint64_t want = m.output().bytes() + m.tok_embd().row_bytes();
+  uint64_t all_experts = 0;
+  for (const LayerWeights& L : m.layers()) {
+    want += L.wq.bytes() + L.wk.bytes() + L.wv.bytes() + L.wo.bytes() + L.router.bytes();
+    const uint64_t one = L.gate_exps[0].bytes() + L.up_exps[0].bytes() + L.down_exps[0].bytes();
+    want += m.hparams().n_expert_used * one;
+    all_experts += m.hparams().n_expert * one;
+  }
+  EXPECT_EQ((*f)->weight_bytes_read() - before, want);
+  EXPECT_LT(want, all_experts);  // far less than every expert
+}
+
 TEST(Moe, BadExpertKeysAreNamed) {
   auto plan = plan_model(moe("qwen3moe", "f32"));
   ASSERT_TRUE(plan.ok());

@@ -110,8 +110,8 @@ int run(const BenchArgs& a) {
   const std::string commit = build_commit(), flags = build_flags(), isa = build_isa();
   nlohmann::json rows = nlohmann::json::array();
   if (!a.json) {
-    std::printf("| model | size | params | type | threads | test | t/s |\n");
-    std::printf("| --- | ---: | ---: | --- | ---: | ---: | ---: |\n");
+    std::printf("| model | size | params | type | threads | test | t/s | MiB read/tok |\n");
+    std::printf("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |\n");
   }
   using Clock = std::chrono::steady_clock;
   for (int t : *threads) {
@@ -143,8 +143,10 @@ int run(const BenchArgs& a) {
         for (int b : *seqs) tests.push_back({false, n, b});
     for (const Test& test : tests) {
       std::vector<double> tok_s;
+      double bytes_per_tok = 0;  // weight bytes streamed per token (all of a step's, shared by its B tokens)
       for (int rep = -1; rep < a.reps; ++rep) {  // rep -1: warm-up, not recorded
         for (auto& s : seq) s->reset();
+        const uint64_t read0 = f.weight_bytes_read();
         const auto t0 = Clock::now();
         Status st;
         if (test.prefill) {
@@ -168,6 +170,7 @@ int run(const BenchArgs& a) {
         const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
         if (!st.ok()) return fail(st.to_string());
         if (rep >= 0) tok_s.push_back(double(test.n) * test.b / sec);
+        bytes_per_tok = double(f.weight_bytes_read() - read0) / (double(test.n) * test.b);
       }
       const Stats st = stats(tok_s);
       std::string name = (test.prefill ? "pp" : "tg") + std::to_string(test.n);
@@ -184,6 +187,7 @@ int run(const BenchArgs& a) {
         r["n_prompt"] = test.prefill ? test.n : 0;
         r["n_gen"] = test.prefill ? 0 : test.n;
         r["batch"] = test.b;
+        r["weight_bytes_per_token"] = bytes_per_tok;
         r["prefill_tok_s"] = test.prefill ? nlohmann::json(st.mean) : nlohmann::json(nullptr);
         r["prefill_tok_s_sd"] = test.prefill ? nlohmann::json(st.sd) : nlohmann::json(nullptr);
         r["decode_tok_s"] = test.prefill ? nlohmann::json(nullptr) : nlohmann::json(st.mean);
@@ -198,9 +202,9 @@ int run(const BenchArgs& a) {
         r["isa"] = isa;
         rows.push_back(r);
       } else {
-        std::printf("| %s | %s | %s | %s | %d | %s | %.2f ± %.2f |\n", model_desc.c_str(),
+        std::printf("| %s | %s | %s | %s | %d | %s | %.2f ± %.2f | %.1f |\n", model_desc.c_str(),
                     human_bytes(m.weight_bytes()).c_str(), human_params(m.n_params()).c_str(),
-                    m.type_name().c_str(), t, name.c_str(), st.mean, st.sd);
+                    m.type_name().c_str(), t, name.c_str(), st.mean, st.sd, bytes_per_tok / double(1 << 20));
         std::fflush(stdout);
       }
     }

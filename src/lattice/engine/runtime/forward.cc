@@ -166,6 +166,7 @@ void Forward::moe_ffn(const LayerWeights& L, uint32_t R) {
   // The router runs on every rank over the whole expert set, so every rank picks the same
   // experts for every token.
   matmul(L.router, xb, R, router_.get(), *pool_);
+  bytes_read_ += L.router.bytes();
   for (auto& rows : expert_rows_) rows.clear();
   uint32_t ids[kMaxExpertsUsed];
   float w[kMaxExpertsUsed];
@@ -187,6 +188,7 @@ void Forward::moe_ffn(const LayerWeights& L, uint32_t R) {
       matmul_multi(gate_up, xe_.get(), n, *pool_);
       ops::swiglu(gate_.get(), gate_.get(), up_.get(), n * FL);
       matmul(L.down_exps[e], gate_.get(), n, ye_.get(), *pool_);
+      bytes_read_ += L.gate_exps[e].bytes() + L.up_exps[e].bytes() + L.down_exps[e].bytes();
       for (size_t j = 0; j < n; ++j) ops::axpy(acc + rows[j].first * E, rows[j].second, ye_.get() + j * E, E);
     }
   }
@@ -221,6 +223,7 @@ Status Forward::step(std::span<const StepItem> items) {
       for (uint32_t j = 0; j < n; ++j)
         LATTICE_RETURN_IF_ERROR(dequantize_row(emb.type, emb.data + static_cast<size_t>(it.tokens[j]) * emb_row,
                                                x + (r + j) * E, E));
+      bytes_read_ += uint64_t{n} * emb_row;
     }
     for (uint32_t j = 0; j < n; ++j)
       ops::rope_angles(cos_sin_.get() + size_t{r + j} * n_rot, inv_freq_.get(), hp.rope, it.seq->n_past_ + j);
@@ -233,6 +236,7 @@ Status Forward::step(std::span<const StepItem> items) {
     if (nkv > 0) {
       const MatmulOut qkv[] = {{&L.wq, q_.get()}, {&L.wk, k_.get()}, {&L.wv, v_.get()}};
       matmul_multi(qkv, xb, R, pool);
+      bytes_read_ += L.wq.bytes() + L.wk.bytes() + L.wv.bytes();
       for (uint32_t i = 0; i < items.size(); ++i) {
         KvCache& cache = items[i].seq->cache_;
         const uint32_t pos0 = items[i].seq->n_past_;
@@ -259,6 +263,7 @@ Status Forward::step(std::span<const StepItem> items) {
       }
       attention(l, items);
       matmul(L.wo, att_.get(), R, xb, pool);
+      bytes_read_ += L.wo.bytes();
     } else {
       std::memset(xb, 0, size_t{R} * E * sizeof(float));  // no heads here: nothing to add
     }
@@ -273,6 +278,7 @@ Status Forward::step(std::span<const StepItem> items) {
       matmul_multi(gate_up, xb, R, pool);
       ops::swiglu(gate_.get(), gate_.get(), up_.get(), size_t{R} * FL);
       matmul(L.w_down, gate_.get(), R, xb, pool);
+      bytes_read_ += L.w_gate.bytes() + L.w_up.bytes() + L.w_down.bytes();
     } else {
       std::memset(xb, 0, size_t{R} * E * sizeof(float));
     }
@@ -291,7 +297,7 @@ Status Forward::step(std::span<const StepItem> items) {
         const uint32_t r = item_row0_[i] + items[i].rows() - 1;
         ops::rmsnorm(xb + i * E, x + r * E, m.output_norm(), E, hp.rms_eps);
       }
-      if (V > 0) matmul(m.output(), xb, items.size(), logits_.data(), pool);
+      if (V > 0) matmul(m.output(), xb, items.size(), logits_.data(), pool), bytes_read_ += m.output().bytes();
     } else {
       for (uint32_t i = 0; i < items.size(); ++i) {
         const StepItem& it = items[i];
@@ -299,6 +305,7 @@ Status Forward::step(std::span<const StepItem> items) {
         for (uint32_t j = first; j < n; ++j)
           ops::rmsnorm(xb + (j - first) * E, x + (item_row0_[i] + j) * E, m.output_norm(), E, hp.rms_eps);
         if (V == 0) continue;
+        bytes_read_ += m.output().bytes();
         if (it.all_logits) {
           matmul(m.output(), xb, n, it.all_logits, pool);
           std::memcpy(logits_.data() + i * V, it.all_logits + size_t{n - 1} * V, V * sizeof(float));

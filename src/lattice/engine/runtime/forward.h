@@ -139,6 +139,9 @@ class Forward final : public Stepper {
   const ForwardOptions& options() const { return opt_; }
   ThreadPool& pool() { return *pool_; }
   size_t scratch_bytes() const { return scratch_floats_ * sizeof(float); }
+  // Weight bytes the steps so far streamed: every matrix once a step (each chosen expert once),
+  // plus the embedding rows looked up. Per decoded token on one sequence: what decode costs.
+  uint64_t weight_bytes_read() const { return bytes_read_; }
 
  private:
   Forward() = default;
@@ -158,6 +161,7 @@ class Forward final : public Stepper {
   std::vector<std::vector<std::pair<uint32_t, float>>> expert_rows_;  // per expert: (row, weight)
   std::vector<uint32_t> order_;
   size_t scratch_floats_ = 0;
+  uint64_t bytes_read_ = 0;
   std::vector<float> logits_;        // max_items x local vocabulary
   size_t n_logit_items_ = 0;         // items of the last step with logits
   std::vector<uint32_t> item_row0_;  // first row of each item in the last step
