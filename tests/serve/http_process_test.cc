@@ -1,6 +1,6 @@
 // `lattice serve` as a process on a make-model model, driven by curl: health, models, the
 // error statuses in OpenAI's shape, streams ending in [DONE], stop strings, a full queue, idle
-// and half-sent connections, and bad flags.
+// and half-sent connections, bad flags, and what /metrics counts.
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -102,6 +102,48 @@ TEST_F(ServeProcess, HealthModelsAndErrorStatuses) {
   EXPECT_EQ(oj["object"], "text_completion");
   EXPECT_EQ(oj["usage"]["completion_tokens"], 5);
   EXPECT_EQ(oj["choices"][0]["finish_reason"], "length");
+
+  // /metrics: with a key set it needs the key (only /health is open).
+  EXPECT_EQ(curl(url("/metrics")).status, 401);
+  auto scrape = [&] {
+    auto r = curl(url("/metrics"), {"-H", auth});
+    EXPECT_EQ(r.status, 200) << r.body;
+    return r.body;
+  };
+  // The value of one series ("name" or "name{labels}"); -1 when it is absent.
+  auto value = [](const std::string& text, const std::string& series) {
+    const std::string at = "\n" + series + " ";
+    const size_t pos = text.find(at);
+    return pos == std::string::npos ? -1.0 : std::stod(text.substr(pos + at.size()));
+  };
+  const std::string before = scrape();
+  EXPECT_NE(before.find("# TYPE lattice_requests_total counter\n"), std::string::npos) << before;
+  EXPECT_NE(before.find("# TYPE lattice_time_to_first_token_seconds histogram\n"), std::string::npos);
+  EXPECT_GT(value(before, "lattice_process_resident_memory_bytes"), 0);
+  EXPECT_EQ(value(before, "lattice_requests_in_flight"), 0);
+  EXPECT_EQ(value(before, "lattice_queue_depth"), 0);
+  EXPECT_GE(value(before, R"(lattice_requests_total{endpoint="other",status="4xx"})"), 1);  // the 404
+  EXPECT_GE(value(before, R"(lattice_requests_total{endpoint="/v1/chat/completions",status="4xx"})"), 5);
+  EXPECT_EQ(value(before, "lattice_generated_tokens_total"), 5);  // the one request that ran
+
+  // Two more requests, one streamed.
+  ASSERT_EQ(post("/v1/completions", R"({"prompt":"hello","max_tokens":4,"temperature":0,"ignore_eos":true})").status, 200);
+  ASSERT_EQ(post("/v1/chat/completions",
+                 R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":3,"ignore_eos":true,"stream":true})")
+                .status,
+            200);
+  const std::string after = scrape();
+  auto delta = [&](const std::string& series) { return value(after, series) - value(before, series); };
+  EXPECT_EQ(delta(R"(lattice_requests_total{endpoint="/v1/completions",status="2xx"})"), 1) << after;
+  EXPECT_EQ(delta(R"(lattice_requests_total{endpoint="/v1/chat/completions",status="2xx"})"), 1);
+  EXPECT_GE(value(after, R"(lattice_requests_total{endpoint="/metrics",status="2xx"})"), 1);  // the first scrape
+  EXPECT_EQ(delta("lattice_generated_tokens_total"), 7);
+  EXPECT_GT(delta("lattice_prompt_tokens_total"), 0);
+  EXPECT_EQ(delta("lattice_time_to_first_token_seconds_count"), 2);
+  EXPECT_EQ(delta(R"(lattice_time_to_first_token_seconds_bucket{le="+Inf"})"), 2);
+  EXPECT_GT(delta("lattice_time_to_first_token_seconds_sum"), 0);
+  EXPECT_GT(delta("lattice_inter_token_latency_seconds_count"), 0);
+  EXPECT_LE(delta("lattice_inter_token_latency_seconds_count"), 5);  // at most tokens - 1 per request
 
   auto stopped = serve_.stop();
   ASSERT_TRUE(stopped.ok());

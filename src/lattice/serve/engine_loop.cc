@@ -37,6 +37,7 @@ Result<uint64_t> EngineLoop::submit(engine::GenerationRequest request, JobSink s
   job->id = next_id_.fetch_add(1);
   job->request = std::move(request);
   job->sink = std::move(sink);
+  job->accepted = std::chrono::steady_clock::now();
   const uint64_t id = job->id;
   {
     std::lock_guard lk(mu_);
@@ -73,7 +74,16 @@ void EngineLoop::admit_new() {
   }
   for (auto& job : batch) {
     Job* j = job.get();
-    auto id = gen_->submit(j->request, [j](int, std::string_view piece) {
+    auto id = gen_->submit(j->request, [j, m = opt_.metrics](int, std::string_view piece) {
+      if (m) {
+        // Latencies are taken at the pieces of text handed out (a piece is one token's text,
+        // except where a stop string or a split UTF-8 character holds some back).
+        const auto now = std::chrono::steady_clock::now();
+        const auto& from = j->had_piece ? j->last_piece : j->accepted;
+        (j->had_piece ? m->inter_token() : m->ttft()).observe(std::chrono::duration<double>(now - from).count());
+        j->had_piece = true;
+        j->last_piece = now;
+      }
       if (j->sink.on_piece) j->sink.on_piece(piece);
     });
     if (!id.ok()) {
@@ -107,6 +117,7 @@ void EngineLoop::reap_finished() {
       else ++stats_.completed;
       if (r.ok()) stats_.tokens_generated += r->tokens.size();
     }
+    if (opt_.metrics && r.ok()) opt_.metrics->add_tokens(r->prompt_tokens.size(), r->tokens.size());
     if (j.sink.on_done) j.sink.on_done(std::move(r));
     it = running_.erase(it);
   }

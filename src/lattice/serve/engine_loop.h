@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -24,6 +25,7 @@
 
 #include "lattice/core/status.h"
 #include "lattice/engine/runtime/generator.h"
+#include "lattice/serve/metrics.h"
 
 namespace lattice::serve {
 
@@ -36,6 +38,9 @@ struct EngineLoopOptions {
   // Jobs accepted and not yet done (running + waiting); submit() refuses past it. The
   // Generator's own queue must hold at least max_jobs - slots.
   size_t max_jobs = 256 + 8;
+  // Token counts and latencies are added here (from the engine thread) when set; it must
+  // outlive the loop.
+  Metrics* metrics = nullptr;
 };
 
 class EngineLoop {
@@ -73,6 +78,9 @@ class EngineLoop {
     engine::GenerationRequest request;
     JobSink sink;
     int gen_id = 0;  // the Generator's id once submitted there
+    std::chrono::steady_clock::time_point accepted;    // at submit()
+    std::chrono::steady_clock::time_point last_piece;  // engine thread only
+    bool had_piece = false;                            // engine thread only
   };
   EngineLoop() = default;
   void run();

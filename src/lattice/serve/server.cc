@@ -16,6 +16,7 @@
 #include "lattice/engine/tokenizer/from_gguf.h"
 #include "lattice/serve/engine_loop.h"
 #include "lattice/serve/http_server.h"
+#include "lattice/serve/metrics.h"
 #include "lattice/serve/openai.h"
 
 namespace lattice::serve {
@@ -27,6 +28,7 @@ struct Server::Impl {
   uint32_t n_ctx = 0;
   int64_t created = 0;
   engine::SoloGroup group;
+  Metrics metrics;  // before loop and http: both count into it until they are gone
   std::unique_ptr<engine::Forward> forward;
   std::unique_ptr<EngineLoop> loop;
   std::unique_ptr<HttpServer> http;
@@ -36,6 +38,7 @@ struct Server::Impl {
   void handle(HttpRequest req, std::shared_ptr<Responder> out);
   void complete(Endpoint endpoint, const std::string& body, std::shared_ptr<Responder> out);
   std::string health() const;
+  std::string metrics_text() const;
 };
 
 namespace {
@@ -51,6 +54,44 @@ bool same_key(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
+MetricsEndpoint endpoint_of(std::string_view target) {
+  if (target == "/health") return MetricsEndpoint::kHealth;
+  if (target == "/metrics") return MetricsEndpoint::kMetrics;
+  if (target == "/v1/models") return MetricsEndpoint::kModels;
+  if (target == "/v1/chat/completions") return MetricsEndpoint::kChat;
+  if (target == "/v1/completions") return MetricsEndpoint::kCompletion;
+  return MetricsEndpoint::kOther;  // a 404: not labelled by the client's path (unbounded)
+}
+
+// Counts a request's answer by its status when the answer starts. Dropped unanswered, the
+// inner responder answers 500, and that is what is counted.
+class CountingResponder final : public Responder {
+ public:
+  CountingResponder(std::shared_ptr<Responder> inner, Metrics* m, MetricsEndpoint e)
+      : inner_(std::move(inner)), m_(m), e_(e) {}
+  ~CountingResponder() override { count(500); }
+  void reply(HttpReply r) override {
+    count(r.status);
+    inner_->reply(std::move(r));
+  }
+  void stream_begin(int status, std::string ct, std::string first) override {
+    count(status);
+    inner_->stream_begin(status, std::move(ct), std::move(first));
+  }
+  void stream_write(std::string data) override { inner_->stream_write(std::move(data)); }
+  void stream_end() override { inner_->stream_end(); }
+  void on_abort(std::function<void()> fn) override { inner_->on_abort(std::move(fn)); }
+
+ private:
+  void count(int status) {
+    if (!counted_.exchange(true)) m_->count_request(e_, status);
+  }
+  std::shared_ptr<Responder> inner_;
+  Metrics* m_;
+  MetricsEndpoint e_;
+  std::atomic<bool> counted_{false};
+};
+
 }  // namespace
 
 std::optional<HttpReply> Server::Impl::screen(const HttpRequest& head) const {
@@ -59,6 +100,7 @@ std::optional<HttpReply> Server::Impl::screen(const HttpRequest& head) const {
     const char* method;
   };
   static constexpr Route kRoutes[] = {{"/health", "GET"},
+                                      {"/metrics", "GET"},
                                       {"/v1/models", "GET"},
                                       {"/v1/chat/completions", "POST"},
                                       {"/v1/completions", "POST"}};
@@ -68,6 +110,10 @@ std::optional<HttpReply> Server::Impl::screen(const HttpRequest& head) const {
   if (!route) return error_reply(404, "no such endpoint: " + head.target, "not_found");
   if (head.method != route->method)
     return error_reply(405, head.target + " takes " + route->method + ", not " + head.method, "method_not_allowed");
+  // The API key, when one is set, guards everything but /health (a liveness probe that tells
+  // nothing about the requests). /metrics needs it too, as in llama-server: its counts
+  // describe the traffic, so with a key set they are for the key's holders only; with no
+  // key every endpoint, /metrics included, is open.
   if (!opt.api_key.empty() && head.target != "/health") {
     constexpr std::string_view kBearer = "Bearer ";
     std::string_view auth = head.authorization;
@@ -96,7 +142,20 @@ std::string Server::Impl::health() const {
       .dump();
 }
 
+// Reads only atomics and the engine loop's stats (its mutex is held for counter updates,
+// never across a step), so a scrape does not wait for the engine.
+std::string Server::Impl::metrics_text() const {
+  Metrics::Snapshot s = metrics.snapshot();
+  const EngineLoop::Stats st = loop->stats();
+  s.in_flight = st.in_flight;
+  s.queued = st.queued;
+  s.resident_bytes = resident_memory_bytes();
+  return render_metrics(s);
+}
+
 void Server::Impl::handle(HttpRequest req, std::shared_ptr<Responder> out) {
+  out = std::make_shared<CountingResponder>(std::move(out), &metrics, endpoint_of(req.target));
+  if (req.target == "/metrics") return out->reply({200, "text/plain; version=0.0.4; charset=utf-8", metrics_text()});
   if (req.target == "/health") return out->reply({200, "application/json", health()});
   if (req.target == "/v1/models") return out->reply({200, "application/json", models_body(opt.model_name, created)});
   complete(req.target == "/v1/chat/completions" ? Endpoint::kChat : Endpoint::kCompletion, req.body, std::move(out));
@@ -184,6 +243,7 @@ Result<std::unique_ptr<Server>> Server::start(const engine::Model& model, const 
   go.max_queue = options.max_queue;
   EngineLoopOptions lo;
   lo.max_jobs = size_t{options.slots} + options.max_queue;
+  lo.metrics = &im.metrics;
   LATTICE_ASSIGN_OR_RETURN(im.loop, EngineLoop::start(
                                         [&im, go]() { return engine::Generator::create(*im.forward, *im.tokenizer, go); }, lo));
 
@@ -193,9 +253,16 @@ Result<std::unique_ptr<Server>> Server::start(const engine::Model& model, const 
   ho.max_body_bytes = options.max_body_bytes;
   ho.header_timeout = options.header_timeout;
   HttpHandler h;
-  h.screen = [&im](const HttpRequest& head) { return im.screen(head); };
+  h.screen = [&im](const HttpRequest& head) {
+    auto refused = im.screen(head);
+    if (refused) im.metrics.count_request(endpoint_of(head.target), refused->status);
+    return refused;
+  };
   h.handle = [&im](HttpRequest req, std::shared_ptr<Responder> out) { im.handle(std::move(req), std::move(out)); };
-  h.error = [](int status, const std::string& message) { return error_reply(status, message); };
+  h.error = [&im](int status, const std::string& message) {
+    im.metrics.count_request(MetricsEndpoint::kOther, status);  // malformed HTTP: no endpoint to trust
+    return error_reply(status, message);
+  };
   LATTICE_ASSIGN_OR_RETURN(im.http, HttpServer::start(ho, std::move(h)));
   return s;
 }

@@ -5,6 +5,7 @@
 //   POST /v1/completions        a text prompt (or token ids)
 //   GET  /v1/models             the one model served
 //   GET  /health                {"status": "ok", slots, active, queued, counters} (no key needed)
+//   GET  /metrics               Prometheus text (metrics.h); needs the key when one is set
 //
 // Errors come in OpenAI's shape: 400 bad JSON or fields, 401 missing or wrong key, 404 unknown
 // path, 405 wrong method, 413 body over the limit, 503 when the queue is full. A client that

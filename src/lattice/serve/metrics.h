@@ -1,0 +1,75 @@
+// Metrics: what `lattice serve` counts, and its rendering in the Prometheus text exposition
+// format (version 0.0.4) for GET /metrics. Counters and histograms are lock-free atomics:
+// the HTTP thread counts requests, the engine thread counts tokens and latencies, and a
+// scrape reads them without waiting for either. render_metrics() is a plain function of a
+// snapshot, tested without a server.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lattice::serve {
+
+// A histogram with fixed upper bounds (seconds). observe() from any thread.
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);  // strictly increasing, finite
+  void observe(double seconds);
+
+  struct Snapshot {
+    std::vector<double> bounds;
+    std::vector<uint64_t> counts;  // per bucket, not cumulative; one more than bounds (the +Inf one)
+    double sum = 0;
+  };
+  Snapshot snapshot() const;
+
+ private:
+  std::vector<double> bounds_;
+  std::unique_ptr<std::atomic<uint64_t>[]> counts_;
+  std::atomic<uint64_t> sum_ns_{0};
+};
+
+// Endpoints and status classes requests are counted by.
+enum class MetricsEndpoint { kHealth, kMetrics, kModels, kChat, kCompletion, kOther, kCount };
+std::string_view endpoint_label(MetricsEndpoint e);
+
+class Metrics {
+ public:
+  Metrics();
+  // An answer's status (counted when it starts: the reply, or a stream's header).
+  void count_request(MetricsEndpoint e, int status);
+  void add_tokens(uint64_t prompt, uint64_t generated) {
+    prompt_tokens_.fetch_add(prompt, std::memory_order_relaxed);
+    generated_tokens_.fetch_add(generated, std::memory_order_relaxed);
+  }
+  Histogram& ttft() { return ttft_; }
+  Histogram& inter_token() { return inter_token_; }
+
+  struct Snapshot {
+    // requests[endpoint][class]: class 0..4 is 1xx..5xx.
+    std::array<std::array<uint64_t, 5>, static_cast<size_t>(MetricsEndpoint::kCount)> requests{};
+    uint64_t prompt_tokens = 0, generated_tokens = 0;
+    Histogram::Snapshot ttft, inter_token;
+    uint64_t in_flight = 0, queued = 0;  // filled in by the caller (the engine loop's stats)
+    uint64_t resident_bytes = 0;         // filled in by the caller (resident_memory_bytes())
+  };
+  Snapshot snapshot() const;
+
+ private:
+  std::array<std::array<std::atomic<uint64_t>, 5>, static_cast<size_t>(MetricsEndpoint::kCount)> requests_{};
+  std::atomic<uint64_t> prompt_tokens_{0}, generated_tokens_{0};
+  Histogram ttft_, inter_token_;
+};
+
+// The process's resident set in bytes (/proc/self/statm), 0 if it cannot be read.
+uint64_t resident_memory_bytes();
+
+// The Prometheus text format: # HELP and # TYPE for every family, names prefixed lattice_.
+std::string render_metrics(const Metrics::Snapshot& s);
+
+}  // namespace lattice::serve
