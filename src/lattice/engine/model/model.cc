@@ -239,7 +239,7 @@ Status Model::bind_all(const LoadOptions& options) {
   return Status::Ok();
 }
 
-Result<TensorInfo> Model::expert_slice(const TensorInfo& t, uint32_t e) const {
+TensorInfo Model::expert_slice(const TensorInfo& t, uint32_t e) const {
   TensorInfo s = t;
   const uint64_t bytes = t.row_bytes() * t.ne[1];
   s.name = t.name + "[" + std::to_string(e) + "]";
@@ -275,9 +275,9 @@ Status Model::bind_experts(LayerWeights& L, uint32_t i, bool pack) {
   const Range f = ff();
   L.gate_exps.resize(X), L.up_exps.resize(X), L.down_exps.resize(X);
   for (uint32_t e = 0; e < X; ++e) {
-    LATTICE_ASSIGN_OR_RETURN(const TensorInfo g, expert_slice(*tg, e));
-    LATTICE_ASSIGN_OR_RETURN(const TensorInfo u, expert_slice(*tu, e));
-    LATTICE_ASSIGN_OR_RETURN(const TensorInfo d, expert_slice(*td, e));
+    const TensorInfo g = expert_slice(*tg, e);
+    const TensorInfo u = expert_slice(*tu, e);
+    const TensorInfo d = expert_slice(*td, e);
     // Each expert is a 2-D tensor of its own; a packed copy drops its mapped pages (a shared
     // boundary page is read back from the file if still needed).
     LATTICE_ASSIGN_OR_RETURN(L.gate_exps[e], rows(g, f, pack));

@@ -111,7 +111,7 @@ class Model {
   Result<Weight> rows(const TensorInfo& t, Range r, bool pack);
   Result<Weight> cols(const TensorInfo& t, Range c, bool pack);
   // Expert e of a 3-D [n_in, n_out, n_expert] tensor, as a 2-D tensor of its own.
-  Result<TensorInfo> expert_slice(const TensorInfo& t, uint32_t e) const;
+  TensorInfo expert_slice(const TensorInfo& t, uint32_t e) const;
   Status bind_experts(LayerWeights& L, uint32_t layer, bool pack);
   Result<const float*> vec(const std::string& name, uint64_t n, bool required);
 

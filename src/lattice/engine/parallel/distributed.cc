@@ -115,18 +115,19 @@ Result<DistResult> generate_distributed(cluster::Cluster& c, const DistOptions& 
   bool have_first = false;
   for (;;) {
     if (gen->finished(id)) break;
-    LATTICE_ASSIGN_OR_RETURN(auto before, gen->progress(id));
-    if (hooks.before_token) LATTICE_RETURN_IF_ERROR(hooks.before_token(before.tokens.size()));
+    // Counts only: the tokens themselves are copied only when a recovery needs them.
+    LATTICE_ASSIGN_OR_RETURN(const size_t before, gen->n_generated(id));
+    if (hooks.before_token) LATTICE_RETURN_IF_ERROR(hooks.before_token(before));
     const CollStats cs0 = pl->coll_stats();
-    const bool decoding = !before.tokens.empty();
+    const bool decoding = before > 0;
     Status st = gen->step();
     if (st.ok()) {
-      LATTICE_ASSIGN_OR_RETURN(auto after, gen->progress(id));
-      if (!have_first && !after.tokens.empty()) {
+      LATTICE_ASSIGN_OR_RETURN(const size_t after, gen->n_generated(id));
+      if (!have_first && after > 0) {
         have_first = true;
         t_first = Clock::now();
         if (first_prefill_s < 0) first_prefill_s = std::chrono::duration<double>(t_first - t_start).count();
-      } else if (have_first && after.tokens.size() > before.tokens.size()) {
+      } else if (have_first && after > before) {
         R.decode_s = std::chrono::duration<double>(Clock::now() - t_first).count();
       }
       if (decoding) {
@@ -144,7 +145,9 @@ Result<DistResult> generate_distributed(cluster::Cluster& c, const DistOptions& 
       return Status(st.code(), st.message() + " (no survivors left to take the work over)", st.peer());
     const auto t_rec = Clock::now();
     const int old_world = c.world_size();
-    Progress mine{before.tokens, before.draws};
+    // A failed step leaves the request as it was before it (Generator::step).
+    LATTICE_ASSIGN_OR_RETURN(auto before_loss, gen->progress(id));
+    Progress mine{std::move(before_loss.tokens), before_loss.draws};
     gen.reset();
     pl.reset();
     LATTICE_ASSIGN_OR_RETURN(auto shrunk, shrink_and_agree(c, members, mine, a.recovery_timeout));

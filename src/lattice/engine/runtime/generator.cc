@@ -288,13 +288,26 @@ Result<GenerateResult> Generator::take(int id) {
   return NotFound("generator: request " + std::to_string(id) + " is not finished");
 }
 
-Result<Generator::Progress> Generator::progress(int id) const {
+const Generator::Request* Generator::find(int id) const {
   for (const auto* list : {&active_, &done_})
     for (const auto& r : *list)
-      if (r->id == id) return Progress{r->result.tokens, r->sampler ? r->sampler->draws() : r->req.resume_draws};
+      if (r->id == id) return r.get();
   for (const auto& r : queue_)
-    if (r->id == id) return Progress{r->req.resume_tokens, r->req.resume_draws};
-  return NotFound("generator: no request " + std::to_string(id));
+    if (r->id == id) return r.get();
+  return nullptr;
+}
+
+Result<Generator::Progress> Generator::progress(int id) const {
+  const Request* r = find(id);
+  if (!r) return NotFound("generator: no request " + std::to_string(id));
+  if (!r->sampler) return Progress{r->req.resume_tokens, r->req.resume_draws};  // still queued
+  return Progress{r->result.tokens, r->sampler->draws()};
+}
+
+Result<size_t> Generator::n_generated(int id) const {
+  const Request* r = find(id);
+  if (!r) return NotFound("generator: no request " + std::to_string(id));
+  return r->sampler ? r->result.tokens.size() : r->req.resume_tokens.size();
 }
 
 Result<GenerateResult> Generator::generate(GenerationRequest request,

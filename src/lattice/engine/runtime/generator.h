@@ -101,6 +101,8 @@ class Generator {
     uint64_t draws = 0;
   };
   Result<Progress> progress(int id) const;
+  // How many tokens a request has so far (progress() without the copy).
+  Result<size_t> n_generated(int id) const;
 
   // One request, run to the end (the single-sequence API): submit + step until it finishes.
   Result<GenerateResult> generate(GenerationRequest request, const std::function<void(std::string_view)>& on_text = {});
@@ -114,6 +116,7 @@ class Generator {
   void admit();
   void finish(Request& r, const char* reason);
   void emit(Request& r, bool final);
+  const Request* find(int id) const;  // queued, active or finished; null if unknown
 
   Stepper* stepper_ = nullptr;
   const Tokenizer* tokenizer_ = nullptr;
