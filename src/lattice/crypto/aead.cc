@@ -236,6 +236,41 @@ std::unique_ptr<DirectionState> make_state(AeadBackend requested, AeadBackend b,
 
 }  // namespace
 
+namespace {
+Result<std::unique_ptr<DirectionState>> one_shot_state(Cipher cipher, AeadBackend backend, const Key& key,
+                                                       bool encrypt) {
+  LATTICE_RETURN_IF_ERROR(detail::ensure_sodium());
+  AeadBackend b = resolve(backend);
+  if (!backend_available(b) || !cipher_available(cipher, b))
+    return Unavailable(std::string(to_string(cipher)) + " is not available with " + std::string(to_string(b)));
+  auto state = make_state(backend, b, cipher, key, encrypt);
+  if (!state) return Internal("cannot initialise " + std::string(to_string(cipher)));
+  return state;
+}
+}  // namespace
+
+Status seal_once(Cipher cipher, AeadBackend backend, const Key& key, const Nonce& nonce,
+                 std::span<const std::byte> ad, std::span<std::byte> data, Tag& tag) {
+  if (data.size() > kMaxFrameBytes) return InvalidArgument("frame exceeds the 4 GiB AEAD limit");
+  LATTICE_ASSIGN_OR_RETURN(auto state, one_shot_state(cipher, backend, key, true));
+  auto* p = reinterpret_cast<uint8_t*>(data.data());
+  if (!state->seal(p, p, data.size(), reinterpret_cast<const uint8_t*>(ad.data()), ad.size(), nonce.data(), tag.data()))
+    return Internal("AEAD seal failed");
+  return Status::Ok();
+}
+
+Status open_once(Cipher cipher, AeadBackend backend, const Key& key, const Nonce& nonce,
+                 std::span<const std::byte> ad, std::span<std::byte> data, const Tag& tag) {
+  if (data.size() > kMaxFrameBytes) return InvalidArgument("frame exceeds the 4 GiB AEAD limit");
+  LATTICE_ASSIGN_OR_RETURN(auto state, one_shot_state(cipher, backend, key, false));
+  if (!state->open(reinterpret_cast<uint8_t*>(data.data()), data.size(), reinterpret_cast<const uint8_t*>(ad.data()),
+                   ad.size(), nonce.data(), tag.data())) {
+    sodium_memzero(data.data(), data.size());
+    return AuthFailed("frame failed authentication (tampered, or keys differ)");
+  }
+  return Status::Ok();
+}
+
 struct SessionCipher::Impl {
   Cipher cipher;
   AeadBackend backend;

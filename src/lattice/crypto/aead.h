@@ -78,6 +78,16 @@ struct SessionKeys {
   ~SessionKeys();
 };
 
+// One frame under a caller-chosen 96-bit nonce, through the same backend code a SessionCipher
+// runs (so known-answer vectors such as RFC 8439's and NIST's GCM cases check what sessions
+// use). Nothing here tracks nonces: a (key, nonce) pair must never seal twice.
+// open_once() wipes `data` and returns kAuthFailed when the tag does not verify.
+using Nonce = std::array<uint8_t, kNonceBytes>;
+Status seal_once(Cipher cipher, AeadBackend backend, const Key& key, const Nonce& nonce,
+                 std::span<const std::byte> ad, std::span<std::byte> data, Tag& tag);
+Status open_once(Cipher cipher, AeadBackend backend, const Key& key, const Nonce& nonce,
+                 std::span<const std::byte> ad, std::span<std::byte> data, const Tag& tag);
+
 class SessionCipher {
  public:
   // kUnavailable if `cipher` is not usable on this CPU with that backend.
