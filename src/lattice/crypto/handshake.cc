@@ -127,8 +127,13 @@ struct Handshake::Impl {
   }
 
   void new_ephemeral(uint8_t nonce[32]) {
-    randombytes_buf(nonce, 32);
-    randombytes_buf(eph_secret.data(), eph_secret.size());
+    if (options.entropy) {
+      options.entropy({nonce, 32});
+      options.entropy(eph_secret);
+    } else {
+      randombytes_buf(nonce, 32);
+      randombytes_buf(eph_secret.data(), eph_secret.size());
+    }
     crypto_scalarmult_base(eph_public.data(), eph_secret.data());
   }
 

@@ -55,6 +55,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -99,6 +100,9 @@ struct HandshakeOptions {
   std::string context{};        // bound into every MAC and key; must match on both sides
   bool insecure = false;        // agree to send plaintext after authenticating (both must ask)
   std::vector<Cipher> ciphers{};  // preference order; empty: default_cipher() first, then the other
+  // Where this side's fresh bytes come from: its 32-byte nonce, then its 32-byte ephemeral
+  // X25519 secret. Empty (always, outside known-answer tests): the OS CSPRNG through libsodium.
+  std::function<void(std::span<uint8_t>)> entropy{};
 };
 
 // What a completed handshake yields.
