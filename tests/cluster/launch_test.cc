@@ -128,7 +128,7 @@ TEST(LaunchProcess, RanksArePinnedAsBindSays) {
 
 // A keep-going job leaves its ranks unpinned under auto (survivors take the cores lost ranks
 // leave), as `launch --keep-going` does; asked for cores it pins them.
-TEST(Bind, LocalJobsPinAsLaunchBindAutoDoes) {
+TEST(LocalJobProcess, PinsAsLaunchBindAutoDoes) {
   const auto cpus = usable_cpus();
   LocalJob job;
   job.world_size = 2;

@@ -14,7 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "lattice/cluster/launcher.h"
+#include "lattice/cluster/bootstrap.h"
+#include "lattice/crypto/secret.h"
 #include "lattice/core/deadline.h"
 
 namespace {
@@ -33,12 +34,21 @@ struct Child {
   }
 };
 
-int free_port() {
-  // A port the kernel just handed out (bound and released): tests started with consecutive
-  // pids no longer collide the way pid-derived ports did.
-  auto p = cluster::pick_free_port();
-  EXPECT_TRUE(p.ok()) << p.status().to_string();
-  return p.ok() ? int(*p) : 0;
+constexpr const char* kSecretHex = "7c6f6c6c2d746573742d7365637265742d6e6f742d666f722d70726f64756374";
+
+// The coordinator, hosted here on a port the kernel picks as it binds (ranks are told it and
+// LATTICE_EXTERNAL_COORDINATOR=1): no port is chosen, released and raced for.
+std::unique_ptr<cluster::Coordinator> host_coordinator(int world) {
+  cluster::CoordinatorOptions o;
+  o.listen = "127.0.0.1:0";
+  o.world_size = world;
+  auto secret = crypto::ClusterSecret::parse(kSecretHex);
+  EXPECT_TRUE(secret.ok());
+  if (secret.ok()) o.secret = *secret;
+  o.failure_timeout = std::chrono::milliseconds(1500);
+  auto c = cluster::Coordinator::start(o);
+  EXPECT_TRUE(c.ok()) << c.status().to_string();
+  return c.ok() ? std::move(*c) : nullptr;
 }
 
 std::vector<Child> start(int world, const std::string& provider, const std::string& mode, int port) {
@@ -55,7 +65,8 @@ std::vector<Child> start(int world, const std::string& provider, const std::stri
       ::setenv("LATTICE_WORLD_SIZE", std::to_string(world).c_str(), 1);
       ::setenv("LATTICE_COORDINATOR", ("127.0.0.1:" + std::to_string(port)).c_str(), 1);
       ::setenv("LATTICE_PROVIDER", provider.c_str(), 1);
-      ::setenv("LATTICE_SECRET", "7c6f6c6c2d746573742d7365637265742d6e6f742d666f722d70726f64756374", 1);
+      ::setenv("LATTICE_SECRET", kSecretHex, 1);
+      ::setenv("LATTICE_EXTERNAL_COORDINATOR", "1", 1);
       ::setenv("LATTICE_FAILURE_TIMEOUT_MS", "1500", 1);
       std::string bin = std::string(LATTICE_BINARY_DIR) + "/tests/coll_peer";
       ::execl(bin.c_str(), bin.c_str(), mode.c_str(), "20", nullptr);
@@ -86,8 +97,10 @@ bool wait_for(std::vector<Child>& kids, std::chrono::seconds limit) {
   return true;
 }
 
-void every_op_between_processes(const std::string& provider, int port) {
-  auto kids = start(3, provider, "check", port);
+void every_op_between_processes(const std::string& provider) {
+  auto coordinator = host_coordinator(3);
+  ASSERT_TRUE(coordinator);
+  auto kids = start(3, provider, "check", coordinator->port());
   ASSERT_TRUE(wait_for(kids, std::chrono::seconds(120))) << "ranks did not finish";
   for (auto& k : kids) {
     EXPECT_TRUE(WIFEXITED(k.status) && WEXITSTATUS(k.status) == 0) << k.output();
@@ -96,12 +109,14 @@ void every_op_between_processes(const std::string& provider, int port) {
   }
 }
 
-TEST(CollProcess, EveryOpOverShm) { every_op_between_processes("shm", free_port()); }
-TEST(CollProcess, EveryOpOverTcp) { every_op_between_processes("tcp", free_port()); }
+TEST(CollProcess, EveryOpOverShm) { every_op_between_processes("shm"); }
+TEST(CollProcess, EveryOpOverTcp) { every_op_between_processes("tcp"); }
 
-void killed_rank(const std::string& provider, int port) {
+void killed_rank(const std::string& provider) {
   const int world = 4, victim = 2;
-  auto kids = start(world, provider, "loop", port);
+  auto coordinator = host_coordinator(world);
+  ASSERT_TRUE(coordinator);
+  auto kids = start(world, provider, "loop", coordinator->port());
   // Wait until every rank completed a collective, then kill one mid-stream.
   auto deadline = Deadline::after(std::chrono::seconds(60));
   for (auto& k : kids)
@@ -126,7 +141,7 @@ void killed_rank(const std::string& provider, int port) {
   for (auto& k : kids) ::unlink(k.log.c_str());
 }
 
-TEST(CollProcessFault, KilledRankFailsSurvivorsWhoShrinkAndContinueShm) { killed_rank("shm", free_port()); }
-TEST(CollProcessFault, KilledRankFailsSurvivorsWhoShrinkAndContinueTcp) { killed_rank("tcp", free_port()); }
+TEST(CollProcessFault, KilledRankFailsSurvivorsWhoShrinkAndContinueShm) { killed_rank("shm"); }
+TEST(CollProcessFault, KilledRankFailsSurvivorsWhoShrinkAndContinueTcp) { killed_rank("tcp"); }
 
 }  // namespace

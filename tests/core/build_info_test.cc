@@ -10,7 +10,7 @@
 namespace lattice {
 namespace {
 
-TEST(BuildInfo, CommitIsOneTheSourceTreeKnows) {
+TEST(BuildInfoProcess, CommitIsOneTheSourceTreeKnows) {
   const std::string commit = build_info::kCommit;
   ASSERT_FALSE(commit.empty());
   if (commit == "unknown") GTEST_SKIP() << "built outside a git checkout";

@@ -13,6 +13,8 @@
 #include <string>
 
 #include "lattice/engine/gguf/make_model.h"
+#include "lattice/engine/gguf/gguf.h"
+#include "lattice/engine/model/model.h"
 #include "lattice/engine/runtime/generator.h"
 #include "lattice/engine/tokenizer/from_gguf.h"
 
@@ -38,7 +40,7 @@ Ran run(const std::string& args) {
   return r;
 }
 
-class EngineCli : public ::testing::Test {
+class EngineCliProcess : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!fs::exists(fs::path(LATTICE_BINARY_DIR) / "lattice")) GTEST_SKIP() << "lattice binary not built";
@@ -63,7 +65,7 @@ class EngineCli : public ::testing::Test {
   std::string model_;
 };
 
-TEST_F(EngineCli, RunJsonGivesTheSessionsGreedyTokens) {
+TEST_F(EngineCliProcess, RunJsonGivesTheSessionsGreedyTokens) {
   const Ran r = run("run -m " + model_ + " -p 'hello world' -n 12 --temp 0 --ignore-eos -t 2 --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out);
@@ -92,7 +94,7 @@ TEST_F(EngineCli, RunJsonGivesTheSessionsGreedyTokens) {
   EXPECT_EQ(g->n_decode_steps, 11u);  // the last token needs no forward pass
 }
 
-TEST_F(EngineCli, BadInputExitsWith2) {
+TEST_F(EngineCliProcess, BadInputExitsWith2) {
   EXPECT_EQ(run("run -m " + (dir_ / "missing.gguf").string() + " -p hi").exit_code, 2);
   EXPECT_EQ(run("run -m " + model_ + " -p hi -n -1").exit_code, 2);
   EXPECT_EQ(run("run -m " + model_ + " -p hi --top-p -1").exit_code, 2);
@@ -112,7 +114,7 @@ TEST_F(EngineCli, BadInputExitsWith2) {
 }
 
 // Checked before any rank starts: the run ends at once with the usage error, nothing launched.
-TEST_F(EngineCli, DistributedRunRefusesBadOptionsBeforeStartingRanks) {
+TEST_F(EngineCliProcess, DistributedRunRefusesBadOptionsBeforeStartingRanks) {
   for (const std::string bad : {"--inject-fault x", "--inject-fault 5@2", "--temp -1", "--top-p 2", "--split 1,2,3",
                                 "--parallel zz"}) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -122,14 +124,14 @@ TEST_F(EngineCli, DistributedRunRefusesBadOptionsBeforeStartingRanks) {
   }
 }
 
-TEST_F(EngineCli, TextRunShowsThePromptThenTheText) {
+TEST_F(EngineCliProcess, TextRunShowsThePromptThenTheText) {
   const Ran r = run("run -m " + model_ + " -p 'hello world' -n 6 --temp 0 --ignore-eos");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(r.out.rfind("hello world", 0), 0u) << r.out;
   EXPECT_GT(r.out.size(), std::string("hello world").size());
 }
 
-TEST_F(EngineCli, BenchEngineBatchReportsAggregateDecodeRows) {
+TEST_F(EngineCliProcess, BenchEngineBatchReportsAggregateDecodeRows) {
   const Ran r = run("bench engine -m " + model_ + " -p 8 -n 4 --batch 1,4 -t 1 -r 1 --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const auto rows = nlohmann::json::parse(r.out);
@@ -140,7 +142,7 @@ TEST_F(EngineCli, BenchEngineBatchReportsAggregateDecodeRows) {
   EXPECT_GT(rows[2]["decode_tok_s"].get<double>(), 0.0);
 }
 
-TEST_F(EngineCli, BenchEngineJsonHasOneRowPerThreadAndTest) {
+TEST_F(EngineCliProcess, BenchEngineJsonHasOneRowPerThreadAndTest) {
   const Ran r = run("bench engine -m " + model_ + " -p 8,16 -n 4 -t 1,2 -r 2 --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const auto rows = nlohmann::json::parse(r.out);
@@ -157,6 +159,71 @@ TEST_F(EngineCli, BenchEngineJsonHasOneRowPerThreadAndTest) {
   }
   EXPECT_EQ(rows[0]["threads"].get<int>(), 1);
   EXPECT_EQ(rows[5]["threads"].get<int>(), 2);
+}
+
+
+// make-model as a user runs it: the file it prints is one the engine loads with the shape and
+// weight type asked for; bad flags exit 2 and leave no file.
+TEST_F(EngineCliProcess, MakeModelWritesAFileTheEngineLoadsAndRefusesBadFlags) {
+  const std::string out = (dir_ / "made.gguf").string();
+  const Ran r = run("make-model -o " + out + " --arch qwen3 --dim 64 --layers 3 --heads 4 --kv-heads 2 --ffn 96 " +
+                    "--vocab 300 --type q4_0 --seed 7");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(r.out, out + "\n");
+  auto m = Model::load(out);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ((*m)->hparams().n_layer, 3u);
+  EXPECT_EQ((*m)->hparams().n_embd, 64u);
+  EXPECT_EQ((*m)->type_name().rfind("Q4_0", 0), 0u) << (*m)->type_name();  // norms stay f32: "Q4_0 mix"
+  for (const std::string bad : {"--dim 0", "--type q9_9", "--arch nope", "--layers -1", "--heads 3"}) {
+    const std::string path = (dir_ / "bad.gguf").string();
+    EXPECT_NE(run("make-model -o " + path + " --dim 64 --layers 2 --heads 4 --vocab 300 " + bad).exit_code, 0) << bad;
+    EXPECT_FALSE(fs::exists(path)) << bad << ": a refused make-model left a file";
+  }
+}
+
+// plan end to end: local nodes split the weights (each rank holds less than the model, the
+// ranks together at least all of it), pp asks for stages, and a hostfile whose hosts are too
+// small says the model does not fit and by how much.
+TEST_F(EngineCliProcess, PlanPlacesTheModelOverNodesAndHostfiles) {
+  const Ran tp = run("plan -m " + model_ + " --nodes 2 --json");
+  ASSERT_EQ(tp.exit_code, 0) << tp.out;
+  const auto j = nlohmann::json::parse(tp.out);
+  EXPECT_TRUE(j.at("fits").get<bool>());
+  ASSERT_EQ(j.at("nodes").size(), 2u);
+  const auto model_bytes = j.at("model_bytes").get<uint64_t>();
+  EXPECT_GT(model_bytes, 0u);
+  EXPECT_LE(model_bytes, fs::file_size(model_));
+  uint64_t sum = 0;
+  for (const auto& n : j.at("nodes")) {
+    const auto w = n.at("weight_bytes").get<uint64_t>();
+    EXPECT_LT(w, model_bytes);
+    sum += w;
+  }
+  // Every weight is placed once or more, except the embedding table, which is read a row at a
+  // time (as ParallelPlan.BytesAddUpAndTooLittleMemoryIsRefused states for the library).
+  auto file = GgufFile::open(model_);
+  ASSERT_TRUE(file.ok());
+  const uint64_t emb = (*file)->find_tensor("token_embd.weight")->n_bytes;
+  EXPECT_GE(sum, (model_bytes - emb) * 98 / 100) << "the ranks together hold less than the model";
+
+  const Ran pp = run("plan -m " + model_ + " --nodes 2 --parallel pp --json");
+  ASSERT_EQ(pp.exit_code, 0) << pp.out;
+  EXPECT_EQ(nlohmann::json::parse(pp.out).at("pp").get<int>(), 2);
+
+  const std::string hosts = (dir_ / "small.json").string();
+  FILE* f = std::fopen(hosts.c_str(), "w");
+  std::fputs(R"({"version": 1, "hosts": [{"name": "a", "address": "10.0.0.1:7070", "memory_gb": 0.0001},
+                 {"name": "b", "address": "10.0.0.2:7070", "memory_gb": 0.0001}]})",
+             f);
+  std::fclose(f);
+  const Ran small = run("plan -m " + model_ + " --hostfile " + hosts + " --json");
+  const auto s = nlohmann::json::parse(small.out, nullptr, false);
+  ASSERT_FALSE(s.is_discarded()) << small.out;
+  EXPECT_FALSE(s.at("fits").get<bool>()) << small.out;
+  EXPECT_GT(s.at("missing_bytes").get<uint64_t>(), 0u);
+  EXPECT_EQ(run("plan -m " + model_ + " --parallel zz").exit_code, 2);
+  EXPECT_NE(run("plan -m " + (dir_ / "missing.gguf").string()).exit_code, 0);
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 //   Q8_0, Q4_0, Q4_K_M: next-token logits over a teacher-forced sequence with cosine
 //   similarity >= 0.999 at every position (compared as centered log-softmax, i.e. logits up
 //   to the per-position constant llama.cpp's probabilities leave undetermined);
-//   llama/qwen2/qwen3 in F32/F16/Q8_0/Q4_0: the logits of every greedy step (StepLogits),
+//   llama/qwen2/qwen3 in F32/F16/Q8_0/Q4_0: the logits of every greedy step (StepLogitsLlamaCpp),
 //   top-1 agreement outside near-ties and a per-type bound on the logit difference, each
 //   explained in docs/NUMERICS.md.
 // Skipped only when the oracle is missing: tests/node/node_modules (scripts/setup.sh installs
@@ -107,10 +107,10 @@ std::vector<int32_t> prompt(uint32_t vocab) {
   return t;
 }
 
-class GreedyMatch : public LlamaCppCrossCheck {};
-class LogitsMatch : public LlamaCppCrossCheck {};
+class GreedyMatchLlamaCpp : public LlamaCppCrossCheck {};
+class LogitsMatchLlamaCpp : public LlamaCppCrossCheck {};
 
-TEST_P(GreedyMatch, SameGreedyTokensFor64Steps) {
+TEST_P(GreedyMatchLlamaCpp, SameGreedyTokensFor64Steps) {
   const Case c = GetParam();
   const std::string path = make(c);
   auto model = Model::load(path);
@@ -134,7 +134,7 @@ TEST_P(GreedyMatch, SameGreedyTokensFor64Steps) {
   EXPECT_EQ(ours, theirs) << c.arch << " " << c.type;
 }
 
-TEST_P(LogitsMatch, TeacherForcedLogitsCosineAtLeast0999) {
+TEST_P(LogitsMatchLlamaCpp, TeacherForcedLogitsCosineAtLeast0999) {
   const Case c = GetParam();
   const std::string path = make(c);
   auto model = Model::load(path);
@@ -210,7 +210,7 @@ void top2(size_t n, Get get, int32_t& i1, int32_t& i2, double& v1, double& v2) {
   }
 }
 
-class StepLogitsMatch : public LlamaCppFixture {
+class StepLogitsFixture : public LlamaCppFixture {
  protected:
   // Runs both engines for n_steps; empty after a failure.
   std::vector<StepRow> run_steps(const std::string& path, int n_steps) {
@@ -286,9 +286,9 @@ struct StepCase {
   bool tied = false;     // the output reuses token_embd
 };
 
-class StepLogits : public StepLogitsMatch, public ::testing::WithParamInterface<StepCase> {};
+class StepLogitsLlamaCpp : public StepLogitsFixture, public ::testing::WithParamInterface<StepCase> {};
 
-TEST_P(StepLogits, Top1AgreesOutsideNearTiesAndLogitsStayClose) {
+TEST_P(StepLogitsLlamaCpp, Top1AgreesOutsideNearTiesAndLogitsStayClose) {
   const StepCase c = GetParam();
   MakeModelOptions o = shape(Case{c.arch, c.type});
   o.kv_heads = c.kv_heads;
@@ -333,11 +333,11 @@ TEST_P(StepLogits, Top1AgreesOutsideNearTiesAndLogitsStayClose) {
   RecordProperty("max_logit_diff", std::to_string(worst));
 }
 
-INSTANTIATE_TEST_SUITE_P(Float, GreedyMatch,
+INSTANTIATE_TEST_SUITE_P(Float, GreedyMatchLlamaCpp,
                          ::testing::Values(Case{"llama", "f32"}, Case{"llama", "f16"}, Case{"qwen2", "f32"},
                                            Case{"qwen3", "f16"}),
                          [](const auto& info) { return std::string(info.param.arch) + "_" + info.param.type; });
-INSTANTIATE_TEST_SUITE_P(Quantized, LogitsMatch,
+INSTANTIATE_TEST_SUITE_P(Quantized, LogitsMatchLlamaCpp,
                          ::testing::Values(Case{"llama", "q8_0"}, Case{"llama", "q4_0"}, Case{"llama", "q4_k_m"},
                                            Case{"qwen2", "q4_0"}, Case{"qwen3", "q4_k_m"}),
                          [](const auto& info) { return std::string(info.param.arch) + "_" + info.param.type; });
@@ -347,7 +347,7 @@ INSTANTIATE_TEST_SUITE_P(Quantized, LogitsMatch,
 // dim / heads.
 constexpr double kTolF32 = 2e-5, kTolF16 = 1e-2, kTolQ8Act = 0.25;
 INSTANTIATE_TEST_SUITE_P(
-    Weights, StepLogits,
+    Weights, StepLogitsLlamaCpp,
     ::testing::Values(StepCase{"llama", "f32", 4, 0, 1, kTolF32}, StepCase{"llama", "f32", 2, 0, 11, kTolF32},
                       StepCase{"llama", "f32", 2, 0, 11, kTolF32, 4.0f, true},
                       StepCase{"llama", "f16", 4, 0, 1, kTolF16}, StepCase{"llama", "q8_0", 4, 0, 1, kTolQ8Act},

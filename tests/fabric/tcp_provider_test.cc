@@ -181,7 +181,7 @@ double process_cpu_ms() {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-TEST(TcpEndpoint, IdleWaitOnStalledEndpointBurnsNoCpu) {
+TEST(TcpEndpoint, IdleWaitOnStalledEndpointCpuBudget) {
   auto p = must_provider();
   Side a = make_side(*p, 1), b = make_side(*p, 0);
   connect_pair(a, b);

@@ -53,8 +53,10 @@ Registrar make_model_cmd{
          }
          const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
          for (const auto& p : r->paths) std::printf("%s\n", p.c_str());
-         std::fprintf(stderr, "%s: %.3f B params, %.1f MiB of tensors, %.2f s\n", o->arch.c_str(),
-                      static_cast<double>(r->n_params) / 1e9, static_cast<double>(r->n_bytes) / (1 << 20), s);
+         const double n = static_cast<double>(r->n_params);
+         const auto [scale, unit] = n >= 1e9 ? std::pair{1e9, "B"} : n >= 1e6 ? std::pair{1e6, "M"} : std::pair{1e3, "K"};
+         std::fprintf(stderr, "%s: %.3g %s params, %.1f MiB of tensors, %.2f s\n", o->arch.c_str(), n / scale, unit,
+                      static_cast<double>(r->n_bytes) / (1 << 20), s);
          return 0;
        };
      }}};

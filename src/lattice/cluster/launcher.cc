@@ -422,14 +422,13 @@ Result<int> run_local_job(LocalJob job) {
     e.secret_hex = secret->to_hex();
   }
   e.coordinator = job.coordinator;
-  if (e.coordinator.empty()) {
-    LATTICE_ASSIGN_OR_RETURN(uint16_t port, pick_free_port());
-    e.coordinator = "127.0.0.1:" + std::to_string(port);
-  }
+  // Without an address the launcher hosts the coordinator itself on a port the kernel picks
+  // when it binds (no window in which another process can take a port we chose and let go).
+  const bool host = job.host_coordinator || job.coordinator.empty();
   std::unique_ptr<Coordinator> hosted;  // outlives every rank: run_ranks returns after the last
-  if (job.host_coordinator) {
+  if (host) {
     CoordinatorOptions co;
-    co.listen = e.coordinator;
+    co.listen = e.coordinator.empty() ? "127.0.0.1:0" : e.coordinator;
     co.world_size = job.world_size;
     co.secret = *secret;
     co.insecure = job.insecure;
@@ -438,6 +437,7 @@ Result<int> run_local_job(LocalJob job) {
     auto started = Coordinator::start(co);
     if (!started.ok()) return started.status().with_context("starting the coordinator");
     hosted = std::move(*started);
+    if (e.coordinator.empty()) e.coordinator = "127.0.0.1:" + std::to_string(hosted->port());
     e.external_coordinator = true;
   }
   const std::vector<std::vector<int>> cpus = local_job_cpus(job);

@@ -74,9 +74,9 @@ struct LocalJob {
   // that survive others' loss should be free to use the cores those leave): `launch --bind auto`.
   Bind bind = Bind::kAuto;
   // The launcher itself hosts the coordinator (LATTICE_EXTERNAL_COORDINATOR=1), so no rank is
-  // special (jobs that survive losing rank 0). Else rank 0 hosts it.
+  // special (jobs that survive losing rank 0). Else rank 0 hosts it at `coordinator`.
   bool host_coordinator = false;
-  std::string coordinator;        // empty: 127.0.0.1 on a free port
+  std::string coordinator;        // empty: the launcher hosts it on 127.0.0.1, port chosen at bind
   // The cluster secret: secret_file (absolute path, passed as LATTICE_SECRET_FILE), else
   // `secret`, else a fresh one for this run; both of the latter travel as LATTICE_SECRET in
   // the environment of our children only.
