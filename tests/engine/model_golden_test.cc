@@ -3,7 +3,8 @@
 // kernels or the runtime that changes what these models say fails here. Regenerate only
 // deliberately (and say why in the commit):
 //   LATTICE_UPDATE_GOLDEN=1 build/tests/engine_tests --gtest_filter='ModelGolden.*'
-// The float sequences also agree with llama.cpp (model_llamacpp_test.cc).
+// The f32 sequences are llama.cpp's too: GoldenLlamaCpp in model_llamacpp_test.cc runs
+// llama.cpp on the same files and prompt and compares its tokens with this file.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -16,7 +17,7 @@
 namespace lattice::engine {
 namespace {
 
-const std::string kGoldenPath = std::string(LATTICE_SOURCE_DIR) + "/tests/engine/golden_greedy.json";
+using testing::kGoldenPath;
 
 struct GoldenCase {
   std::string arch, type;
@@ -25,25 +26,14 @@ const GoldenCase kCases[] = {{"llama", "f32"}, {"llama", "f16"}, {"llama", "q8_0
                              {"qwen2", "f32"}, {"qwen2", "q8_0"}, {"qwen3", "f32"}, {"qwen3", "q4_k_m"}};
 
 std::vector<int32_t> greedy(const GoldenCase& c, std::vector<int32_t>& prompt) {
-  MakeModelOptions o;
-  o.arch = c.arch;
-  o.type = c.type;
-  o.dim = 128;
-  o.layers = 2;
-  o.heads = 4;
-  o.kv_heads = 1;
-  o.vocab = 384;
-  o.seed = 2024;
-  o.threads = 1;
-  auto m = testing::make_mem_model(o);
+  auto m = testing::make_mem_model(testing::golden_model_options(c.arch, c.type));
   if (!m.model) return {};
-  prompt.clear();
-  for (int i = 0; i < 8; ++i) prompt.push_back((i * 53 + 3) % 384);
+  prompt = testing::golden_prompt();
   auto s = Session::create(*m.model, {.n_ctx = 64, .n_threads = 1, .n_batch = 8});
   EXPECT_TRUE(s.ok());
   EXPECT_TRUE((*s)->prefill(prompt).ok());
   std::vector<int32_t> out;
-  for (int i = 0; i < 24; ++i) {
+  for (int i = 0; i < testing::kGoldenSteps; ++i) {
     auto lg = (*s)->logits();
     const int32_t next = static_cast<int32_t>(std::max_element(lg.begin(), lg.end()) - lg.begin());
     out.push_back(next);

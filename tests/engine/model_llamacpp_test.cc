@@ -18,11 +18,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "lattice/engine/gguf/make_model.h"
 #include "lattice/engine/runtime/session.h"
+#include "model_testlib.h"
 
 namespace lattice::engine {
 namespace {
@@ -98,6 +100,24 @@ class LlamaCppFixture : public ::testing::Test {
 
   fs::path dir_;
 };
+
+// The checked-in goldens (model_golden_test.cc) for float weights are llama.cpp's greedy tokens
+// on the same files and prompt, so that test's claim is checked, not just stated.
+class GoldenLlamaCpp : public LlamaCppFixture, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(GoldenLlamaCpp, FloatGoldensAreLlamaCppsGreedyTokens) {
+  std::ifstream in(testing::kGoldenPath);
+  ASSERT_TRUE(in.good()) << testing::kGoldenPath;
+  const auto golden = nlohmann::json::parse(in);
+  const std::string arch = GetParam();
+  const auto& want = golden.at(arch + "/f32");
+  ASSERT_EQ(want.at("prompt").get<std::vector<int32_t>>(), testing::golden_prompt());
+  const std::string path = make({arch.c_str(), "f32"}, testing::golden_model_options(arch, "f32"));
+  const auto j = oracle("greedy", path, testing::golden_prompt(), testing::kGoldenSteps);
+  ASSERT_FALSE(j.is_null());
+  EXPECT_EQ(j.at("tokens").get<std::vector<int32_t>>(), want.at("tokens").get<std::vector<int32_t>>()) << arch;
+}
+INSTANTIATE_TEST_SUITE_P(Archs, GoldenLlamaCpp, ::testing::Values("llama", "qwen2", "qwen3"));
 
 class LlamaCppCrossCheck : public LlamaCppFixture, public ::testing::WithParamInterface<Case> {};
 

@@ -200,4 +200,24 @@ double nmse(std::span<const double> ref, std::span<const float> got) {
   return num / std::max(den, 1e-300);
 }
 
+MakeModelOptions golden_model_options(const std::string& arch, const std::string& type) {
+  MakeModelOptions o;
+  o.arch = arch;
+  o.type = type;
+  o.dim = 128;
+  o.layers = 2;
+  o.heads = 4;
+  o.kv_heads = 1;
+  o.vocab = 384;
+  o.seed = 2024;
+  o.threads = 1;
+  return o;
+}
+
+std::vector<int32_t> golden_prompt() {
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 8; ++i) prompt.push_back((i * 53 + 3) % 384);
+  return prompt;
+}
+
 }  // namespace lattice::engine::testing

@@ -30,6 +30,13 @@ struct RefOutput {
 };
 RefOutput reference_forward(const Model& model, std::span<const int32_t> tokens);
 
+// The golden models (tests/engine/golden_greedy.json): their make-model options, prompt and
+// number of greedy steps, shared by the golden test and its llama.cpp cross-check.
+MakeModelOptions golden_model_options(const std::string& arch, const std::string& type);
+std::vector<int32_t> golden_prompt();
+inline constexpr int kGoldenSteps = 24;
+inline const std::string kGoldenPath = std::string(LATTICE_SOURCE_DIR) + "/tests/engine/golden_greedy.json";
+
 // Cosine similarity and normalized mean squared error of two vectors.
 double cosine(std::span<const double> a, std::span<const float> b);
 double nmse(std::span<const double> ref, std::span<const float> got);
