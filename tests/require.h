@@ -1,6 +1,6 @@
 // Skips that may not hide. A test that cannot run because a capability is missing (the
 // llama.cpp oracle, network namespaces) skips with its reason, unless the run requires that
-// capability: LATTICE_REQUIRE=oracle,netns (set by .ci/run) turns the skip into a failure, so CI
+// capability: LATTICE_REQUIRE=oracle,netns,ipv6 (set by .ci/run) turns the skip into a failure, so CI
 // cannot pass with its external checks silently off.
 //
 //   LATTICE_SKIP_OR_FAIL("oracle", "tests/node/node_modules absent (run scripts/setup.sh)");

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "../require.h"
+
 #include "lattice/fabric/tcp/endpoint.h"
 #include "tcp_testutil.h"
 
@@ -430,7 +432,7 @@ TEST(TcpEndpoint, DestroyCancelsOutstanding) {
 
 TEST(TcpEndpoint, Ipv6Loopback) {
   auto pr = make_provider("tcp://[::1]:0");
-  if (!pr.ok()) GTEST_SKIP() << "no IPv6 loopback here: " << pr.status().to_string();
+  if (!pr.ok()) LATTICE_SKIP_OR_FAIL("ipv6", "no IPv6 loopback here: " << pr.status().to_string());
   auto& p = *pr;
   Side a = make_side(*p, 1), b = make_side(*p, 0);
   connect_pair(a, b);
