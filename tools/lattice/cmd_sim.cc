@@ -4,6 +4,8 @@
 // media and engines; `--calibrate -o FILE [-m MODEL]` writes this machine's machine file;
 // `--compare A.json,B.json [--svg FILE]` tabulates configurations against node counts.
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <memory>
 #include <string>
 
@@ -12,6 +14,7 @@
 #include "lattice/engine/gguf/gguf.h"
 #include "lattice/sim/link.h"
 #include "lattice/sim/sim.h"
+#include "lattice/sim/whatif.h"
 #include "sim_cli.h"
 
 namespace lattice::cli {
@@ -70,6 +73,59 @@ Result<sim::ModelShape> load_shape(const std::string& model, const std::string& 
 
 namespace {
 
+// --compare A.json[:engine[:mode]],B.json...: every configuration at 1..its host count.
+int run_compare(const SimArgs& a, const sim::ModelShape& shape, sim::SimOptions o) {
+  std::vector<sim::Series> series;
+  std::string item;
+  std::stringstream list(a.compare);
+  while (std::getline(list, item, ',')) {
+    std::string file = item, engine = a.engine, mode = a.parallel;
+    if (auto c = file.find(':'); c != std::string::npos) {
+      engine = file.substr(c + 1);
+      file = file.substr(0, c);
+      if (auto d = engine.find(':'); d != std::string::npos) {
+        mode = engine.substr(d + 1);
+        engine = engine.substr(0, d);
+      }
+    }
+    auto topo = cluster::load_topology(file);
+    if (!topo.ok()) return fail(topo.status().to_string());
+    auto m = sim::parse_mode(mode);
+    if (!m.ok()) return fail(m.status().message());
+    sim::SimOptions so = o;
+    so.engine = engine;
+    so.mode = *m;
+    so.base_dir = dir_of(file);
+    sim::Series s;
+    std::string stem = file.substr(file.rfind('/') + 1);
+    s.label = stem.substr(0, stem.rfind('.')) + " " + engine + " " + mode;
+    if (!a.fit.empty()) {
+      double tok_s = 0;
+      int k = 0;
+      if (std::sscanf(a.fit.c_str(), "%lf@%d", &tok_s, &k) != 2) return fail("--fit wants TOK_S@HOSTS");
+      auto e = sim::fit_decode_efficiency(shape, *topo, so, k, tok_s);
+      if (!e.ok()) return fail(item + ": " + e.status().to_string());
+      so.decode_efficiency = *e;
+    }
+    for (int k = 1; k <= static_cast<int>(topo->hosts.size()); ++k) {
+      so.hosts = k;
+      auto r = sim::simulate(shape, *topo, so);
+      if (!r.ok()) return fail(item + " at " + std::to_string(k) + " hosts: " + r.status().to_string());
+      s.nodes.push_back(k);
+      s.tok_s.push_back(r->fits ? r->decode_tok_s : 0);
+    }
+    series.push_back(std::move(s));
+  }
+  std::printf("decode tok/s, %s\n%s", shape.name.c_str(), sim::whatif_table(series).c_str());
+  if (!a.svg.empty()) {
+    std::ofstream f(a.svg);
+    f << sim::whatif_svg(series, shape.name + ": decode tok/s against nodes");
+    if (!f) return fail("cannot write " + a.svg);
+    std::printf("wrote %s\n", a.svg.c_str());
+  }
+  return 0;
+}
+
 int run_sim(const SimArgs& a) {
   if (a.list) {
     list_presets();
@@ -77,13 +133,12 @@ int run_sim(const SimArgs& a) {
   }
   if (a.calibrate) return run_calibrate({a.out, a.model, a.machine.empty() ? "this-machine" : a.machine, a.quick});
   if (a.model.empty() == a.preset.empty()) return fail("give -m FILE or --preset NAME (--list-presets lists them)");
-  if (a.hostfile.empty()) return fail("give --hostfile FILE (a topology file, as for plan and launch)");
+  if (a.hostfile.empty() && a.compare.empty())
+    return fail("give --hostfile FILE (a topology file, as for plan and launch)");
   auto mode = sim::parse_mode(a.parallel);
   if (!mode.ok()) return fail(mode.status().message());
   auto shape = load_shape(a.model, a.preset);
   if (!shape.ok()) return fail(shape.status().to_string());
-  auto topo = cluster::load_topology(a.hostfile);
-  if (!topo.ok()) return fail(topo.status().to_string());
   sim::SimOptions o;
   o.mode = *mode;
   o.hosts = a.hosts;
@@ -94,6 +149,9 @@ int run_sim(const SimArgs& a) {
   o.engine = a.engine;
   o.sustained = a.sustained;
   o.default_machine = a.machine;
+  if (!a.compare.empty()) return run_compare(a, *shape, o);
+  auto topo = cluster::load_topology(a.hostfile);
+  if (!topo.ok()) return fail(topo.status().to_string());
   o.base_dir = dir_of(a.hostfile);
   if (!a.fit.empty()) {
     // TOK_S@K: the engine's efficiency that makes K hosts decode TOK_S (a published one-node figure).
@@ -139,6 +197,9 @@ Registrar sim_cmd{{"sim", "predict a model on a cluster: tok/s, time to first to
                                     "TOK_S@K: calibrate the engine's decode efficiency so K hosts decode TOK_S");
                      app.add_flag("--sustained", a->sustained, "apply thermal throttling of machines that throttle");
                      app.add_flag("--json", a->json, "print one JSON object");
+                     app.add_option("--compare", a->compare,
+                                    "what-if: FILE[:engine[:mode]],... each at 1..its hosts, as a table");
+                     app.add_option("--svg", a->svg, "with --compare: also plot tok/s against nodes to this SVG");
                      app.add_flag("--list-presets", a->list, "list model, machine, link and engine presets");
                      app.add_flag("--calibrate", a->calibrate, "measure this machine and write a machine file (-o)");
                      app.add_option("-o,--output", a->out, "with --calibrate: the machine file to write");
