@@ -216,3 +216,40 @@ TEST(Topology, MachineMediumAndLatencyKeys) {
 
 }  // namespace
 }  // namespace lattice::sim
+
+namespace lattice::sim {
+namespace {
+
+TEST(Sim, RanksOnOneMachineShareItsBandwidthWhenTheyWorkAtOnce) {
+  Machine m;
+  m.name = "cpu";
+  m.mem_bw_gbs = 40;
+  m.core_bw_gbs = 25;
+  m.cores = 2;
+  m.compute_tflops = 0.5;
+  m.memory_gb = 16;
+  m.decode_efficiency = 0.5;
+  m.links["shm"] = {0.5, 8};
+  const std::string dir = testing::scratch_dir("local");
+  std::ofstream(dir + "/cpu.json") << machine_to_json(m).dump();
+  auto t = cluster::parse_topology(R"({"version": 1, "hosts": [
+      {"name": "r0", "address": "127.0.0.1:7100", "machine": "cpu.json"},
+      {"name": "r1", "address": "127.0.0.1:7101", "machine": "cpu.json"}],
+      "links": [{"a": "r0", "b": "r1", "provider": "shm"}]})",
+                                   "local.json");
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  SimOptions o;
+  o.base_dir = dir;
+  o.mode = Mode::kTensor;
+  auto tp = simulate(*shape_preset("llama-1.1b-q4"), *t, o);
+  ASSERT_TRUE(tp.ok()) << tp.status().to_string();
+  EXPECT_DOUBLE_EQ(tp->nodes[0].read_gbs, 20 * 0.5);  // half of the machine's 40 each
+  EXPECT_EQ(tp->links[0].medium, "shm (measured)");
+  o.mode = Mode::kPipeline;
+  auto pp = simulate(*shape_preset("llama-1.1b-q4"), *t, o);
+  ASSERT_TRUE(pp.ok());
+  EXPECT_DOUBLE_EQ(pp->nodes[0].read_gbs, 25 * 0.5);  // one stage at a time: one thread's 25
+}
+
+}  // namespace
+}  // namespace lattice::sim

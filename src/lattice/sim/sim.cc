@@ -285,17 +285,6 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
     ranks[r].memory_bytes = (h.memory_gb ? *h.memory_gb : mach->memory_gb) * double(1ull << 30);
     ++sharers[ranks[r].phys];
   }
-  for (Rank& k : ranks) {
-    const Machine& m = k.machine;
-    const int share = sharers[k.phys];
-    const double eff = o.decode_efficiency > 0 ? o.decode_efficiency
-                       : m.decode_efficiency > 0 ? m.decode_efficiency : prof.decode_efficiency;
-    const double sus = o.sustained && m.throttles ? m.sustained_factor : 1.0;
-    k.read_gbs = m.read_gbs(o.threads, share) * eff * sus;
-    double cf = 1.0 / share;
-    if (m.cores > 0) cf = std::min(1.0, double(std::min(o.threads, std::max(1, m.cores / share))) / m.cores);
-    k.flops = m.compute_tflops * 1e12 * prof.compute_efficiency * sus * cf;
-  }
   // Cables between the chosen ranks.
   std::vector<Cable> cables;
   std::vector<int> ports_used(W, 0);
@@ -328,6 +317,20 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
                                            prof.split_by_memory ? mem : std::vector<double>{}));
   if (prof.comm == CommStyle::kRpcStar && L.mode != Mode::kPipeline && W > 1)
     return InvalidArgument("sim: the llamacpp-rpc engine runs a layer split: use --parallel pp");
+  // Speeds. Ranks on one machine share its memory bandwidth and cores while they work at once
+  // (tensor and expert parallel); pipeline stages of one sequence take turns, so each has the
+  // machine to itself while it works.
+  for (Rank& k : ranks) {
+    const Machine& m = k.machine;
+    const int share = L.mode == Mode::kPipeline ? 1 : sharers[k.phys];
+    const double eff = o.decode_efficiency > 0 ? o.decode_efficiency
+                       : m.decode_efficiency > 0 ? m.decode_efficiency : prof.decode_efficiency;
+    const double sus = o.sustained && m.throttles ? m.sustained_factor : 1.0;
+    k.read_gbs = m.read_gbs(o.threads, share) * eff * sus;
+    double cf = 1.0 / share;
+    if (m.cores > 0) cf = std::min(1.0, double(std::min(o.threads, std::max(1, m.cores / share))) / m.cores);
+    k.flops = m.compute_tflops * 1e12 * prof.compute_efficiency * sus * cf;
+  }
   Collectives coll{&prof, all_rma && !cables.empty()};
   Runner run(shape, L, ranks, prof, coll);
 
