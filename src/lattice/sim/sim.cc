@@ -225,7 +225,8 @@ class Runner {
       }
     }
     if (!last_micro) return Status::Ok();
-    if (!rpc) LATTICE_RETURN_IF_ERROR(coll_.run(des, CollOp::kBroadcast, st.seqs, 4, nullptr, last));
+    // The tokens and how many random draws each took (PpSession::choose).
+    if (!rpc) LATTICE_RETURN_IF_ERROR(coll_.run(des, CollOp::kBroadcast, 2 * st.seqs, 4, nullptr, last));
     des.barrier();
     return Status::Ok();
   }
