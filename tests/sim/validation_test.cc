@@ -1,6 +1,7 @@
 // The simulator against what it predicts: published cluster figures (fast, from the presets) and
 // real runs of lattice on this machine (slow: bench/sim_vs_real.py runs both and reports the table).
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -54,6 +55,31 @@ TEST(Published, RdmaScalesAndTcpDoesNot) {
   EXPECT_GT(r4, r2);
   const double t4 = predict("qwen3-235b-a22b-q8", "4x-m3-ultra-tcp.json", "mlx", Mode::kTensor, 4, 19.5, 1);
   EXPECT_LT(t4, r4 / 2);  // tensor parallel over 0.5 ms round trips loses most of it
+}
+
+// Every example topology is valid, and the simulator runs on it (hosts without a machine: M3 Ultra).
+TEST(Examples, SimRunsOnEveryExampleTopology) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(LATTICE_SOURCE_DIR) + "/examples/topologies")) {
+    auto t = cluster::load_topology(e.path().string());
+    ASSERT_TRUE(t.ok()) << e.path() << ": " << t.status().to_string();
+    EXPECT_TRUE(t->warnings.empty()) << e.path();
+    SimOptions o;
+    o.default_machine = "m3-ultra";
+    o.base_dir = e.path().parent_path().string();
+    o.engine = "mlx";
+    auto r = simulate(*shape_preset("qwen3-235b-a22b-q8"), *t, o);
+    ASSERT_TRUE(r.ok()) << e.path() << ": " << r.status().to_string();
+    EXPECT_GT(r->decode_tok_s, 0) << e.path();
+    ++n;
+  }
+  EXPECT_GE(n, 7);
+  for (const char* f : {"4x-m3-ultra-tb5.json", "4x-m3-ultra-tcp.json", "trio-studio-2-macbook-pro.json"}) {
+    auto t = example(f);
+    ASSERT_TRUE(t.ok()) << f;
+    EXPECT_EQ(cluster::classify(*t).shape, cluster::Shape::kFullMesh) << f;
+    for (const auto& h : t->hosts) EXPECT_FALSE(h.machine.empty()) << f << " " << h.name;
+  }
 }
 
 double load_average() {
