@@ -64,6 +64,9 @@ Result<ModelShape> shape_from_gguf(const engine::GgufFile& file, const std::stri
     return Corrupt(name + ": expert_used_count must be in 1..expert_count");
   if (s.n_dense_layers > s.n_layer) return Corrupt(name + ": leading_dense_block_count exceeds block_count");
   if (!s.kv_lora_rank) s.rope_dim = 0;
+  // MLA: the cache holds one shared latent a token; tensor parallel splits the query heads (each
+  // decompresses its own keys and values), whatever head_count_kv the converter wrote (1 or n_head).
+  if (s.kv_lora_rank) s.n_head_kv = s.n_head;
   double bits = 0, params = 0;
   for (const engine::TensorInfo& t : file.tensors()) {
     const std::string& n = t.name;
