@@ -20,8 +20,10 @@ cluster::Topology mesh(int n, const std::string& machine, const std::string& pro
       if (ring && !(j == i + 1 || (i == 0 && j == n - 1))) continue;
       t += std::string(first ? "" : ",") + "{\"a\": \"h" + std::to_string(i) + "\", \"b\": \"h" + std::to_string(j) +
            "\", \"provider\": \"" + provider + "\"";
-      if (provider == "verbs")
-        t += ", \"a_device\": \"rdma_en" + std::to_string(dev++) + "\", \"b_device\": \"rdma_en" + std::to_string(dev++) + "\"";
+      if (provider == "verbs") {
+        const int da = dev++, db = dev++;
+        t += ", \"a_device\": \"rdma_en" + std::to_string(da) + "\", \"b_device\": \"rdma_en" + std::to_string(db) + "\"";
+      }
       if (!medium.empty()) t += ", \"medium\": \"" + medium + "\"";
       t += extra + "}";
       first = false;
