@@ -32,6 +32,7 @@ struct Case {
   const char* mode;
   int ranks;
   const char* provider;
+  bool moe = false;
 };
 
 class SimProcess : public ::testing::TestWithParam<Case> {};
@@ -39,7 +40,7 @@ class SimProcess : public ::testing::TestWithParam<Case> {};
 TEST_P(SimProcess, BytesPerTokenMatchARealRun) {
   const std::string mode = GetParam().mode, prov = GetParam().provider;
   const int W = GetParam().ranks;
-  const std::string dir = testing::scratch_dir(mode + std::to_string(W) + prov);
+  const std::string dir = testing::scratch_dir(mode + std::to_string(W) + prov + (GetParam().moe ? "moe" : ""));
   engine::MakeModelOptions mo;
   mo.dim = 256;
   mo.layers = 3;
@@ -47,6 +48,12 @@ TEST_P(SimProcess, BytesPerTokenMatchARealRun) {
   mo.kv_heads = 4;
   mo.vocab = 512;
   mo.type = "q8_0";
+  if (GetParam().moe) {
+    mo.arch = "qwen3moe";
+    mo.experts = 8;
+    mo.experts_used = 2;
+    mo.expert_ffn = 64;
+  }
   ASSERT_TRUE(engine::make_model(mo, dir + "/m.gguf").ok());
   const std::string out = capture("timeout 120 " + std::string(LATTICE_BINARY_DIR) + "/lattice run -m " + dir +
                                   "/m.gguf -p 'a b c d' -n 8 --nodes " + std::to_string(W) + " -t 1 --provider " + prov +
@@ -85,7 +92,8 @@ TEST_P(SimProcess, BytesPerTokenMatchARealRun) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, SimProcess,
                          ::testing::Values(Case{"tp", 2, "shm"}, Case{"pp", 2, "shm"}, Case{"tp", 2, "tcp"},
-                                           Case{"pp", 3, "tcp"}, Case{"pp", 3, "shm"}));
+                                           Case{"pp", 3, "tcp"}, Case{"pp", 3, "shm"}, Case{"tp", 2, "shm", true},
+                                           Case{"pp", 2, "tcp", true}));
 
 }  // namespace
 }  // namespace lattice::sim
