@@ -251,7 +251,7 @@ void read_lattice_topology(const json& doc, ParseContext& ctx, Topology& topo) {
       topo.hosts.push_back(host);
       continue;
     }
-    ctx.check_keys(h, ptr, {"name", "address", "ssh", "memory_gb", "rank", "comment"}, "a host");
+    ctx.check_keys(h, ptr, {"name", "address", "ssh", "memory_gb", "machine", "rank", "comment"}, "a host");
     if (auto name = ctx.get_string(h, ptr, "name", true, "a host")) {
       host.name = *name;
       if (std::string e = check_host_name(*name); !e.empty()) {
@@ -271,6 +271,10 @@ void read_lattice_topology(const json& doc, ParseContext& ctx, Topology& topo) {
       }
     }
     if (auto ssh = ctx.get_string(h, ptr, "ssh", false, "a host")) host.ssh = *ssh;
+    if (auto m = ctx.get_string(h, ptr, "machine", false, "a host")) {
+      if (m->empty()) ctx.error(ptr + "/machine", "\"machine\" must not be empty");
+      host.machine = *m;
+    }
     if (auto mem = ctx.get_number(h, ptr, "memory_gb", "a host")) {
       if (*mem <= 0) ctx.error(ptr + "/memory_gb", "\"memory_gb\" must be positive");
       host.memory_gb = *mem;
@@ -323,7 +327,8 @@ void read_lattice_topology(const json& doc, ParseContext& ctx, Topology& topo) {
         ctx.error(ptr, "a link must be an object, not " + json_type_name(l));
         continue;
       }
-      ctx.check_keys(l, ptr, {"a", "b", "provider", "a_addr", "b_addr", "a_device", "b_device", "gbps", "comment"},
+      ctx.check_keys(l, ptr, {"a", "b", "provider", "a_addr", "b_addr", "a_device", "b_device", "gbps", "medium",
+                                   "latency_us", "comment"},
                      "a link");
       Link link;
       link.line = ctx.line(ptr);
@@ -383,6 +388,14 @@ void read_lattice_topology(const json& doc, ParseContext& ctx, Topology& topo) {
       if (auto g = ctx.get_number(l, ptr, "gbps", "a link")) {
         if (*g <= 0) ctx.error(ptr + "/gbps", "\"gbps\" must be positive");
         link.gbps = *g;
+      }
+      if (auto m = ctx.get_string(l, ptr, "medium", false, "a link")) {
+        if (m->empty()) ctx.error(ptr + "/medium", "\"medium\" must not be empty");
+        link.medium = *m;
+      }
+      if (auto us = ctx.get_number(l, ptr, "latency_us", "a link")) {
+        if (*us <= 0) ctx.error(ptr + "/latency_us", "\"latency_us\" must be positive");
+        link.latency_us = *us;
       }
       if (!good) continue;
       if (link.provider == LinkProvider::kVerbs) {

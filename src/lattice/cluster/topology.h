@@ -30,6 +30,9 @@ struct Host {
   std::string address;  // control/bootstrap address: "host", "host:port" or "[v6]:port"
   std::string ssh;      // how the launcher reaches it (empty: use `name`)
   std::optional<double> memory_gb;
+  // For `lattice sim`: a machine preset ("m3-ultra") or a machine file (from `sim --calibrate`,
+  // relative to the topology file). Empty: not said (the simulator's default machine).
+  std::string machine;
   int rank = -1;        // always set after parsing: given in the file, or the host's index
   int line = 0;         // where it was defined (0: not from a file)
 };
@@ -41,6 +44,10 @@ struct Link {
   std::string a_addr, b_addr;      // tcp (and verbs' paired IP interface): the IPs at each end
   std::string a_device, b_device;  // verbs: the RDMA device at each end, e.g. "rdma_en3"
   std::optional<double> gbps;
+  // For `lattice sim`: what the cable is ("tb5", "10gbe", "100gbe", "loopback"...; empty: the
+  // provider's default) and its one-way latency, when known.
+  std::string medium;
+  std::optional<double> latency_us;
   int line = 0;
 };
 

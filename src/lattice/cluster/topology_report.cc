@@ -255,6 +255,7 @@ std::string render_json(const Topology& topo) {
     e["address"] = h.address;
     if (!h.ssh.empty()) e["ssh"] = h.ssh;
     if (h.memory_gb) e["memory_gb"] = *h.memory_gb;
+    if (!h.machine.empty()) e["machine"] = h.machine;
     e["rank"] = h.rank;
     hosts.push_back(std::move(e));
   }
@@ -269,6 +270,8 @@ std::string render_json(const Topology& topo) {
     if (!l.a_device.empty()) e["a_device"] = l.a_device;
     if (!l.b_device.empty()) e["b_device"] = l.b_device;
     if (l.gbps) e["gbps"] = *l.gbps;
+    if (!l.medium.empty()) e["medium"] = l.medium;
+    if (l.latency_us) e["latency_us"] = *l.latency_us;
     links.push_back(std::move(e));
   }
   if (!topo.coordinator.empty()) j["coordinator"] = topo.coordinator;

@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""The simulator against real runs on this machine (docs/SIM.md, "Validation").
+
+Calibrates this machine (`lattice sim --calibrate`, the engine's decode efficiency from a CALIBRATION
+model, not the one predicted), then for each rank count, parallel mode and provider runs the real
+thing (`bench engine` for one rank, `run --nodes N` otherwise: processes on this machine) and asks
+`lattice sim` for the same configuration (a topology of N hosts at 127.0.0.1 sharing this machine).
+Prints a table (or --json) with the measured and predicted decode tok/s and the error. Not a timed
+test: the machine is shared; the lead re-runs it on a quiet one.
+
+  bench/sim_vs_real.py [--build build] [--ranks 1,2,3,4] [--modes tp,pp] [--providers shm,tcp]
+                       [--shape 1.1b|small|moe] [--n 64] [--json]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+SHAPES = {
+    # the 1.1B Llama bench shape (ANCHORS.md)
+    "1.1b": ["--arch", "llama", "--dim", "2048", "--layers", "22", "--heads", "32", "--kv-heads", "4",
+             "--ffn", "5632", "--vocab", "32000", "--type", "q4_0"],
+    "small": ["--arch", "llama", "--dim", "1024", "--layers", "8", "--heads", "16", "--kv-heads", "4",
+              "--ffn", "2816", "--vocab", "8000", "--type", "q4_0"],
+    "moe": ["--arch", "qwen3moe", "--dim", "1024", "--layers", "8", "--heads", "16", "--kv-heads", "4",
+            "--experts", "16", "--experts-used", "4", "--expert-ffn", "512", "--vocab", "8000", "--type", "q4_0"],
+    # the calibration model: a different shape from every predicted one
+    "calib": ["--arch", "llama", "--dim", "1536", "--layers", "6", "--heads", "12", "--kv-heads", "4",
+              "--ffn", "4096", "--vocab", "4000", "--type", "q4_0"],
+}
+
+
+def sh(args, timeout=900):
+    r = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        sys.exit(f"{' '.join(args)} failed ({r.returncode}):\n{r.stderr[-2000:]}")
+    return r.stdout
+
+
+def model(lattice, work, name):
+    path = os.path.join(work, f"{name}.gguf")
+    if not os.path.exists(path):
+        sh([lattice, "make-model", *SHAPES[name], "-o", path])
+    return path
+
+
+def topology(work, n, provider, machine):
+    hosts = [{"name": f"r{i}", "address": f"127.0.0.1:{7100 + i}", "machine": machine} for i in range(n)]
+    links = [{"a": f"r{i}", "b": f"r{j}", "provider": provider} for i in range(n) for j in range(i + 1, n)]
+    path = os.path.join(work, f"local-{n}-{provider}.json")
+    with open(path, "w") as f:
+        json.dump({"version": 1, "hosts": hosts, "links": links}, f)
+    return path
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--ranks", default="1,2,3,4")
+    ap.add_argument("--modes", default="tp,pp")
+    ap.add_argument("--providers", default="shm,tcp")
+    ap.add_argument("--shape", default="1.1b", choices=["1.1b", "small", "moe"])
+    ap.add_argument("--n", type=int, default=64, help="tokens generated per run")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="quick calibration")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    lattice = os.path.abspath(os.path.join(a.build, "lattice"))
+    work = os.path.abspath(os.path.join(a.build, "sim-validation"))
+    os.makedirs(work, exist_ok=True)
+    target = model(lattice, work, a.shape)
+    calib = model(lattice, work, "calib")
+    machine = os.path.join(work, "this-machine.json")
+    sh([lattice, "sim", "--calibrate", "-o", machine, "-m", calib] + (["--quick"] if a.quick else []))
+    rows = []
+    prompt = "The quick brown fox jumps over the lazy dog and keeps running far away"
+    for n in [int(x) for x in a.ranks.split(",")]:
+        for mode in a.modes.split(","):
+            for prov in a.providers.split(","):
+                if n == 1 and (mode != a.modes.split(",")[0] or prov != a.providers.split(",")[0]):
+                    continue
+                best = best_pp = None
+                for _ in range(a.reps):
+                    if n == 1:
+                        j = json.loads(sh([lattice, "bench", "engine", "-m", target, "-p", "16", "-n", str(a.n),
+                                           "-t", "1", "-r", "1", "--json"]))
+                        tg = [r for r in j if r["decode_tok_s"]][0]["decode_tok_s"]
+                        pp = [r for r in j if r["prefill_tok_s"]][0]["prefill_tok_s"]
+                        n_prompt = 16
+                    else:
+                        j = json.loads(sh([lattice, "run", "-m", target, "-p", prompt, "-n", str(a.n),
+                                           "--nodes", str(n), "--provider", prov, "--parallel", mode, "-t", "1",
+                                           "--ignore-eos", "--temp", "0", "--json"]))
+                        tg, pp, n_prompt = j["decode_tok_s"], j["prefill_tok_s"], j["n_prompt"]
+                    best = tg if best is None else max(best, tg)
+                    best_pp = pp if best_pp is None else max(best_pp, pp)
+                topo = topology(work, n, prov, machine)
+                s = json.loads(sh([lattice, "sim", "-m", target, "--hostfile", topo, "--parallel", mode, "-t", "1",
+                                   "--prompt", str(n_prompt + a.n // 2), "--json"]))
+                sp = json.loads(sh([lattice, "sim", "-m", target, "--hostfile", topo, "--parallel", mode, "-t", "1",
+                                    "--prompt", str(n_prompt), "--json"]))
+                err = s["decode_tok_s"] / best - 1
+                rows.append({"ranks": n, "mode": mode if n > 1 else "-", "provider": prov if n > 1 else "-",
+                             "measured_tok_s": best, "predicted_tok_s": s["decode_tok_s"], "error": err,
+                             "measured_prefill_tok_s": best_pp, "predicted_prefill_tok_s": sp["prefill_tok_s"],
+                             "prefill_error": sp["prefill_tok_s"] / best_pp - 1,
+                             "bound": 0.10 if n <= 2 else 0.20})
+    if a.json:
+        print(json.dumps({"shape": a.shape, "machine": json.load(open(machine)), "rows": rows}, indent=2))
+        return
+    print(f"shape {a.shape}; machine file {machine}")
+    print("| ranks | parallel | provider | decode measured | predicted | error | bound | prefill measured | predicted | error |")
+    print("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        print(f"| {r['ranks']} | {r['mode']} | {r['provider']} | {r['measured_tok_s']:.1f} | "
+              f"{r['predicted_tok_s']:.1f} | {100 * r['error']:+.1f}% | ±{100 * r['bound']:.0f}% | "
+              f"{r['measured_prefill_tok_s']:.1f} | {r['predicted_prefill_tok_s']:.1f} | {100 * r['prefill_error']:+.1f}% |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+#include "lattice/sim/calibrate.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "lattice/engine/ops/thread_pool.h"
+#include "lattice/engine/quant/matmul.h"
+#include "lattice/engine/quant/quantize.h"
+#include "lattice/engine/quant/types.h"
+
+namespace lattice::sim {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Sums [b, e) with four 256-bit accumulators where the CPU has AVX2 (what a streaming kernel
+// does), else eight scalar ones.
+__attribute__((target("avx2"))) uint64_t sum_avx2(const uint64_t* p, size_t n) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    a0 = _mm256_add_epi64(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+    a1 = _mm256_add_epi64(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 4)));
+    a2 = _mm256_add_epi64(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 8)));
+    a3 = _mm256_add_epi64(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 12)));
+  }
+  alignas(32) uint64_t out[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out), _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3)));
+  uint64_t s = out[0] + out[1] + out[2] + out[3];
+  for (; i < n; ++i) s += p[i];
+  return s;
+}
+
+uint64_t sum_scalar(const uint64_t* p, size_t n) {
+  uint64_t a[8] = {};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) a[k] += p[i + k];
+  for (; i < n; ++i) a[0] += p[i];
+  uint64_t s = 0;
+  for (uint64_t v : a) s += v;
+  return s;
+}
+
+}  // namespace
+
+Result<double> measure_read_gbs(int threads, size_t bytes, int reps) {
+  if (threads < 1 || threads > 1024 || reps < 1 || bytes < (1u << 20))
+    return InvalidArgument("calibrate: threads in 1..1024, reps >= 1, at least 1 MiB");
+  const size_t n = bytes / sizeof(uint64_t);
+  // 64-byte aligned (the AVX2 loads need 32).
+  std::unique_ptr<uint64_t, void (*)(void*)> buf(static_cast<uint64_t*>(std::aligned_alloc(64, (n * 8 + 63) / 64 * 64)),
+                                                 std::free);
+  if (!buf) return ResourceExhausted("calibrate: cannot allocate " + std::to_string(bytes) + " bytes");
+  for (size_t i = 0; i < n; ++i) buf.get()[i] = i * 0x9E3779B97F4A7C15ull;
+  const bool avx2 = __builtin_cpu_supports("avx2");
+  double best = 0;
+  std::vector<uint64_t> sums(static_cast<size_t>(threads) * 8);
+  for (int rep = 0; rep < reps; ++rep) {
+    auto t0 = Clock::now();
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; ++t)
+      ts.emplace_back([&, t] {
+        const size_t b = n * t / threads / 4 * 4, e = t + 1 == threads ? n : n * (t + 1) / threads / 4 * 4;
+        const uint64_t* p = buf.get() + b;
+        sums[static_cast<size_t>(t) * 8] = avx2 ? sum_avx2(p, e - b) : sum_scalar(p, e - b);
+      });
+    for (auto& th : ts) th.join();
+    const double s = seconds_since(t0);
+    best = std::max(best, double(n * sizeof(uint64_t)) / s / 1e9);
+  }
+  // Keep the sums alive so the reads are not optimised away.
+  volatile uint64_t sink = 0;
+  for (uint64_t v : sums) sink = sink + v;
+  (void)sink;
+  return best;
+}
+
+Result<double> measure_matmul_tflops(int threads, size_t rows, size_t cols, size_t n_tok, int reps) {
+  using engine::TensorType;
+  if (threads < 1 || threads > 1024 || reps < 1 || rows == 0 || cols % 32 || n_tok == 0)
+    return InvalidArgument("calibrate: matmul needs threads in 1..1024, cols a multiple of 32");
+  const size_t row_bytes = engine::row_bytes(TensorType::kQ4_0, cols).value_or(0);
+  std::vector<uint8_t> q(rows * row_bytes);
+  std::vector<float> src(cols), x(n_tok * cols), y(n_tok * rows);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0, 1);
+  for (size_t r = 0; r < rows; ++r) {
+    for (float& v : src) v = nd(rng);
+    LATTICE_RETURN_IF_ERROR(engine::quantize_row(TensorType::kQ4_0, src.data(), q.data() + r * row_bytes, cols));
+  }
+  for (float& v : x) v = nd(rng);
+  LATTICE_ASSIGN_OR_RETURN(engine::Weight w, engine::Weight::pack({TensorType::kQ4_0, q.data(), rows, cols, 0}));
+  engine::ThreadPool pool(static_cast<size_t>(threads));
+  engine::matmul(w, x.data(), n_tok, y.data(), pool);  // warm up
+  double best = 0;
+  for (int rep = 0; rep < reps; ++rep) {
+    auto t0 = Clock::now();
+    engine::matmul(w, x.data(), n_tok, y.data(), pool);
+    best = std::max(best, 2.0 * rows * cols * n_tok / seconds_since(t0) / 1e12);
+  }
+  return best;
+}
+
+}  // namespace lattice::sim

@@ -1,0 +1,49 @@
+// Engine profiles. Sources and derivations (MLX shards every layer equally across the group: its
+// shard_linear splits rows or columns by group size, whatever each node's memory):
+//  lattice       src/lattice/engine: activations and the KV cache are f32; tensor parallel all-reduces the
+//                hidden state twice a layer and gathers the argmax (engine/parallel/plan.cc); collectives
+//                are chosen by coll::choose. Its decode efficiency on a machine comes from `sim --calibrate`.
+//  mlx           MLX arrays in bf16 (2 bytes) for activations and the KV cache; JACCL all-reduce: one round
+//                up to 32 KB, else reduce-scatter + all-gather (ANCHORS.md, from MLX's source). sync_us: the
+//                per-all-reduce cost beyond the wire, derived from exo issue 2070 (two M5 Max, gpt-oss-120b,
+//                36 layers, 72 all-reduces a token): 89 tok/s on one node, 98 tok/s with pure MLX tensor
+//                parallel over RDMA, so 1/98 - 1/(2 x 89) = 4.58 ms over 72 all-reduces = 64 us each, of
+//                which the TB5 wire (4.5 us + 5.8 KB at 7.5 GB/s, plus posting) takes about 6: 58 us. A
+//                different machine and model from the figures the simulator is checked against.
+//  llamacpp-rpc  ggml-rpc (llama.cpp ggml/src/ggml-rpc): the client sends a server its inputs
+//                (SET_TENSOR), runs its part of the graph (GRAPH_COMPUTE) and reads the result back
+//                (GET_TENSOR): three request/response exchanges per server per token, one after the
+//                other, in layer order (a pipeline without overlap). f32 activations, f16 KV cache.
+#include <map>
+
+#include "lattice/sim/engine_profile.h"
+
+namespace lattice::sim {
+namespace {
+
+const std::map<std::string, EngineProfile>& table() {
+  static const std::map<std::string, EngineProfile> t = {
+      {"lattice", {"lattice", "src/lattice/engine", CommStyle::kLattice, 4, 4, 0.8, 0.5, 0, 0, 256, true}},
+      {"mlx", {"mlx", "MLX + JACCL (exo); sync_us from exo issue 2070", CommStyle::kJaccl, 2, 2, 0.75, 0.5, 58, 0, 512, false}},
+      {"llamacpp-rpc", {"llamacpp-rpc", "llama.cpp ggml-rpc", CommStyle::kRpcStar, 4, 2, 0.7, 0.5, 0, 3, 512, true}},
+  };
+  return t;
+}
+
+}  // namespace
+
+std::vector<std::string> engine_profile_names() {
+  std::vector<std::string> v;
+  for (const auto& [k, p] : table()) v.push_back(k);
+  return v;
+}
+
+Result<EngineProfile> engine_profile(const std::string& name) {
+  auto it = table().find(name);
+  if (it != table().end()) return it->second;
+  std::string all;
+  for (const auto& n : engine_profile_names()) all += (all.empty() ? "" : ", ") + n;
+  return NotFound("no engine profile '" + name + "' (" + all + ")");
+}
+
+}  // namespace lattice::sim

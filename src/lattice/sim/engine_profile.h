@@ -1,0 +1,39 @@
+// What the simulator knows of the engine that runs on the nodes: how many bytes its activations
+// and KV cache take, how close it gets to the machine's bandwidth and compute, what each
+// collective costs it beyond the wire, and how its collectives are built. "lattice" is this
+// repository's engine (its collectives follow coll/plan and coll::choose); "mlx" is MLX on the GPU
+// with JACCL as exo runs it; "llamacpp-rpc" is llama.cpp's RPC layer split. Sources in the .cc.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "lattice/core/status.h"
+
+namespace lattice::sim {
+
+enum class CommStyle : uint8_t {
+  kLattice,  // coll::choose over coll/plan's schedules (landing zones where every link is shm)
+  kJaccl,    // MLX JACCL: one-shot all-reduce up to 32 KB, else reduce-scatter + all-gather ring
+  kRpcStar,  // llama.cpp RPC: the client drives every server with request/response round trips
+};
+
+struct EngineProfile {
+  std::string name, source;
+  CommStyle comm = CommStyle::kLattice;
+  double act_bytes = 4;          // bytes per activation element on the wire
+  double kv_elem_bytes = 4;      // bytes per KV cache element
+  double decode_efficiency = 0.8;   // fraction of the read bandwidth decode reaches (machine's figure wins)
+  double compute_efficiency = 0.5;  // fraction of compute_tflops prefill reaches
+  double sync_us = 0;            // per collective, per rank: the engine's own synchronisation
+  int rpc_round_trips = 0;       // kRpcStar: request/response exchanges per server per token
+  uint32_t prefill_batch = 256;  // rows per prefill step
+  // Shares weighted by the nodes' memory (lattice's planner, llama.cpp's default tensor split)
+  // rather than equal (MLX's sharded layers).
+  bool split_by_memory = true;
+};
+
+Result<EngineProfile> engine_profile(const std::string& name);
+std::vector<std::string> engine_profile_names();
+
+}  // namespace lattice::sim

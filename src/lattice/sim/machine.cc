@@ -1,0 +1,111 @@
+#include "lattice/sim/machine.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+namespace lattice::sim {
+
+double Machine::read_gbs(int threads, int sharers) const {
+  double share = mem_bw_gbs / std::max(1, sharers);
+  if (core_bw_gbs > 0) share = std::min(share, core_bw_gbs * std::max(1, threads));
+  return share;
+}
+
+namespace {
+
+Result<double> num(const nlohmann::json& j, const char* key, bool required, double fallback, const std::string& src) {
+  auto it = j.find(key);
+  if (it == j.end()) {
+    if (required) return InvalidArgument(src + ": machine key '" + key + "' is missing");
+    return fallback;
+  }
+  if (!it->is_number()) return InvalidArgument(src + ": machine key '" + key + "' must be a number");
+  double v = it->get<double>();
+  if (v < 0) return InvalidArgument(src + ": machine key '" + key + "' must not be negative");
+  return v;
+}
+
+}  // namespace
+
+Result<Machine> machine_from_json(const nlohmann::json& j, const std::string& source) {
+  if (!j.is_object()) return InvalidArgument(source + ": a machine file holds one JSON object");
+  static const char* known[] = {"name", "source", "mem_bw_gbs", "core_bw_gbs", "cores", "compute_tflops", "memory_gb",
+                                "decode_efficiency", "power_load_w", "power_idle_w", "throttles", "sustained_factor",
+                                "tb5_ports", "tb5_controllers", "links", "measured", "comment"};
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return it.key() == k; }) == std::end(known))
+      return InvalidArgument(source + ": unknown machine key '" + it.key() + "'");
+  Machine m;
+  m.name = j.value("name", source);
+  m.source = j.value("source", source);
+  LATTICE_ASSIGN_OR_RETURN(m.mem_bw_gbs, num(j, "mem_bw_gbs", true, 0, source));
+  LATTICE_ASSIGN_OR_RETURN(m.compute_tflops, num(j, "compute_tflops", true, 0, source));
+  LATTICE_ASSIGN_OR_RETURN(m.memory_gb, num(j, "memory_gb", true, 0, source));
+  if (m.mem_bw_gbs <= 0 || m.compute_tflops <= 0 || m.memory_gb <= 0)
+    return InvalidArgument(source + ": mem_bw_gbs, compute_tflops and memory_gb must be positive");
+  LATTICE_ASSIGN_OR_RETURN(m.core_bw_gbs, num(j, "core_bw_gbs", false, 0, source));
+  LATTICE_ASSIGN_OR_RETURN(double cores, num(j, "cores", false, 0, source));
+  m.cores = static_cast<int>(cores);
+  LATTICE_ASSIGN_OR_RETURN(m.decode_efficiency, num(j, "decode_efficiency", false, 0, source));
+  if (m.decode_efficiency > 1) return InvalidArgument(source + ": decode_efficiency is a fraction in (0, 1]");
+  LATTICE_ASSIGN_OR_RETURN(m.power_load_w, num(j, "power_load_w", false, 0, source));
+  LATTICE_ASSIGN_OR_RETURN(m.power_idle_w, num(j, "power_idle_w", false, 0, source));
+  LATTICE_ASSIGN_OR_RETURN(m.sustained_factor, num(j, "sustained_factor", false, 1, source));
+  if (m.sustained_factor <= 0 || m.sustained_factor > 1)
+    return InvalidArgument(source + ": sustained_factor is a fraction in (0, 1]");
+  m.throttles = j.value("throttles", false);
+  LATTICE_ASSIGN_OR_RETURN(double ports, num(j, "tb5_ports", false, 0, source));
+  LATTICE_ASSIGN_OR_RETURN(double ctrls, num(j, "tb5_controllers", false, ports, source));
+  m.tb5_ports = static_cast<int>(ports);
+  m.tb5_controllers = static_cast<int>(ctrls);
+  if (auto it = j.find("links"); it != j.end()) {
+    if (!it->is_object()) return InvalidArgument(source + ": 'links' maps a provider to {latency_us, gbytes_s}");
+    for (auto l = it->begin(); l != it->end(); ++l) {
+      LATTICE_ASSIGN_OR_RETURN(double lat, num(*l, "latency_us", true, 0, source + " links." + l.key()));
+      LATTICE_ASSIGN_OR_RETURN(double bw, num(*l, "gbytes_s", true, 0, source + " links." + l.key()));
+      if (lat <= 0 || bw <= 0) return InvalidArgument(source + ": links." + l.key() + " needs positive figures");
+      m.links[l.key()] = {lat, bw};
+    }
+  }
+  return m;
+}
+
+nlohmann::json machine_to_json(const Machine& m) {
+  nlohmann::json j = {{"name", m.name},
+                      {"source", m.source},
+                      {"mem_bw_gbs", m.mem_bw_gbs},
+                      {"core_bw_gbs", m.core_bw_gbs},
+                      {"cores", m.cores},
+                      {"compute_tflops", m.compute_tflops},
+                      {"memory_gb", m.memory_gb},
+                      {"decode_efficiency", m.decode_efficiency},
+                      {"power_load_w", m.power_load_w},
+                      {"power_idle_w", m.power_idle_w},
+                      {"throttles", m.throttles},
+                      {"sustained_factor", m.sustained_factor},
+                      {"tb5_ports", m.tb5_ports},
+                      {"tb5_controllers", m.tb5_controllers}};
+  for (const auto& [k, l] : m.links) j["links"][k] = {{"latency_us", l.latency_us}, {"gbytes_s", l.gbytes_s}};
+  return j;
+}
+
+Result<Machine> load_machine(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return NotFound("machine file '" + path + "' cannot be read");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+  if (j.is_discarded()) return InvalidArgument(path + ": not valid JSON");
+  return machine_from_json(j, path);
+}
+
+Result<Machine> resolve_machine(const std::string& name_or_path, const std::string& base_dir) {
+  const bool path_like = name_or_path.find('/') != std::string::npos || name_or_path.ends_with(".json");
+  if (!path_like) return machine_preset(name_or_path);
+  std::string p = name_or_path;
+  if (p[0] != '/' && !base_dir.empty()) p = base_dir + "/" + p;
+  return load_machine(p);
+}
+
+}  // namespace lattice::sim

@@ -1,0 +1,56 @@
+// A machine as the simulator sees it: how fast it reads memory, how fast it multiplies, how
+// much memory it has, what it draws at load, whether it throttles when the load lasts. Presets
+// for the Macs people cluster (machine_presets.cc, sources cited there), or a machine file
+// written by `lattice sim --calibrate` (measured here; JSON, see docs/SIM.md).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "lattice/core/status.h"
+
+namespace lattice::sim {
+
+// A link measured by `sim --calibrate` on this machine (loopback between two processes).
+struct MeasuredLink {
+  double latency_us = 0;  // one way, small messages
+  double gbytes_s = 0;    // large messages, GB/s (1e9 bytes)
+};
+
+struct Machine {
+  std::string name;    // "m3-ultra" or the file's name
+  std::string source;  // where the figures come from
+  double mem_bw_gbs = 0;       // memory read bandwidth, all of the chip, GB/s
+  double core_bw_gbs = 0;      // one thread's read bandwidth (CPU engines; 0: not limited per thread)
+  int cores = 0;               // cores a CPU engine can use (0: not a CPU engine's limit)
+  double compute_tflops = 0;   // dense matrix throughput the engine can use (TFLOP/s)
+  double memory_gb = 0;        // memory size (GiB, as Apple sells it)
+  // Fraction of mem_bw_gbs an engine reaches in decode, calibrated from a one-node figure (0: the
+  // engine profile's default).
+  double decode_efficiency = 0;
+  double power_load_w = 0;     // drawn while decoding
+  double power_idle_w = 0;
+  bool throttles = false;      // sustained load lowers its clocks (laptops)
+  double sustained_factor = 1; // speed under sustained load, relative to a burst
+  int tb5_ports = 0;           // Thunderbolt 5 ports usable for RDMA
+  int tb5_controllers = 0;     // controllers behind them (ports beyond share one)
+  std::map<std::string, MeasuredLink> links;  // measured by calibration: "shm", "tcp"
+
+  // The read bandwidth `threads` threads of one process get when `sharers` processes share the
+  // machine (each with its own threads).
+  double read_gbs(int threads, int sharers) const;
+};
+
+Result<Machine> machine_preset(const std::string& name);
+std::vector<std::string> machine_preset_names();
+// A machine file (JSON). kInvalidArgument names the key that is wrong.
+Result<Machine> machine_from_json(const nlohmann::json& j, const std::string& source);
+Result<Machine> load_machine(const std::string& path);
+nlohmann::json machine_to_json(const Machine& m);
+// A preset name, or a path (relative paths against `base_dir`).
+Result<Machine> resolve_machine(const std::string& name_or_path, const std::string& base_dir);
+
+}  // namespace lattice::sim

@@ -1,0 +1,447 @@
+#include "lattice/sim/sim.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "lattice/coll/choose.h"
+#include "lattice/coll/plan/ring_route.h"
+
+namespace lattice::sim {
+namespace {
+
+using coll::Algorithm;
+using coll::CollOp;
+
+// The simulated cluster: ranks, their speeds, the cables.
+struct Rank {
+  std::string name;
+  Machine machine;
+  std::string phys;     // physical machine (hosts at one address share its memory bandwidth)
+  double read_gbs = 0;  // what the engine reaches
+  double flops = 0;     // per second
+  double memory_bytes = 0;
+};
+
+std::string phys_of(const std::string& address) {
+  if (!address.empty() && address[0] == '[') return address.substr(0, address.find(']') + 1);
+  return address.substr(0, address.find(':'));
+}
+
+struct Collectives {
+  const EngineProfile* profile = nullptr;
+  bool rma = false;  // every cable has passive one-sided writes (shm): lattice's landing zones
+
+  // The plans of one collective (one per rank), how many times they run (sliced all-reduce), and
+  // the name of the choice.
+  struct Sched {
+    std::vector<coll::plan::Plan> plans;
+    int repeat = 1;
+    std::string name;
+  };
+
+  Result<Sched> make(const Des& des, CollOp op, size_t count, double elem_bytes, int root = 0) const {
+    const int W = des.world();
+    Sched s;
+    coll::plan::Shape shape;
+    shape.op = op;
+    shape.world = W;
+    shape.count = count;
+    shape.root = root;
+    auto linked = [&](int i, int j) { return des.linked(i, j); };
+    if (!des.full_mesh()) {
+      coll::plan::Route route = coll::plan::find_route(W, linked);
+      if (route.order.empty()) return Unavailable("sim: the cables do not join every node (no route through all)");
+      for (int r = 0; r < W; ++r) {
+        shape.rank = r;
+        LATTICE_ASSIGN_OR_RETURN(coll::plan::Plan p, coll::plan::build_on_route(shape, route));
+        s.plans.push_back(std::move(p));
+      }
+      s.name = std::string(route.cycle ? "ring" : "path") + " route";
+      return s;
+    }
+    Algorithm algo;
+    size_t n = count;
+    if (profile->comm == CommStyle::kJaccl) {
+      const bool small = count * elem_bytes <= 32 * 1024;
+      algo = op == CollOp::kAllReduce ? (small ? Algorithm::kOneShot : Algorithm::kTwoShot)
+                                      : coll::plan::choose_algorithm(op, count * elem_bytes, W, false);
+      s.name = std::string(coll::to_string(algo)) + " (jaccl)";
+    } else {
+      coll::CallFacts f;
+      f.op = op;
+      f.count = count;
+      f.elem_bytes = static_cast<size_t>(elem_bytes);
+      f.world = W;
+      f.full_mesh = true;
+      f.oneshot_zone_bytes = rma ? 64 * 1024 : 0;
+      f.twoshot_zone = rma;
+      f.slice_bytes = 1024 * 1024;
+      LATTICE_ASSIGN_OR_RETURN(coll::Choice c, coll::choose(f));
+      algo = c.algo;
+      if (c.path == coll::Path::kSlicedPlan && c.slice_count > 0) {
+        n = c.slice_count;
+        s.repeat = static_cast<int>((count + n - 1) / n);
+      }
+      s.name = std::string(coll::to_string(algo)) + " (" + std::string(coll::to_string(c.path)) + ")";
+    }
+    shape.count = n;
+    for (int r = 0; r < W; ++r) {
+      shape.rank = r;
+      LATTICE_ASSIGN_OR_RETURN(coll::plan::Plan p, coll::plan::build(shape, algo));
+      s.plans.push_back(std::move(p));
+    }
+    return s;
+  }
+
+  Status run(Des& des, CollOp op, size_t count, double elem_bytes, std::string* name = nullptr, int root = 0) const {
+    if (des.world() == 1) return Status::Ok();
+    LATTICE_ASSIGN_OR_RETURN(Sched s, make(des, op, count, elem_bytes, root));
+    if (name) *name = s.name;
+    for (int i = 0; i < s.repeat; ++i) LATTICE_RETURN_IF_ERROR(des.run(s.plans, elem_bytes, profile->sync_us, 10.0));
+    return Status::Ok();
+  }
+};
+
+// One node's work: `bytes` read and `flops` done; whichever takes longer bounds it.
+void work(Des& des, int r, const Rank& k, double bytes, double flops) {
+  const double t_read = bytes / (k.read_gbs * 1e3);
+  const double t_flop = flops / k.flops * 1e6;
+  des.work(r, std::max(t_read, t_flop), t_read >= t_flop);
+}
+
+struct Step {
+  uint32_t rows = 1;     // rows per sequence... total rows of the step
+  uint32_t seqs = 1;     // sequences (decode batch)
+  double pos = 0;        // average position (KV length read)
+};
+
+class Runner {
+ public:
+  Runner(const ModelShape& s, const Layout& L, const std::vector<Rank>& ranks, const EngineProfile& p,
+         const Collectives& coll)
+      : s_(s), L_(L), ranks_(ranks), p_(p), coll_(coll) {}
+
+  // Layer l on node r: attention (weights + KV reads + score FLOPs).
+  void attention(Des& des, int r, uint32_t l, const Step& st) const {
+    const NodeShare& n = L_.nodes[r];
+    const double f = L_.mode == Mode::kPipeline ? 1.0 : n.f_kv;
+    const double w = s_.attn_bytes / s_.n_layer * f;
+    const double kv = st.pos * s_.kv_elems_per_token_layer() * p_.kv_elem_bytes * st.seqs * (s_.kv_lora_rank ? 1.0 : f);
+    const double flops = 2.0 * st.rows * w * 8 / s_.bits_per_weight + 4.0 * st.rows * st.pos * s_.n_head * f * s_.head_dim;
+    (void)l;
+    work(des, r, ranks_[r], w + kv, flops);
+  }
+
+  // Layer l's FFN on node r; `ep_counts` the experts chosen on this node (expert parallel).
+  void ffn(Des& des, int r, uint32_t l, const Step& st, double ep_experts) const {
+    const NodeShare& n = L_.nodes[r];
+    const double f = L_.mode == Mode::kPipeline ? 1.0 : n.f_ff;
+    double bytes, flop_bytes;
+    if (!s_.moe() || l < s_.n_dense_layers) {
+      bytes = s_.dense_ffn_bytes / std::max<uint32_t>(s_.moe() ? s_.n_dense_layers : s_.n_layer, 1) * f;
+      flop_bytes = bytes;
+    } else {
+      const double per_expert = s_.expert_bytes / s_.n_moe_layers() / s_.n_expert;
+      const double fixed = (s_.shared_bytes * f + s_.router_bytes) / s_.n_moe_layers();
+      double experts_read;
+      if (L_.mode == Mode::kExpert) {
+        experts_read = ep_experts * per_expert;
+      } else {
+        experts_read = s_.n_expert * s_.expert_fraction(st.rows) * per_expert * f;
+      }
+      bytes = fixed + experts_read;
+      flop_bytes = fixed + s_.n_expert_used * per_expert * (L_.mode == Mode::kExpert ? 1.0 / L_.tp : f) * 1.0;
+    }
+    work(des, r, ranks_[r], bytes, 2.0 * st.rows * flop_bytes * 8 / s_.bits_per_weight);
+  }
+
+  void output(Des& des, int r, const Step& st) const {
+    const double f = L_.mode == Mode::kPipeline ? 1.0 : L_.nodes[r].f_vocab;
+    const double bytes = s_.output_bytes * f;
+    work(des, r, ranks_[r], bytes, 2.0 * st.seqs * bytes * 8 / s_.bits_per_weight);
+  }
+
+  // Expert-parallel routing of one layer: how many distinct chosen experts land on each node.
+  std::vector<double> route(std::mt19937& rng, uint32_t rows) const {
+    std::vector<double> on(L_.nodes.size(), 0);
+    if (L_.mode != Mode::kExpert) return on;
+    std::vector<char> chosen(s_.n_expert, 0);
+    std::vector<uint32_t> ids(s_.n_expert);
+    for (uint32_t i = 0; i < s_.n_expert; ++i) ids[i] = i;
+    for (uint32_t t = 0; t < rows; ++t) {
+      for (uint32_t k = 0; k < s_.n_expert_used; ++k) {
+        std::uniform_int_distribution<uint32_t> d(k, s_.n_expert - 1);
+        std::swap(ids[k], ids[d(rng)]);
+        chosen[ids[k]] = 1;
+      }
+    }
+    for (size_t r = 0; r < L_.nodes.size(); ++r)
+      for (uint32_t e = L_.nodes[r].experts.begin; e < L_.nodes[r].experts.end; ++e) on[r] += chosen[e];
+    return on;
+  }
+
+  // One step (decode: rows = seqs; prefill: rows of the prompt) through a tensor-parallel (or
+  // expert-parallel) layout.
+  Status tensor_step(Des& des, const Step& st, std::string* algo) const {
+    const int W = des.world();
+    std::mt19937 rng(12345);
+    const size_t hidden = static_cast<size_t>(st.rows) * s_.n_embd;
+    for (uint32_t l = 0; l < s_.n_layer; ++l) {
+      for (int r = 0; r < W; ++r) attention(des, r, l, st);
+      LATTICE_RETURN_IF_ERROR(coll_.run(des, CollOp::kAllReduce, hidden, p_.act_bytes, algo));
+      auto on = route(rng, st.rows);
+      for (int r = 0; r < W; ++r) ffn(des, r, l, st, on[r]);
+      LATTICE_RETURN_IF_ERROR(coll_.run(des, CollOp::kAllReduce, hidden, p_.act_bytes));
+    }
+    for (int r = 0; r < W; ++r) output(des, r, st);
+    // The next token: every rank's best candidate (value, index) gathered.
+    LATTICE_RETURN_IF_ERROR(coll_.run(des, CollOp::kAllGather, 2 * st.seqs, 4));
+    des.barrier();
+    return Status::Ok();
+  }
+
+  // One micro-batch through the pipeline stages in `order`; the last stage broadcasts the token.
+  // llama.cpp RPC instead: the client (order[0]) drives each server in turn (rpc_call).
+  Status pipeline_step(Des& des, const Step& st, const std::vector<int>& order, bool last_micro) const {
+    const double act = double(st.rows) * s_.n_embd * p_.act_bytes;
+    const int W = des.world();
+    const bool rpc = p_.comm == CommStyle::kRpcStar;
+    const int last = order[W - 1];
+    for (int i = 0; i < W; ++i) {
+      const int r = order[i];
+      if (rpc && i > 0) LATTICE_RETURN_IF_ERROR(rpc_call(des, order[0], r, act, true));
+      for (uint32_t l = L_.nodes[r].layers.begin; l < L_.nodes[r].layers.end; ++l) {
+        attention(des, r, l, st);
+        ffn(des, r, l, st, 0);
+      }
+      if (r == last && last_micro) output(des, last, st);
+      if (rpc && i > 0) {
+        const double back = r == last && last_micro ? double(st.seqs) * s_.n_vocab * 4 : act;
+        LATTICE_RETURN_IF_ERROR(rpc_call(des, order[0], r, back, false));
+      } else if (!rpc && i + 1 < W) {
+        LATTICE_RETURN_IF_ERROR(des.send(r, order[i + 1], act));
+      }
+    }
+    if (!last_micro) return Status::Ok();
+    // The tokens and how many random draws each took (PpSession::choose).
+    if (!rpc) LATTICE_RETURN_IF_ERROR(coll_.run(des, CollOp::kBroadcast, 2 * st.seqs, 4, nullptr, last));
+    des.barrier();
+    return Status::Ok();
+  }
+
+  // llama.cpp RPC (ggml-rpc): before a server computes, the client sets its input tensor
+  // (SET_TENSOR, answered) and asks for the graph (GRAPH_COMPUTE); after, the server answers and
+  // the client reads the result back (GET_TENSOR): rpc_round_trips exchanges, one after the other.
+  Status rpc_call(Des& des, int client, int server, double bytes, bool before) const {
+    const int n = p_.rpc_round_trips;
+    if (before) {
+      for (int i = 0; i + 2 < n; ++i) {  // SET_TENSOR with its answer (more exchanges if n > 3)
+        LATTICE_RETURN_IF_ERROR(des.send(client, server, i == 0 ? bytes : 64));
+        LATTICE_RETURN_IF_ERROR(des.send(server, client, 64));
+      }
+      return des.send(client, server, 64);  // GRAPH_COMPUTE
+    }
+    LATTICE_RETURN_IF_ERROR(des.send(server, client, 64));  // its answer
+    LATTICE_RETURN_IF_ERROR(des.send(client, server, 64));  // GET_TENSOR
+    return des.send(server, client, bytes);
+  }
+
+ private:
+  const ModelShape& s_;
+  const Layout& L_;
+  const std::vector<Rank>& ranks_;
+  const EngineProfile& p_;
+  const Collectives& coll_;
+};
+
+}  // namespace
+
+Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& topo, const SimOptions& o) {
+  if (topo.hosts.empty()) return InvalidArgument("sim: the topology has no hosts");
+  if (o.hosts < 0 || o.hosts > static_cast<int>(topo.hosts.size()))
+    return InvalidArgument("sim: --hosts " + std::to_string(o.hosts) + " but the topology has " +
+                           std::to_string(topo.hosts.size()) + " hosts");
+  if (o.batch < 1 || o.batch > 4096) return InvalidArgument("sim: --batch must be in 1..4096");
+  if (o.prompt < 1) return InvalidArgument("sim: the prompt needs at least one token");
+  if (o.threads < 1) return InvalidArgument("sim: --threads must be >= 1");
+  LATTICE_ASSIGN_OR_RETURN(EngineProfile prof, engine_profile(o.engine));
+  const int W = o.hosts ? o.hosts : static_cast<int>(topo.hosts.size());
+  // Ranks in rank order; topology host index -> rank.
+  std::vector<int> by_rank(topo.hosts.size(), -1), rank_of(topo.hosts.size(), -1);
+  for (size_t i = 0; i < topo.hosts.size(); ++i) by_rank[topo.hosts[i].rank] = static_cast<int>(i);
+  std::vector<Rank> ranks(W);
+  std::map<std::string, int> sharers;
+  for (int r = 0; r < W; ++r) {
+    const cluster::Host& h = topo.hosts[by_rank[r]];
+    rank_of[by_rank[r]] = r;
+    const std::string m = h.machine.empty() ? o.default_machine : h.machine;
+    if (m.empty()) return InvalidArgument("sim: host '" + h.name + "' has no \"machine\" (give one in the topology or --machine)");
+    auto mach = resolve_machine(m, o.base_dir);
+    if (!mach.ok()) return mach.status().with_context("host '" + h.name + "'");
+    ranks[r].name = h.name;
+    ranks[r].machine = *mach;
+    ranks[r].phys = phys_of(h.address);
+    ranks[r].memory_bytes = (h.memory_gb ? *h.memory_gb : mach->memory_gb) * double(1ull << 30);
+    ++sharers[ranks[r].phys];
+  }
+  // Cables between the chosen ranks.
+  std::vector<Cable> cables;
+  std::vector<int> ports_used(W, 0);
+  bool all_rma = true;
+  for (const cluster::Link& l : topo.links) {
+    const int a = rank_of[l.a], b = rank_of[l.b];
+    if (a < 0 || b < 0) continue;
+    Cable c;
+    c.a = a;
+    c.b = b;
+    LATTICE_ASSIGN_OR_RETURN(c.model, link_for(l, ranks[a].machine, ranks[b].machine));
+    if (c.model.uses_tb5_port) {
+      for (auto [end, ctl] : {std::pair{a, &c.controller_a}, std::pair{b, &c.controller_b}}) {
+        const Machine& m = ranks[end].machine;
+        if (m.tb5_ports == 0)
+          return InvalidArgument("sim: host '" + ranks[end].name + "' (" + m.name + ") has no Thunderbolt 5 port for the " +
+                                 c.model.medium + " link at " + topo.source + ":" + std::to_string(l.line));
+        if (ports_used[end] >= m.tb5_ports)
+          return InvalidArgument("sim: host '" + ranks[end].name + "' has more Thunderbolt cables than its " +
+                                 std::to_string(m.tb5_ports) + " ports (" + m.name + ")");
+        *ctl = ports_used[end]++ % std::max(1, m.tb5_controllers);
+      }
+    }
+    if (l.provider != cluster::LinkProvider::kShm) all_rma = false;
+    cables.push_back(std::move(c));
+  }
+  std::vector<double> mem(W);
+  for (int r = 0; r < W; ++r) mem[r] = ranks[r].memory_bytes;
+  LATTICE_ASSIGN_OR_RETURN(Layout L, place(shape, mem, o.mode, o.n_ctx, prof.kv_elem_bytes,
+                                           prof.split_by_memory ? mem : std::vector<double>{}));
+  if (prof.comm == CommStyle::kRpcStar && L.mode != Mode::kPipeline && W > 1)
+    return InvalidArgument("sim: the llamacpp-rpc engine runs a layer split: use --parallel pp");
+  // Speeds. Ranks on one machine share its memory bandwidth and cores while they work at once
+  // (tensor and expert parallel); pipeline stages of one sequence take turns, so each has the
+  // machine to itself while it works.
+  for (Rank& k : ranks) {
+    const Machine& m = k.machine;
+    const int share = L.mode == Mode::kPipeline ? 1 : sharers[k.phys];
+    const double eff = o.decode_efficiency > 0 ? o.decode_efficiency
+                       : m.decode_efficiency > 0 ? m.decode_efficiency : prof.decode_efficiency;
+    const double sus = o.sustained && m.throttles ? m.sustained_factor : 1.0;
+    k.read_gbs = m.read_gbs(o.threads, share) * eff * sus;
+    double cf = 1.0 / share;
+    if (m.cores > 0) cf = std::min(1.0, double(std::min(o.threads, std::max(1, m.cores / share))) / m.cores);
+    k.flops = m.compute_tflops * 1e12 * prof.compute_efficiency * sus * cf;
+  }
+  Collectives coll{&prof, all_rma && !cables.empty()};
+  Runner run(shape, L, ranks, prof, coll);
+
+  // Pipeline stages follow the route through the cables, as `run --parallel pp` places them.
+  std::vector<int> order(W);
+  for (int r = 0; r < W; ++r) order[r] = r;
+  Des probe(W, cables);
+  if (L.mode == Mode::kPipeline && W > 1 && prof.comm != CommStyle::kRpcStar) {
+    auto route = coll::plan::find_route(W, [&](int i, int j) { return probe.linked(i, j); });
+    if (route.order.empty()) return Unavailable("sim: the cables do not join every node");
+    order = route.order;
+  }
+
+  SimResult R;
+  R.model = shape.name;
+  R.engine = prof.name;
+  R.why = L.why;
+  R.mode = L.mode;
+  R.world = W;
+  R.tp = L.tp;
+  R.pp = L.pp;
+  R.fits = L.fits;
+  R.missing_bytes = L.missing_bytes;
+  R.model_bytes = shape.total_bytes();
+  R.bytes_per_token = shape.bytes_per_step(o.batch) / o.batch;
+
+  // Decode: one step of `batch` sequences at the end of the prompt.
+  Des dec(W, cables);
+  Step ds{o.batch, o.batch, double(o.prompt)};
+  if (L.mode == Mode::kPipeline) {
+    LATTICE_RETURN_IF_ERROR(run.pipeline_step(dec, ds, order, true));
+  } else {
+    LATTICE_RETURN_IF_ERROR(run.tensor_step(dec, ds, &R.allreduce));
+  }
+  const double token_us = dec.now();
+  R.token_ms = token_us / 1e3;
+  R.decode_tok_s = o.batch * 1e6 / token_us;
+
+  // Prefill: the prompt in steps of the engine's batch rows (micro-batches through a pipeline).
+  Des pre(W, cables);
+  const uint32_t rows = std::min(o.prompt, prof.prefill_batch);
+  const uint32_t n_steps = (o.prompt + rows - 1) / rows;
+  if (L.mode == Mode::kPipeline) {
+    for (uint32_t i = 0; i < n_steps; ++i) {
+      Step ps{rows, 1, (i + 0.5) * rows};
+      LATTICE_RETURN_IF_ERROR(run.pipeline_step(pre, ps, order, i + 1 == n_steps));
+    }
+  } else {
+    Step ps{rows, 1, o.prompt / 2.0};
+    LATTICE_RETURN_IF_ERROR(run.tensor_step(pre, ps, nullptr));
+  }
+  const double prefill_us = L.mode == Mode::kPipeline ? pre.now() : pre.now() * n_steps;
+  R.ttft_ms = prefill_us / 1e3;
+  R.prefill_tok_s = o.prompt * 1e6 / prefill_us;
+
+  // Where the time goes: the node that waited least is the one the others waited for.
+  int crit = 0;
+  for (int r = 1; r < W; ++r)
+    if (dec.breakdown(r).sync_us < dec.breakdown(crit).sync_us) crit = r;
+  R.token = dec.breakdown(crit);
+  std::map<std::string, double> phys_power;
+  for (int r = 0; r < W; ++r) {
+    NodeResult n;
+    n.name = ranks[r].name;
+    n.machine = ranks[r].machine.name;
+    n.part = L.nodes[r].part;
+    n.share = L.nodes[r];
+    n.token = dec.breakdown(r);
+    n.read_gbs = ranks[r].read_gbs;
+    n.power_w = ranks[r].machine.power_load_w;
+    n.throttles = ranks[r].machine.throttles;
+    phys_power[ranks[r].phys] = std::max(phys_power[ranks[r].phys], n.power_w);
+    R.nodes.push_back(std::move(n));
+  }
+  double watts = 0;
+  for (const auto& [p, w] : phys_power) watts += w;
+  R.energy_j_per_token = watts * token_us / 1e6 / o.batch;
+  for (size_t c = 0; c < dec.cables().size(); ++c) {
+    const Cable& cb = dec.cables()[c];
+    const CableStats& st = dec.cable_stats()[c];
+    LinkResult lr;
+    lr.a = ranks[cb.a].name;
+    lr.b = ranks[cb.b].name;
+    lr.medium = cb.model.medium;
+    lr.latency_us = cb.model.latency_us;
+    lr.gbytes_s = cb.model.gbytes_s;
+    lr.bytes_per_token_ab = st.bytes_ab / o.batch;
+    lr.bytes_per_token_ba = st.bytes_ba / o.batch;
+    lr.busy_fraction = token_us > 0 ? st.busy_us / (2 * token_us) : 0;
+    R.links.push_back(std::move(lr));
+  }
+  return R;
+}
+
+Result<double> fit_decode_efficiency(const ModelShape& shape, const cluster::Topology& topo, SimOptions o,
+                                     int fit_hosts, double tok_s) {
+  if (tok_s <= 0) return InvalidArgument("sim: the figure to fit must be positive");
+  o.hosts = fit_hosts;
+  double lo = 1e-3, hi = 1.0;
+  o.decode_efficiency = hi;
+  LATTICE_ASSIGN_OR_RETURN(SimResult top, simulate(shape, topo, o));
+  if (top.decode_tok_s < tok_s)
+    return InvalidArgument("sim: even at full bandwidth the model predicts " + std::to_string(top.decode_tok_s) +
+                           " tok/s at " + std::to_string(fit_hosts) + " hosts, below " + std::to_string(tok_s));
+  for (int i = 0; i < 40; ++i) {
+    o.decode_efficiency = (lo + hi) / 2;
+    LATTICE_ASSIGN_OR_RETURN(SimResult r, simulate(shape, topo, o));
+    (r.decode_tok_s < tok_s ? lo : hi) = o.decode_efficiency;
+  }
+  return (lo + hi) / 2;
+}
+
+}  // namespace lattice::sim

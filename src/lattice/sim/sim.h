@@ -1,0 +1,81 @@
+// `lattice sim`: what a model does on a cluster. The hosts come from a topology file (the same
+// files `plan` and `launch` read), each with a machine (a preset or a calibrated machine file) and
+// cables with link models; the layout is the one lattice's planner chooses (placement.h); one
+// decoded token and one prefill step then run through the discrete-event model (des.h), every
+// collective following coll/plan's schedule as coll::choose would pick it.
+//
+// Plain computation: no I/O besides resolving machine files named by the topology.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "lattice/cluster/topology.h"
+#include "lattice/core/status.h"
+#include "lattice/sim/des.h"
+#include "lattice/sim/engine_profile.h"
+#include "lattice/sim/machine.h"
+#include "lattice/sim/placement.h"
+#include "lattice/sim/shape.h"
+
+namespace lattice::sim {
+
+struct SimOptions {
+  Mode mode = Mode::kAuto;
+  int hosts = 0;               // the first K hosts of the topology (0: all)
+  uint32_t n_ctx = 4096;       // KV cache size per node
+  uint32_t prompt = 512;       // prompt tokens: prefill and time to first token
+  uint32_t batch = 1;          // sequences decoded together
+  int threads = 1;             // threads per rank (CPU machines: bounds the read bandwidth)
+  std::string engine = "lattice";
+  bool sustained = false;      // apply the machines' sustained (thermal) factor
+  std::string default_machine; // for hosts without "machine" (empty: an error names the host)
+  std::string base_dir;        // where relative machine files are looked up
+  double decode_efficiency = 0;  // > 0: overrides every machine's and the engine's figure
+};
+
+struct NodeResult {
+  std::string name, machine, part;
+  NodeShare share;
+  Breakdown token;             // one decoded token on this node
+  double read_gbs = 0;         // bandwidth the engine reaches here
+  double power_w = 0;          // at load
+  bool throttles = false;
+};
+
+struct LinkResult {
+  std::string a, b, medium;
+  double latency_us = 0, gbytes_s = 0;
+  double bytes_per_token_ab = 0, bytes_per_token_ba = 0;
+  double busy_fraction = 0;    // share of a decoded token's time the cable is busy
+};
+
+struct SimResult {
+  std::string model, engine, why;
+  Mode mode = Mode::kTensor;
+  int world = 1, tp = 1, pp = 1;
+  std::string allreduce;       // the algorithm (and path) of the per-layer all-reduce
+  double decode_tok_s = 0, prefill_tok_s = 0, ttft_ms = 0, token_ms = 0;
+  double model_bytes = 0, bytes_per_token = 0;
+  double energy_j_per_token = 0;
+  bool fits = true;
+  double missing_bytes = 0;
+  Breakdown token;             // the slowest node's token (where the time goes)
+  std::vector<NodeResult> nodes;
+  std::vector<LinkResult> links;
+};
+
+Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& topo, const SimOptions& options);
+
+// The decode efficiency (shared by every node) with which `simulate` at `fit_hosts` hosts predicts
+// `tok_s`: calibrating a model's engine on its smallest published node count. Bisection over
+// (0, 1]; kInvalidArgument when even 1.0 falls short.
+Result<double> fit_decode_efficiency(const ModelShape& shape, const cluster::Topology& topo, SimOptions options,
+                                     int fit_hosts, double tok_s);
+
+nlohmann::json to_json(const SimResult& r);
+std::string render_text(const SimResult& r);
+
+}  // namespace lattice::sim

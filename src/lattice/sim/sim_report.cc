@@ -1,0 +1,108 @@
+// `lattice sim` output: JSON (one object) and text.
+#include <cstdio>
+
+#include "lattice/sim/sim.h"
+
+namespace lattice::sim {
+namespace {
+
+nlohmann::json parts(const Breakdown& b) {
+  return {{"compute_ms", b.compute_us / 1e3},     {"weight_reads_ms", b.weights_us / 1e3},
+          {"link_latency_ms", b.latency_us / 1e3}, {"link_bandwidth_ms", b.bandwidth_us / 1e3},
+          {"sync_ms", b.sync_us / 1e3}};
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string gb(double bytes) { return fmt("%.2f GB", bytes / 1e9); }
+
+}  // namespace
+
+nlohmann::json to_json(const SimResult& r) {
+  nlohmann::json j = {{"model", r.model},
+                      {"engine", r.engine},
+                      {"mode", std::string(to_string(r.mode))},
+                      {"why", r.why},
+                      {"nodes_count", r.world},
+                      {"tp", r.tp},
+                      {"pp", r.pp},
+                      {"allreduce", r.allreduce},
+                      {"decode_tok_s", r.decode_tok_s},
+                      {"prefill_tok_s", r.prefill_tok_s},
+                      {"ttft_ms", r.ttft_ms},
+                      {"token_ms", r.token_ms},
+                      {"model_bytes", r.model_bytes},
+                      {"weight_bytes_per_token", r.bytes_per_token},
+                      {"energy_j_per_token", r.energy_j_per_token},
+                      {"fits", r.fits},
+                      {"missing_bytes", r.missing_bytes},
+                      {"token_breakdown", parts(r.token)}};
+  j["nodes"] = nlohmann::json::array();
+  for (const NodeResult& n : r.nodes)
+    j["nodes"].push_back({{"name", n.name},
+                          {"machine", n.machine},
+                          {"part", n.part},
+                          {"weight_bytes", n.share.weight_bytes},
+                          {"kv_bytes", n.share.kv_bytes},
+                          {"total_bytes", n.share.total_bytes},
+                          {"memory_bytes", n.share.memory_bytes},
+                          {"read_gbs", n.read_gbs},
+                          {"power_w", n.power_w},
+                          {"throttles", n.throttles},
+                          {"token_breakdown", parts(n.token)}});
+  j["links"] = nlohmann::json::array();
+  for (const LinkResult& l : r.links)
+    j["links"].push_back({{"a", l.a},
+                          {"b", l.b},
+                          {"medium", l.medium},
+                          {"latency_us", l.latency_us},
+                          {"gbytes_s", l.gbytes_s},
+                          {"bytes_per_token_ab", l.bytes_per_token_ab},
+                          {"bytes_per_token_ba", l.bytes_per_token_ba},
+                          {"busy_fraction", l.busy_fraction}});
+  return j;
+}
+
+std::string render_text(const SimResult& r) {
+  std::string s;
+  s += "model " + r.model + " (" + gb(r.model_bytes) + ", " + gb(r.bytes_per_token) + " read per token), engine " +
+       r.engine + "\n";
+  s += "layout: " + std::string(to_string(r.mode)) + " over " + std::to_string(r.world) + " nodes (" + r.why + ")";
+  if (!r.allreduce.empty()) s += "; all-reduce " + r.allreduce;
+  s += "\n";
+  s += fmt("decode  %.1f tok/s", r.decode_tok_s) + fmt(" (%.2f ms a token)", r.token_ms) +
+       fmt("   prefill %.0f tok/s", r.prefill_tok_s) + fmt("   time to first token %.0f ms", r.ttft_ms) +
+       fmt("   %.2f J/token\n", r.energy_j_per_token);
+  const Breakdown& b = r.token;
+  const double t = std::max(b.total(), 1e-9);
+  s += "one token: compute " + fmt("%.2f ms", b.compute_us / 1e3) + fmt(" (%.0f%%)", 100 * b.compute_us / t) +
+       ", weight reads " + fmt("%.2f ms", b.weights_us / 1e3) + fmt(" (%.0f%%)", 100 * b.weights_us / t) +
+       ", link latency " + fmt("%.2f ms", b.latency_us / 1e3) + fmt(" (%.0f%%)", 100 * b.latency_us / t) +
+       ", link bandwidth " + fmt("%.2f ms", b.bandwidth_us / 1e3) + fmt(" (%.0f%%)", 100 * b.bandwidth_us / t) +
+       ", sync " + fmt("%.2f ms", b.sync_us / 1e3) + fmt(" (%.0f%%)\n", 100 * b.sync_us / t);
+  s += "nodes:\n";
+  for (const NodeResult& n : r.nodes) {
+    char line[512];
+    std::snprintf(line, sizeof line, "  %-10s %-12s %-44s weights %9s kv %9s total %9s of %9s  %6.1f GB/s%s\n",
+                  n.name.c_str(), n.machine.c_str(), n.part.c_str(), gb(n.share.weight_bytes).c_str(),
+                  gb(n.share.kv_bytes).c_str(), gb(n.share.total_bytes).c_str(), gb(n.share.memory_bytes).c_str(),
+                  n.read_gbs, n.throttles ? "  (throttles when sustained)" : "");
+    s += line;
+  }
+  if (!r.links.empty()) s += "links (bytes per token each way):\n";
+  for (const LinkResult& l : r.links) {
+    char line[256];
+    std::snprintf(line, sizeof line, "  %s - %s  %-18s %7.1f us %6.2f GB/s   %10.0f / %10.0f B   busy %.1f%%\n",
+                  l.a.c_str(), l.b.c_str(), l.medium.c_str(), l.latency_us, l.gbytes_s, l.bytes_per_token_ab,
+                  l.bytes_per_token_ba, 100 * l.busy_fraction);
+    s += line;
+  }
+  if (!r.fits) s += "does not fit: " + gb(r.missing_bytes) + " of memory missing\n";
+  return s;
+}
+
+}  // namespace lattice::sim

@@ -1,0 +1,112 @@
+// `lattice sim` as a command: its errors, its listing, and calibration writing a machine file the
+// simulator then uses.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "lattice/sim/calibrate.h"
+#include "lattice/sim/machine.h"
+#include "sim_testlib.h"
+
+namespace lattice::sim {
+namespace {
+
+struct Out {
+  int code = -1;
+  std::string text;
+};
+
+Out lattice(const std::string& args) {
+  const std::string cmd = "timeout 300 " + std::string(LATTICE_BINARY_DIR) + "/lattice " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  Out o;
+  if (!p) return o;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, p)) o.text.append(buf, n);
+  const int st = ::pclose(p);
+  o.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return o;
+}
+
+const std::string kExamples = std::string(LATTICE_SOURCE_DIR) + "/examples/topologies/";
+
+TEST(SimCliProcess, ErrorsAndListing) {
+  auto o = lattice("sim --hostfile " + kExamples + "4x-m3-ultra-tb5.json");
+  EXPECT_EQ(o.code, 2) << o.text;
+  EXPECT_NE(o.text.find("give -m FILE or --preset NAME"), std::string::npos) << o.text;
+  o = lattice("sim --preset nope --hostfile " + kExamples + "4x-m3-ultra-tb5.json");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.text.find("qwen3-235b-a22b-q8"), std::string::npos) << o.text;
+  o = lattice("sim --preset llama-1.1b-q4 --hostfile " + kExamples + "4x-m3-ultra-tb5.json --fit 5");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.text.find("TOK_S@HOSTS"), std::string::npos) << o.text;
+  o = lattice("sim --list-presets");
+  EXPECT_EQ(o.code, 0);
+  for (const char* w : {"kimi-k2-thinking-q4", "m5-max", "tb5-rdma", "llamacpp-rpc"})
+    EXPECT_NE(o.text.find(w), std::string::npos) << w;
+  // Kimi K2 on one 512 GB Mac: does not fit, exit 1, says how much is missing.
+  o = lattice("sim --preset kimi-k2-thinking-q4 --engine mlx --hosts 1 --hostfile " + kExamples + "4x-m3-ultra-tb5.json");
+  EXPECT_EQ(o.code, 1) << o.text;
+  EXPECT_NE(o.text.find("does not fit"), std::string::npos) << o.text;
+  o = lattice("sim --preset kimi-k2-thinking-q4 --engine mlx --hosts 2 --json --hostfile " + kExamples +
+              "4x-m3-ultra-tb5.json");
+  ASSERT_EQ(o.code, 0) << o.text;
+  auto j = nlohmann::json::parse(o.text, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << o.text;
+  EXPECT_EQ(j["nodes"].size(), 2u);
+  EXPECT_GT(j["decode_tok_s"].get<double>(), 0);
+}
+
+TEST(SimCliProcess, CompareWritesTableAndSvg) {
+  const std::string dir = testing::scratch_dir("cmp");
+  auto o = lattice("sim --preset qwen3-235b-a22b-q8 --engine mlx --compare " + kExamples + "4x-m3-ultra-tb5.json," +
+                   kExamples + "4x-m3-ultra-tcp.json:llamacpp-rpc:pp --svg " + dir + "/p.svg");
+  ASSERT_EQ(o.code, 0) << o.text;
+  EXPECT_NE(o.text.find("| 4x-m3-ultra-tb5 mlx auto |"), std::string::npos) << o.text;
+  EXPECT_NE(o.text.find("| 4x-m3-ultra-tcp llamacpp-rpc pp |"), std::string::npos) << o.text;
+  std::ifstream f(dir + "/p.svg");
+  std::string svg((std::istreambuf_iterator<char>(f)), {});
+  EXPECT_NE(svg.find("<polyline"), std::string::npos);
+}
+
+TEST(Calibrate, MeasurementsAreSaneAndCheckTheirArguments) {
+  auto bw = measure_read_gbs(1, 64u << 20, 2);
+  ASSERT_TRUE(bw.ok()) << bw.status().to_string();
+  EXPECT_GT(*bw, 0.1);
+  EXPECT_LT(*bw, 1000);
+  auto mm = measure_matmul_tflops(1, 256, 512, 16, 2);
+  ASSERT_TRUE(mm.ok()) << mm.status().to_string();
+  EXPECT_GT(*mm, 1e-4);
+  EXPECT_FALSE(measure_read_gbs(0, 64u << 20, 1).ok());
+  EXPECT_FALSE(measure_read_gbs(1, 1000, 1).ok());
+  EXPECT_FALSE(measure_matmul_tflops(1, 256, 100, 16, 1).ok());  // not a whole number of blocks
+}
+
+// Calibration runs bench fabric twice and streams a 256 MiB buffer: tens of seconds.
+TEST(SimSlow, CalibrateWritesAUsableMachineFile) {
+  const std::string dir = testing::scratch_dir("cal");
+  auto o = lattice("sim --calibrate --quick -o " + dir + "/here.json");
+  ASSERT_EQ(o.code, 0) << o.text;
+  auto m = load_machine(dir + "/here.json");
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_GT(m->mem_bw_gbs, 0);
+  EXPECT_GT(m->compute_tflops, 0);
+  EXPECT_EQ(m->links.count("shm"), 1u);
+  EXPECT_EQ(m->links.count("tcp"), 1u);
+  std::ofstream(dir + "/t.json") << R"({"version": 1, "hosts": [
+      {"name": "r0", "address": "127.0.0.1:7100", "machine": "here.json"},
+      {"name": "r1", "address": "127.0.0.1:7101", "machine": "here.json"}],
+      "links": [{"a": "r0", "b": "r1", "provider": "tcp"}]})";
+  o = lattice("sim --preset llama-1.1b-q4 --hostfile " + dir + "/t.json --json");
+  ASSERT_EQ(o.code, 0) << o.text;
+  auto j = nlohmann::json::parse(o.text, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << o.text;
+  EXPECT_EQ(j["links"][0]["medium"], "tcp (measured)");
+}
+
+}  // namespace
+}  // namespace lattice::sim

@@ -1,0 +1,255 @@
+// The simulator end to end on built-in shapes and topologies written here.
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "lattice/sim/machine.h"
+#include "lattice/sim/sim.h"
+#include "sim_testlib.h"
+
+namespace lattice::sim {
+namespace {
+
+using testing::mesh;
+
+SimResult sim(const std::string& preset, const cluster::Topology& t, SimOptions o = {}) {
+  auto s = shape_preset(preset);
+  EXPECT_TRUE(s.ok());
+  auto r = simulate(*s, t, o);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? *r : SimResult{};
+}
+
+TEST(Sim, OneNodeDecodeIsBandwidthOverBytes) {
+  auto t = mesh(1, "m3-ultra", "verbs", "tb5");
+  SimOptions o;
+  o.engine = "mlx";
+  auto r = sim("qwen3-235b-a22b-q8", t, o);
+  auto s = *shape_preset("qwen3-235b-a22b-q8");
+  const double kv = 512.0 * s.kv_elems_per_token_layer() * 2 * s.n_layer;
+  const double expect = 819e9 * 0.75 / (s.bytes_per_step(1) + kv);
+  EXPECT_NEAR(r.decode_tok_s / expect, 1.0, 0.01);
+  EXPECT_NEAR(r.token.weights_us / 1e3, r.token_ms, 1e-6);
+  EXPECT_TRUE(r.links.empty());
+  EXPECT_GT(r.energy_j_per_token, 0);
+  EXPECT_GT(r.prefill_tok_s, r.decode_tok_s);
+  EXPECT_NEAR(r.ttft_ms, 512 / r.prefill_tok_s * 1e3, 1e-6);
+}
+
+TEST(Sim, MoreNodesOverRdmaDecodeFasterThanTcp) {
+  auto rdma = mesh(4, "m3-ultra", "verbs", "tb5");
+  auto tcp = mesh(4, "m3-ultra", "tcp", "tb5");
+  SimOptions o;
+  o.engine = "mlx";
+  double prev = 0;
+  for (int k = 1; k <= 4; k *= 2) {
+    o.hosts = k;
+    auto r = sim("qwen3-235b-a22b-q8", rdma, o);
+    EXPECT_GT(r.decode_tok_s, prev) << k;
+    prev = r.decode_tok_s;
+    auto t = sim("qwen3-235b-a22b-q8", tcp, o);
+    if (k > 1) {
+      EXPECT_LT(t.decode_tok_s, r.decode_tok_s) << k;
+      EXPECT_GT(t.token.latency_us, r.token.latency_us) << k;
+    }
+  }
+}
+
+TEST(Sim, BytesPerLinkFollowTheSchedule) {
+  // Two nodes, one cable: per layer two one-shot all-reduces of the hidden state (bf16), plus
+  // the argmax gather (2 x 4 bytes).
+  auto t = mesh(2, "m3-ultra", "verbs", "tb5");
+  SimOptions o;
+  o.engine = "mlx";
+  auto r = sim("llama-1.1b-q4", t, o);
+  ASSERT_EQ(r.links.size(), 1u);
+  EXPECT_DOUBLE_EQ(r.links[0].bytes_per_token_ab, 22 * 2 * 2048 * 2 + 8);
+  EXPECT_DOUBLE_EQ(r.links[0].bytes_per_token_ab, r.links[0].bytes_per_token_ba);
+  EXPECT_EQ(r.allreduce, "oneshot (jaccl)");
+}
+
+TEST(Sim, RingOfCablesUsesTheRoute) {
+  auto t = mesh(4, "m3-ultra", "verbs", "tb5", /*ring=*/true);
+  SimOptions o;
+  o.engine = "mlx";
+  auto r = sim("qwen3-235b-a22b-q8", t, o);
+  EXPECT_EQ(r.allreduce, "ring route");
+  auto full = sim("qwen3-235b-a22b-q8", mesh(4, "m3-ultra", "verbs", "tb5"), o);
+  EXPECT_LT(r.decode_tok_s, full.decode_tok_s);
+}
+
+TEST(Sim, PipelineAndExpertParallel) {
+  auto t = mesh(4, "m3-ultra", "verbs", "tb5");
+  SimOptions o;
+  o.engine = "mlx";
+  o.mode = Mode::kPipeline;
+  auto pp = sim("qwen3-235b-a22b-q8", t, o);
+  EXPECT_EQ(pp.mode, Mode::kPipeline);
+  EXPECT_EQ(pp.pp, 4);
+  o.mode = Mode::kTensor;
+  auto tp = sim("qwen3-235b-a22b-q8", t, o);
+  EXPECT_GT(tp.decode_tok_s, pp.decode_tok_s);  // one sequence: stages take turns
+  // A pipeline moves one hidden state (4096 bf16) over each stage boundary h0-h1-h2-h3; the
+  // token broadcast from the last stage adds a few bytes elsewhere.
+  int carrying = 0;
+  for (const auto& l : pp.links) carrying += l.bytes_per_token_ab == 4096 * 2;
+  EXPECT_EQ(carrying, 3);
+  o.mode = Mode::kExpert;
+  auto ep = sim("qwen3-235b-a22b-q8", t, o);
+  EXPECT_EQ(ep.mode, Mode::kExpert);
+  EXPECT_GT(ep.decode_tok_s, 0);
+}
+
+TEST(Sim, BatchRaisesAggregateThroughput) {
+  auto t = mesh(2, "m3-ultra", "verbs", "tb5");
+  SimOptions o;
+  o.engine = "mlx";
+  auto one = sim("llama-1.1b-q4", t, o);
+  o.batch = 8;
+  auto eight = sim("llama-1.1b-q4", t, o);
+  EXPECT_GT(eight.decode_tok_s, 3 * one.decode_tok_s);
+}
+
+TEST(Sim, ErrorsNameTheProblem) {
+  auto s = *shape_preset("llama-1.1b-q4");
+  auto t = mesh(2, "m2-ultra", "verbs", "tb5");
+  auto r = simulate(s, t, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("no Thunderbolt 5 port"), std::string::npos) << r.status().to_string();
+  auto none = cluster::parse_topology(R"({"version": 1, "hosts": [{"name": "a", "address": "1.2.3.4"}]})", "t.json");
+  ASSERT_TRUE(none.ok());
+  r = simulate(s, *none, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("has no \"machine\""), std::string::npos);
+  SimOptions o;
+  o.hosts = 3;
+  EXPECT_FALSE(simulate(s, mesh(2, "m3-ultra", "verbs", "tb5"), o).ok());
+  o = {};
+  o.engine = "vllm";
+  EXPECT_FALSE(simulate(s, mesh(2, "m3-ultra", "verbs", "tb5"), o).ok());
+  // Six cables on one M3 Ultra: it has five usable ports.
+  auto seven = mesh(7, "m3-ultra", "verbs", "tb5");
+  r = simulate(s, seven, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("ports"), std::string::npos) << r.status().to_string();
+}
+
+TEST(Sim, FitFindsTheEfficiency) {
+  auto t = mesh(2, "m3-ultra", "verbs", "tb5");
+  auto s = *shape_preset("qwen3-235b-a22b-q8");
+  SimOptions o;
+  o.engine = "mlx";
+  auto e = fit_decode_efficiency(s, t, o, 1, 19.5);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  o.decode_efficiency = *e;
+  o.hosts = 1;
+  EXPECT_NEAR(simulate(s, t, o)->decode_tok_s, 19.5, 0.01);
+  EXPECT_FALSE(fit_decode_efficiency(s, t, o, 1, 1000).ok());
+}
+
+TEST(Sim, JsonHasTheDocumentedKeys) {
+  auto r = sim("llama-1.1b-q4", mesh(2, "m4-pro", "verbs", "tb5"));
+  auto j = to_json(r);
+  for (const char* k : {"decode_tok_s", "prefill_tok_s", "ttft_ms", "nodes", "links", "token_breakdown",
+                        "energy_j_per_token"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_EQ(j["nodes"].size(), 2u);
+  EXPECT_EQ(j["links"].size(), 1u);
+  EXPECT_FALSE(render_text(r).empty());
+}
+
+TEST(Machine, FileRoundTripAndErrors) {
+  auto m = machine_preset("m3-ultra");
+  ASSERT_TRUE(m.ok());
+  m->links["tcp"] = {12, 2.5};
+  auto back = machine_from_json(machine_to_json(*m), "x.json");
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->mem_bw_gbs, 819);
+  EXPECT_EQ(back->links.at("tcp").gbytes_s, 2.5);
+  auto j = machine_to_json(*m);
+  j["mem_bw"] = 1;
+  EXPECT_FALSE(machine_from_json(j, "x.json").ok());
+  j = machine_to_json(*m);
+  j.erase("memory_gb");
+  auto e = machine_from_json(j, "x.json");
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("memory_gb"), std::string::npos);
+  EXPECT_FALSE(machine_preset("m9").ok());
+  // A machine file next to the topology, named by a relative path.
+  const std::string dir = testing::scratch_dir("m");
+  std::ofstream(dir + "/here.json") << machine_to_json(*m).dump();
+  auto r = resolve_machine("here.json", dir);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->memory_gb, 512);
+}
+
+TEST(Machine, SharersSplitTheBandwidth) {
+  Machine m;
+  m.mem_bw_gbs = 40;
+  m.core_bw_gbs = 25;
+  EXPECT_DOUBLE_EQ(m.read_gbs(1, 1), 25);
+  EXPECT_DOUBLE_EQ(m.read_gbs(2, 1), 40);
+  EXPECT_DOUBLE_EQ(m.read_gbs(1, 2), 20);
+}
+
+TEST(Topology, MachineMediumAndLatencyKeys) {
+  auto t = mesh(2, "m4-max", "tcp", "10gbe", false, ", \"latency_us\": 40, \"gbps\": 8");
+  ASSERT_EQ(t.links.size(), 1u);
+  EXPECT_EQ(t.hosts[0].machine, "m4-max");
+  EXPECT_EQ(t.links[0].medium, "10gbe");
+  EXPECT_EQ(*t.links[0].latency_us, 40);
+  auto a = machine_preset("m4-max");
+  auto l = link_for(t.links[0], *a, *a);
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->latency_us, 40);
+  EXPECT_DOUBLE_EQ(l->gbytes_s, 1.0);  // gbps caps the preset's 1.17
+  auto bad = cluster::parse_topology(
+      R"({"version": 1, "hosts": [{"name": "a", "address": "1.2.3.4", "machine": ""}, {"name": "b", "address": "1.2.3.5"}],
+          "links": [{"a": "a", "b": "b", "provider": "tcp", "latency_us": -1}]})",
+      "t.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("latency_us"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("machine"), std::string::npos);
+  auto unknown = link_preset("infiniband");
+  EXPECT_FALSE(unknown.ok());
+}
+
+}  // namespace
+}  // namespace lattice::sim
+
+namespace lattice::sim {
+namespace {
+
+TEST(Sim, RanksOnOneMachineShareItsBandwidthWhenTheyWorkAtOnce) {
+  Machine m;
+  m.name = "cpu";
+  m.mem_bw_gbs = 40;
+  m.core_bw_gbs = 25;
+  m.cores = 2;
+  m.compute_tflops = 0.5;
+  m.memory_gb = 16;
+  m.decode_efficiency = 0.5;
+  m.links["shm"] = {0.5, 8};
+  const std::string dir = testing::scratch_dir("local");
+  std::ofstream(dir + "/cpu.json") << machine_to_json(m).dump();
+  auto t = cluster::parse_topology(R"({"version": 1, "hosts": [
+      {"name": "r0", "address": "127.0.0.1:7100", "machine": "cpu.json"},
+      {"name": "r1", "address": "127.0.0.1:7101", "machine": "cpu.json"}],
+      "links": [{"a": "r0", "b": "r1", "provider": "shm"}]})",
+                                   "local.json");
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  SimOptions o;
+  o.base_dir = dir;
+  o.mode = Mode::kTensor;
+  auto tp = simulate(*shape_preset("llama-1.1b-q4"), *t, o);
+  ASSERT_TRUE(tp.ok()) << tp.status().to_string();
+  EXPECT_DOUBLE_EQ(tp->nodes[0].read_gbs, 20 * 0.5);  // half of the machine's 40 each
+  EXPECT_EQ(tp->links[0].medium, "shm (measured)");
+  o.mode = Mode::kPipeline;
+  auto pp = simulate(*shape_preset("llama-1.1b-q4"), *t, o);
+  ASSERT_TRUE(pp.ok());
+  EXPECT_DOUBLE_EQ(pp->nodes[0].read_gbs, 25 * 0.5);  // one stage at a time: one thread's 25
+}
+
+}  // namespace
+}  // namespace lattice::sim

@@ -1,0 +1,161 @@
+// `lattice sim --calibrate -o FILE [-m MODEL]`: this machine as a machine file. Read bandwidth
+// (1 thread and all) and the engine's Q4_0 matmul throughput come from lattice/sim/calibrate;
+// the fabric figures from `lattice bench fabric` over shm and tcp (two processes of this binary);
+// with -m, the engine's decode efficiency from `lattice bench engine` on that model with one
+// thread: tok/s x bytes read per token / one thread's read bandwidth.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "lattice/cluster/launcher.h"
+#include "lattice/sim/calibrate.h"
+#include "lattice/sim/machine.h"
+#include "sim_cli.h"
+
+namespace lattice::cli {
+
+Result<std::string> run_capture(const std::vector<std::string>& argv, double timeout_s) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return IoError("pipe failed");
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return IoError("fork failed");
+  }
+  if (pid == 0) {
+    ::dup2(fds[1], 1);
+    int devnull = ::open("/dev/null", O_WRONLY);
+    if (devnull >= 0) ::dup2(devnull, 2);
+    std::vector<char*> args;
+    for (const auto& s : argv) args.push_back(const_cast<char*>(s.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  std::string out;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  bool timed_out = false;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    int rc = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc <= 0) continue;
+    char buf[4096];
+    ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fds[0]);
+  if (timed_out) ::kill(pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (timed_out) return Timeout(argv[0] + " " + (argv.size() > 1 ? argv[1] : "") + ": no result within " +
+                                std::to_string(static_cast<int>(timeout_s)) + " s");
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return IoError("'" + argv[0] + (argv.size() > 1 ? " " + argv[1] : "") + "' failed (status " + std::to_string(status) + ")");
+  return out;
+}
+
+namespace {
+
+// One way latency (median, 8 B) and the best bandwidth at 64 KiB and above, from bench fabric's
+// JSON lines.
+Result<sim::MeasuredLink> measure_link(const std::string& provider, bool quick) {
+  LATTICE_ASSIGN_OR_RETURN(std::string out, run_capture({cluster::self_exe(), "bench", "fabric", "--provider", provider,
+                                                          "--op", "send", "--min", "8", "--max", quick ? "256K" : "4M",
+                                                          "--json"},
+                                                         120));
+  sim::MeasuredLink m;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("bytes")) continue;
+    const double bytes = j.value("bytes", 0.0);
+    if (bytes == 8) m.latency_us = j.value("lat_us_median", 0.0);
+    if (bytes >= 65536) m.gbytes_s = std::max(m.gbytes_s, j.value("bw_gbps", 0.0));
+  }
+  if (m.latency_us <= 0 || m.gbytes_s <= 0)
+    return IoError("bench fabric --provider " + provider + " gave no 8 B latency or 64 KiB+ bandwidth");
+  return m;
+}
+
+}  // namespace
+
+int run_calibrate(const CalibrateArgs& a) {
+  auto fail = [](const std::string& m) {
+    std::fprintf(stderr, "lattice sim --calibrate: %s\n", m.c_str());
+    return 1;
+  };
+  if (a.out.empty()) return fail("give -o FILE (the machine file to write)");
+  sim::Machine m;
+  m.name = a.name;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  m.cores = cores;
+  const size_t buf = a.quick ? (256u << 20) : (1u << 30);
+  auto bw1 = sim::measure_read_gbs(1, buf, a.quick ? 3 : 5);
+  if (!bw1.ok()) return fail(bw1.status().to_string());
+  auto bwn = sim::measure_read_gbs(cores, buf, a.quick ? 3 : 5);
+  if (!bwn.ok()) return fail(bwn.status().to_string());
+  m.core_bw_gbs = *bw1;
+  m.mem_bw_gbs = std::max(*bw1, *bwn);
+  auto mm = sim::measure_matmul_tflops(cores, 2048, 2048, 64, a.quick ? 3 : 5);
+  if (!mm.ok()) return fail(mm.status().to_string());
+  m.compute_tflops = *mm;
+  std::ifstream mi("/proc/meminfo");
+  std::string key, unit;
+  uint64_t kb = 0;
+  while (mi >> key >> kb >> unit)
+    if (key == "MemTotal:") m.memory_gb = double(kb) / (1 << 20);
+  if (m.memory_gb <= 0) m.memory_gb = 1;
+  std::printf("read bandwidth: %.1f GB/s (1 thread), %.1f GB/s (%d threads); Q4_0 matmul %.3f TFLOP/s\n", *bw1, *bwn,
+              cores, *mm);
+  for (const char* prov : {"shm", "tcp"}) {
+    auto l = measure_link(prov, a.quick);
+    if (!l.ok()) return fail(l.status().to_string());
+    m.links[prov] = *l;
+    std::printf("%s: %.2f us one way, %.2f GB/s\n", prov, l->latency_us, l->gbytes_s);
+  }
+  std::string src = "lattice sim --calibrate";
+  if (!a.model.empty()) {
+    auto out = run_capture({cluster::self_exe(), "bench", "engine", "-m", a.model, "-p", "0", "-n", "32", "-t", "1", "-r",
+                            a.quick ? "2" : "3", "--json"},
+                           600);
+    if (!out.ok()) return fail(out.status().to_string());
+    auto j = nlohmann::json::parse(*out, nullptr, false);
+    if (j.is_discarded() || !j.is_array() || j.empty()) return fail("bench engine printed no JSON rows");
+    const double tok_s = j[0].value("decode_tok_s", 0.0), bytes = j[0].value("weight_bytes_per_token", 0.0);
+    if (tok_s <= 0 || bytes <= 0) return fail("bench engine gave no decode figure");
+    m.decode_efficiency = std::min(1.0, tok_s * bytes / 1e9 / m.core_bw_gbs);
+    std::printf("engine decode on %s, 1 thread: %.1f tok/s x %.1f MB a token = %.1f GB/s: efficiency %.2f\n",
+                a.model.c_str(), tok_s, bytes / 1e6, tok_s * bytes / 1e9, m.decode_efficiency);
+    src += " -m " + a.model;
+  }
+  m.source = src;
+  std::ofstream f(a.out);
+  f << sim::machine_to_json(m).dump(2) << "\n";
+  if (!f) return fail("cannot write " + a.out);
+  std::printf("wrote %s\n", a.out.c_str());
+  return 0;
+}
+
+}  // namespace lattice::cli
