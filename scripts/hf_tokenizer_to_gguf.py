@@ -16,7 +16,15 @@ gives for a check text; transformers is not needed here: the name comes from the
 tokenizer.json declares (a table of the known ones below), or from --pre.
 
   PYTHONPATH=<gguf-py> python3 scripts/hf_tokenizer_to_gguf.py DIR OUT.gguf [--pre NAME]
-      [--arch llama] [--vocab-size N]
+      [--arch llama] [--vocab-size N] [--tiktoken FILE]
+
+--tiktoken reads a tiktoken-style vocabulary instead (what Kimi K2 ships: tiktoken.model,
+lines of "base64(token bytes) rank", and tokenizer_config.json's added_tokens_decoder for its
+special tokens), as the converter does for Kimi K2 (conversion/deepseek.py): the tokens are
+the ranks' byte strings in the byte-level alphabet, the merges are rebuilt by running BPE
+over each token's bytes with the lower ranks until two parts are left, the special tokens
+are CONTROL and the ids in between "[PAD<id>]" UNUSED. There is no tokenizer.json to name
+the pre-tokenizer, so --pre is required (kimi-k2 for Kimi K2).
 
 Exit status 1 with a message on anything it cannot convert.
 """
@@ -66,6 +74,79 @@ def split_regexes(pre):
     return out
 
 
+def _byte_level_table():
+    table, extra = [], 0
+    for b in range(256):
+        if 0x21 <= b <= 0x7E or 0xA1 <= b <= 0xAC or b >= 0xAE:
+            table.append(chr(b))
+        else:
+            table.append(chr(256 + extra))
+            extra += 1
+    return table
+
+
+BYTE_LEVEL = _byte_level_table()
+
+
+def byte_level(data):
+    """Bytes in GPT-2's byte-level alphabet (printable bytes as themselves, the rest from U+0100)."""
+    return "".join(BYTE_LEVEL[b] for b in data)
+
+
+def rebuild_merges(ranks):
+    """The merge list of a tiktoken vocabulary: each token's bytes merged with the lower ranks,
+    lowest rank first, until two parts are left; those two are its merge."""
+    merges = []
+    for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
+        if len(token) == 1:
+            continue
+        parts = [token[i:i + 1] for i in range(len(token))]
+        while len(parts) > 2:
+            best, best_rank = None, None
+            for i in range(len(parts) - 1):
+                r = ranks.get(parts[i] + parts[i + 1])
+                if r is not None and r < rank and (best_rank is None or r < best_rank):
+                    best, best_rank = i, r
+            if best is None:
+                break
+            parts[best:best + 2] = [parts[best] + parts[best + 1]]
+        if len(parts) == 2:
+            merges.append(byte_level(parts[0]) + " " + byte_level(parts[1]))
+    return merges
+
+
+def tiktoken_vocab(path, config_dir, gguf):
+    import base64
+    ranks = {}
+    for n, line in enumerate(path.read_text(encoding="ascii").splitlines(), 1):
+        if not line.strip():
+            continue
+        fields = line.split()
+        if len(fields) != 2:
+            fail(f"{path}:{n}: expected 'base64 rank'")
+        ranks[base64.b64decode(fields[0])] = int(fields[1])
+    special = {}
+    config = config_dir / "tokenizer_config.json"
+    if config.is_file():
+        for i, t in json.loads(config.read_text(encoding="utf-8")).get("added_tokens_decoder", {}).items():
+            special[int(i)] = t["content"]
+    by_id = {rank: byte_level(tok) for tok, rank in ranks.items()}
+    for i, text in special.items():
+        if i in by_id:
+            fail(f"special token {text!r} has id {i}, which is a regular token's rank")
+        by_id[i] = text
+    n = max(by_id) + 1
+    tokens, types = [], []
+    for i in range(n):
+        if i not in by_id:
+            tokens.append(f"[PAD{i}]")
+            types.append(gguf.TokenType.UNUSED)
+        else:
+            tokens.append(by_id[i])
+            types.append(gguf.TokenType.CONTROL if i in special else gguf.TokenType.NORMAL)
+    return tokens, types, rebuild_merges(ranks)
+
+
 def looks_special(text):
     return (text in ("<pad>", "<mask>") or (text.startswith("<|") and text.endswith("|>")) or
             (text.startswith("<\uff5c") and text.endswith("\uff5c>")))
@@ -78,12 +159,19 @@ def main():
     ap.add_argument("--pre", help="tokenizer.ggml.pre (default: from the tokenizer.json regexes)")
     ap.add_argument("--arch", default="llama", help="general.architecture (default llama)")
     ap.add_argument("--vocab-size", type=int, help="number of ids (default: the highest id + 1)")
+    ap.add_argument("--tiktoken", type=Path, help="a tiktoken vocabulary file (Kimi K2's tiktoken.model)")
     args = ap.parse_args()
     try:
         import gguf
     except ImportError as e:
         fail(f"gguf-py is not importable ({e}); put llama.cpp's gguf-py on PYTHONPATH")
 
+    if args.tiktoken:
+        if not args.pre:
+            fail("--tiktoken needs --pre")
+        tokens, types, merges = tiktoken_vocab(args.tiktoken, args.dir, gguf)
+        write(gguf, args, args.pre, tokens, types, merges)
+        return
     path = args.dir / "tokenizer.json"
     try:
         tok = json.loads(path.read_text(encoding="utf-8"))
@@ -131,6 +219,13 @@ def main():
             types.append(gguf.TokenType.NORMAL)
         tokens.append(text)
 
+    special = gguf.SpecialVocab(args.dir, load_merges=True, n_vocab=n)
+    if not special.merges:
+        fail(f"{path}: no merges")
+    write(gguf, args, pre, tokens, types, None, special)
+
+
+def write(gguf, args, pre, tokens, types, merges, special=None):
     writer = gguf.GGUFWriter(str(args.out), args.arch)
     writer.add_type(gguf.GGUFType.MODEL)
     writer.add_name(args.dir.name)
@@ -138,15 +233,16 @@ def main():
     writer.add_tokenizer_pre(pre)
     writer.add_token_list(tokens)
     writer.add_token_types(types)
-    special = gguf.SpecialVocab(args.dir, load_merges=True, n_vocab=n)
-    if not special.merges:
-        fail(f"{path}: no merges")
+    if merges is not None:
+        writer.add_token_merges(merges)
+        special = gguf.SpecialVocab(args.dir, load_merges=False, n_vocab=len(tokens))
     special.add_to_gguf(writer, quiet=True)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    print(f"{args.out}: {n} tokens, {len(special.merges)} merges, pre '{pre}', "
+    n_merges = len(merges) if merges is not None else len(special.merges)
+    print(f"{args.out}: {len(tokens)} tokens, {n_merges} merges, pre '{pre}', "
           f"special ids {special.special_token_ids}, add {special.add_special_token}")
 
 

