@@ -135,6 +135,9 @@ TEST(TokenizerGguf, MissingOrMistypedKeys) {
   md.set("tokenizer.ggml.model", "gpt2");
   md.set("tokenizer.ggml.tokens", std::vector<std::string>{"a", "b"});
   EXPECT_EQ(tokenizer_spec_from_metadata(md).status().code(), ErrorCode::kNotFound);  // no merges
+  md.set("tokenizer.ggml.pre", "kimi-k2");  // ... which llama.cpp lets Kimi K2 files omit
+  EXPECT_TRUE(tokenizer_spec_from_metadata(md).ok());
+  md.erase("tokenizer.ggml.pre");
   md.set("tokenizer.ggml.merges", std::vector<std::string>{"a b"});
   md.set("tokenizer.ggml.scores", std::vector<int32_t>{1, 2});  // wrong element type
   EXPECT_EQ(tokenizer_spec_from_metadata(md).status().code(), ErrorCode::kCorrupt);

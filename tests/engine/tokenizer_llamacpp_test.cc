@@ -81,10 +81,13 @@ std::vector<std::string> hand_vocab_strings() {
 }
 
 std::vector<std::string> dense_vocab_strings() {
-  std::vector<std::string> s = {"ab XY 12 1212121 .,!' $a $$b a'b 'ab XY'S", "a\n\nb \n a  \n\n  b", "1.2,3!4'5$6"};
+  std::vector<std::string> s = {"ab XY 12 1212121 .,!' $a $$b a'b 'ab XY'S", "a\n\nb \n a  \n\n  b", "1.2,3!4'5$6",
+                                 test_vocab::kDenseWideText};
   for (auto& r : random_strings({"a", "b", " ", "X", "Y", "1", "2", ".", ",", "!", "'", "$", "\n", "  ", "'s", "'LL",
-                                 "\t", "\xE4\xBD\xA0", "\xC2\xA0", "\xF0\x9F\x91\x8D", "\xD9\xA3", "e\xCC\x81", "\r\n"},
-                                31, 150, 30)) {
+                                 "\t", "\xE4\xBD\xA0", "\xC2\xA0", "\xF0\x9F\x91\x8D", "\xD9\xA3", "e\xCC\x81", "\r\n",
+                                 "\xE3\x81\x82", "\xED\x95\x9C", "\xEF\xBC\x8C", "\xE3\x80\x80", "\xE2\x80\x8D", "\xC3\xA9",
+                                 "\xCE\xB1", "\xD0\x96", "\xE3\x80\x82", "\xE2\x80\x9C", "\x01", "\xF0\xA0\x80\x80", "_", "+"},
+                                31, 200, 30)) {
     s.push_back(std::move(r));
   }
   return s;
@@ -212,7 +215,8 @@ class Oracle {
     }
     add("hand_spm", hand_vocab_strings(),
         write_with_vocab(test_vocab::hand_spm_spec(), (dir_ / "hand_spm.gguf").string()));
-    for (const char* pre : {"llama-bpe", "qwen2", "gpt-2", "default", "starcoder"}) {
+    for (const char* pre : {"llama-bpe", "qwen2", "gpt-2", "default", "starcoder", "deepseek-llm", "deepseek-coder",
+                            "deepseek-v3", "kimi-k2"}) {
       const std::string hand = std::string("hand_bpe_") + pre;
       add(hand, hand_vocab_strings(), write_with_vocab(test_vocab::hand_bpe_spec(pre), (dir_ / (hand + ".gguf")).string()));
       const std::string dense = std::string("dense_bpe_") + pre;
@@ -243,7 +247,7 @@ class Oracle {
 TEST(TokenizerLlamaCpp, SameIdsAndTextAsLlamaCpp) {
   Oracle& o = Oracle::get();
   if (o.skip) LATTICE_SKIP_OR_FAIL("oracle", o.message);
-  ASSERT_EQ(o.cases.size(), 14u);
+  ASSERT_EQ(o.cases.size(), 22u);
   for (const auto& [name, c] : o.cases) {
     SCOPED_TRACE(name);
     ASSERT_TRUE(c.error.empty()) << c.error;

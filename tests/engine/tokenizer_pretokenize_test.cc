@@ -133,13 +133,42 @@ TEST(TokenizerPreTokenize, Names) {
   EXPECT_EQ(*pre_tokenizer_from_name("qwen2"), PreTokenizer::kQwen2);
   EXPECT_EQ(*pre_tokenizer_from_name("gpt-2"), PreTokenizer::kGpt2);
   EXPECT_EQ(*pre_tokenizer_from_name(""), PreTokenizer::kDefault);
-  EXPECT_EQ(pre_tokenizer_from_name("deepseek-llm").status().code(), ErrorCode::kUnavailable);
+  EXPECT_EQ(*pre_tokenizer_from_name("deepseek-llm"), PreTokenizer::kDeepseekLlm);
+  EXPECT_EQ(*pre_tokenizer_from_name("deepseek-coder"), PreTokenizer::kDeepseekCoder);
+  EXPECT_EQ(*pre_tokenizer_from_name("deepseek-v3"), PreTokenizer::kDeepseek3);
+  EXPECT_EQ(*pre_tokenizer_from_name("deepseek-r1-qwen"), PreTokenizer::kQwen2);
+  EXPECT_EQ(*pre_tokenizer_from_name("kimi-k2"), PreTokenizer::kKimiK2);
+  EXPECT_EQ(pre_tokenizer_from_name("tekken").status().code(), ErrorCode::kUnavailable);
+}
+
+// The words below are worked by hand from the regexes (pretokenize_deepseek.cc);
+// tokenizer_llamacpp_test.cc checks the same splitters against llama.cpp.
+TEST(TokenizerPreTokenize, DeepseekV3) {
+  Words want = {"Hello", ",", " world", " ", "123", "45", "!"};
+  EXPECT_EQ(pre_tokenize(PreTokenizer::kDeepseek3, "Hello, world 12345!"), want);
+  // Kana and Han run together, apart from Latin letters; ".Net" after a space is " ." + "Net"
+  // (the space-punctuation alternative starts first), but "'s" is one word.
+  want = {"'s", " .", "Net", " ", "\xE4\xBD\xA0\xE5\xA5\xBD\xE3\x81\x93\xE3\x82\x93", "abc"};
+  EXPECT_EQ(pre_tokenize(PreTokenizer::kDeepseek3, "'s .Net \xE4\xBD\xA0\xE5\xA5\xBD\xE3\x81\x93\xE3\x82\x93" "abc"), want);
+}
+
+TEST(TokenizerPreTokenize, DeepseekLlmAndCoder) {
+  Words want = {"Hello", ",", " world", " ", "123", "\n"};
+  EXPECT_EQ(pre_tokenize(PreTokenizer::kDeepseekLlm, "Hello, world 123\n"), want);
+  EXPECT_EQ(pre_tokenize(PreTokenizer::kDeepseekCoder, "ab 12"), (Words{"ab", " ", "1", "2"}));
+}
+
+TEST(TokenizerPreTokenize, KimiK2) {
+  // Han apart from other letters, contractions kept on their word, digits in threes.
+  const Words want = {"Hello", " ", "\xE4\xBD\xA0\xE5\xA5\xBD", "World's", " ", "123", "4"};
+  EXPECT_EQ(pre_tokenize(PreTokenizer::kKimiK2, "Hello \xE4\xBD\xA0\xE5\xA5\xBDWorld's 1234"), want);
 }
 
 TEST(TokenizerPreTokenize, WordsConcatenateToTheText) {
   const std::string s = "It's 2024-01-05, 9:30\xC2\xA0pm!  \xE4\xBD\xA0\xE5\xA5\xBD\n\n\t'll x\xF0\x9F\x91\x8D ";
   for (PreTokenizer p : {PreTokenizer::kDefault, PreTokenizer::kGpt2, PreTokenizer::kStarcoder,
-                         PreTokenizer::kLlama3, PreTokenizer::kQwen2}) {
+                         PreTokenizer::kLlama3, PreTokenizer::kQwen2, PreTokenizer::kDeepseekLlm,
+                         PreTokenizer::kDeepseekCoder, PreTokenizer::kDeepseek3, PreTokenizer::kKimiK2}) {
     std::string joined;
     for (const auto& w : pre_tokenize(p, s)) {
       EXPECT_FALSE(w.empty());

@@ -1,6 +1,8 @@
 #include "tokenizer_testlib.h"
 
+
 #include <cstdio>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -78,15 +80,24 @@ TokenizerSpec dense_bpe_spec(std::string pre) {
   s.pre = std::move(pre);
   for (int b = 0; b < 256; ++b) s.tokens.push_back(unicode::encode_utf8(unicode::byte_to_cp(static_cast<uint8_t>(b))));
   s.token_types.assign(256, 1);
-  const std::string chars = "ab XY12.,!'$\n";
-  for (char x : chars) {
-    for (char y : chars) {
-      const std::string a = unicode::bytes_to_bpe_text(std::string(1, x));
-      const std::string b = unicode::bytes_to_bpe_text(std::string(1, y));
-      s.merges.push_back(a + " " + b);
-      s.tokens.push_back(a + b);
-      s.token_types.push_back(1);
+  std::vector<std::string> chars;
+  for (char x : std::string("ab XY12.,!'$\n")) chars.emplace_back(1, x);
+  for (const char* w : kDenseWideChars) chars.emplace_back(w);
+  std::set<std::string> have(s.tokens.begin(), s.tokens.end());
+  auto merge = [&](const std::string& a, const std::string& b) {
+    if (!have.insert(a + b).second) return;
+    s.merges.push_back(a + " " + b);
+    s.tokens.push_back(a + b);
+    s.token_types.push_back(1);
+  };
+  // Each multi-byte character is built from its bytes, left to right.
+  for (const std::string& c : chars) {
+    for (size_t n = 2; n <= c.size(); ++n) {
+      merge(unicode::bytes_to_bpe_text(c.substr(0, n - 1)), unicode::bytes_to_bpe_text(c.substr(n - 1, 1)));
     }
+  }
+  for (const std::string& x : chars) {
+    for (const std::string& y : chars) merge(unicode::bytes_to_bpe_text(x), unicode::bytes_to_bpe_text(y));
   }
   s.tokens.push_back("<|endoftext|>");
   s.token_types.push_back(3);

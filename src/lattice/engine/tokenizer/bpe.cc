@@ -4,6 +4,9 @@
 // stale candidates are recognised by their recorded side lengths.
 #include <queue>
 #include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "lattice/engine/tokenizer/tokenizer.h"
@@ -96,9 +99,25 @@ void Tokenizer::bpe_word(const std::string& word, std::vector<TokenId>& out) con
   }
 }
 
+// Words repeat (" the", "\n", "    "): within one call each distinct word is merged once and
+// its ids copied after that. The cache lives in the call, so the Tokenizer stays immutable.
 void Tokenizer::encode_bpe(std::string_view text, std::vector<TokenId>& out) const {
-  for (const std::string& word : pre_tokenize(pre_, text)) {
+  const std::vector<std::string> words = pre_tokenize(pre_, text);
+  if (words.size() < 64) {
+    for (const std::string& word : words) bpe_word(unicode::bytes_to_bpe_text(word), out);
+    return;
+  }
+  std::unordered_map<std::string_view, std::pair<size_t, size_t>> seen;  // word -> ids in `out`
+  seen.reserve(words.size() / 4);
+  for (const std::string& word : words) {
+    auto [it, fresh] = seen.try_emplace(word, out.size(), 0);
+    if (!fresh) {
+      const auto [begin, count] = it->second;
+      for (size_t i = 0; i < count; ++i) out.push_back(out[begin + i]);
+      continue;
+    }
     bpe_word(unicode::bytes_to_bpe_text(word), out);
+    it->second.second = out.size() - it->second.first;
   }
 }
 

@@ -11,34 +11,23 @@
 #include <string>
 #include <vector>
 
+#include "lattice/engine/tokenizer/pretokenize_split.h"
 #include "lattice/engine/tokenizer/tokenizer.h"
 #include "lattice/engine/tokenizer/unicode.h"
 
 namespace lattice::engine {
 namespace {
 
+using pretok::each_piece;
+using pretok::emit_with_gaps;
+using pretok::split_runs;
 using unicode::kCpLetter;
 using unicode::kCpNumber;
 using unicode::kCpPunctuation;
 using unicode::kCpWhitespace;
 
-struct Span {
-  size_t begin, end;
-};
-
-// A view of one piece of the codepoint array: flags() is 0 outside the piece, as if the
-// piece were the whole text (lookahead never crosses a piece boundary).
-class Cursor {
- public:
-  Cursor(const std::vector<uint32_t>& cps, Span piece) : cps_(cps), piece_(piece) {}
-  bool in(size_t pos) const { return pos >= piece_.begin && pos < piece_.end; }
-  uint32_t cp(size_t pos) const { return in(pos) ? cps_[pos] : 0xFFFFFFFFu; }
-  uint16_t flags(size_t pos) const { return in(pos) ? unicode::cp_flags(cps_[pos]) : 0; }
-
- private:
-  const std::vector<uint32_t>& cps_;
-  Span piece_;
-};
+using pretok::Cursor;
+using pretok::Span;
 
 uint32_t ascii_lower(uint32_t c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
 
@@ -181,35 +170,6 @@ void split_llama3(const std::vector<uint32_t>& cps, Span piece, size_t max_digit
   }
 }
 
-// Splits a piece into the given matches and the gaps between them.
-void emit_with_gaps(Span piece, const std::vector<Span>& matches, std::vector<Span>& out) {
-  size_t at = piece.begin;
-  for (const Span& m : matches) {
-    if (m.begin > at) out.push_back({at, m.begin});
-    out.push_back(m);
-    at = m.end;
-  }
-  if (at < piece.end) out.push_back({at, piece.end});
-}
-
-// Regex "[class]+" (max_run 0) or "[class]" (max_run 1): maximal runs of codepoints
-// satisfying pred, each run cut into pieces of at most max_run.
-template <class Pred>
-void split_runs(const std::vector<uint32_t>& cps, Span piece, Pred pred, size_t max_run, std::vector<Span>& out) {
-  std::vector<Span> matches;
-  size_t pos = piece.begin;
-  while (pos < piece.end) {
-    if (!pred(cps[pos])) {
-      ++pos;
-      continue;
-    }
-    size_t b = pos;
-    while (pos < piece.end && pred(cps[pos]) && (max_run == 0 || pos - b < max_run)) ++pos;
-    matches.push_back({b, pos});
-  }
-  emit_with_gaps(piece, matches, out);
-}
-
 // Regex "[0-9][0-9][0-9]": non-overlapping triples, leftovers stay in the gaps.
 void split_digit_triples(const std::vector<uint32_t>& cps, Span piece, std::vector<Span>& out) {
   std::vector<Span> matches;
@@ -224,14 +184,6 @@ void split_digit_triples(const std::vector<uint32_t>& cps, Span piece, std::vect
     }
   }
   emit_with_gaps(piece, matches, out);
-}
-
-template <class Fn>
-std::vector<Span> each_piece(const std::vector<Span>& pieces, Fn fn) {
-  std::vector<Span> out;
-  out.reserve(pieces.size());
-  for (const Span& p : pieces) fn(p, out);
-  return out;
 }
 
 }  // namespace
@@ -254,13 +206,20 @@ Result<PreTokenizer> pre_tokenizer_from_name(std::string_view name) {
       {"dbrx", PreTokenizer::kLlama3},        {"smaug-bpe", PreTokenizer::kLlama3},
       {"chatglm-bpe", PreTokenizer::kLlama3}, {"qwen2", PreTokenizer::kQwen2},
       {"stablelm2", PreTokenizer::kQwen2},    {"megrez", PreTokenizer::kQwen2},
+      {"deepseek-r1-qwen", PreTokenizer::kQwen2},
+      {"deepseek-llm", PreTokenizer::kDeepseekLlm},
+      {"deepseek-coder", PreTokenizer::kDeepseekCoder},
+      {"deepseek-v3", PreTokenizer::kDeepseek3},
+      {"hunyuan-dense", PreTokenizer::kDeepseek3},
+      {"joyai-llm", PreTokenizer::kDeepseek3},
+      {"kimi-k2", PreTokenizer::kKimiK2},
   };
   for (const auto& [n, p] : kNames) {
     if (n == name) return p;
   }
   return Unavailable("pre-tokenizer '" + std::string(name) +
                      "' is not implemented (supported: default, gpt-2 family, starcoder family, "
-                     "llama3/llama-bpe, qwen2)");
+                     "llama3/llama-bpe, qwen2, deepseek-llm, deepseek-coder, deepseek-v3, kimi-k2)");
 }
 
 std::vector<std::string> pre_tokenize(PreTokenizer pre, std::string_view text) {
@@ -293,6 +252,18 @@ std::vector<std::string> pre_tokenize(PreTokenizer pre, std::string_view text) {
       break;
     case PreTokenizer::kQwen2:
       pieces = each_piece(pieces, [&](Span p, std::vector<Span>& out) { split_llama3(cps, p, 1, out); });
+      break;
+    case PreTokenizer::kDeepseekLlm:
+      pretok::pre_tokenize_deepseek_llm(cps, pieces);
+      break;
+    case PreTokenizer::kDeepseekCoder:
+      pretok::pre_tokenize_deepseek_coder(cps, pieces);
+      break;
+    case PreTokenizer::kDeepseek3:
+      pretok::pre_tokenize_deepseek3(cps, pieces);
+      break;
+    case PreTokenizer::kKimiK2:
+      pretok::pre_tokenize_kimi_k2(cps, pieces);
       break;
   }
   std::vector<std::string> words;

@@ -18,8 +18,10 @@ bool one_of(std::string_view s, std::initializer_list<std::string_view> names) {
 
 // Token texts that end a turn in the common chat formats; llama.cpp treats them as
 // end-of-generation (and as control tokens) whatever the file says.
-constexpr std::string_view kEogTexts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>",  "<end_of_turn>",
-                                          "<|endoftext|>", "<|eom_id|>", "<EOT>"};
+constexpr std::string_view kEogTexts[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>",
+    "[EOT]", "[EOS]",  // Kimi K2
+    "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>"};  // DeepSeek's EOS
 constexpr std::string_view kEotTexts[] = {"<|eot_id|>",   "<|im_end|>", "<|end|>", "<end_of_turn>",
                                           "<|endoftext|>", "<EOT>",     "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>"};
 
@@ -140,7 +142,9 @@ Result<Tokenizer> Tokenizer::create(TokenizerSpec spec) {
   t.add_bos_ = spec.add_bos.value_or(spm || llama3_family);
   t.add_eos_ = spec.add_eos.value_or(false);
   t.ignore_merges_ = llama3_family;
-  t.clean_spaces_ = !spm && !one_of(spec.pre, {"qwen2", "command-r", "smollm"});
+  t.clean_spaces_ = !spm && !one_of(spec.pre, {"qwen2", "deepseek-r1-qwen", "command-r", "smollm", "deepseek-llm",
+                                                 "deepseek-coder", "deepseek-v3", "hunyuan-dense", "joyai-llm",
+                                                 "kimi-k2"});
 
   auto pick = [&](const char* what, const std::optional<TokenId>& given, TokenId fallback,
                   TokenId& out) -> Status {

@@ -48,7 +48,11 @@ enum class PreTokenizer {
   kGpt2,       // "gpt-2", "phi-2", "roberta-bpe", "mpt", "olmo", "jais", ...
   kStarcoder,  // "starcoder", "refact", "command-r", "smollm", ...: single digits, then GPT-2
   kLlama3,     // "llama3", "llama-v3", "llama-bpe", "falcon3", "dbrx", "smaug-bpe", "chatglm-bpe"
-  kQwen2,      // "qwen2", "stablelm2", "megrez": as Llama 3 but single digits
+  kQwen2,      // "qwen2", "stablelm2", "megrez", "deepseek-r1-qwen": as Llama 3 but single digits
+  kDeepseekLlm,    // "deepseek-llm" (DeepSeek LLM, V2): newlines, letter and punctuation runs, CJK, digit runs
+  kDeepseekCoder,  // "deepseek-coder": newlines, \p{L} and \p{P} runs, CJK, single digits
+  kDeepseek3,      // "deepseek-v3" (DeepSeek V3, V3.1, R1): digit triples, kana/Han runs, then words
+  kKimiK2,         // "kimi-k2" (Kimi K2, K2.5): Han runs, non-Han words, digit triples, as llama.cpp runs it
 };
 // Maps a tokenizer.ggml.pre value; kUnavailable for a name we do not implement.
 Result<PreTokenizer> pre_tokenizer_from_name(std::string_view name);
