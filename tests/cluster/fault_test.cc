@@ -99,9 +99,10 @@ double cpu_seconds(pid_t pid) {
   return double(utime + stime) / double(::sysconf(_SC_CLK_TCK));
 }
 
-// Hundreds of idle strangers against a coordinator that runs out of descriptors (RLIMIT_NOFILE
-// 64): it must neither spin on its readable listener nor stop serving; once they go, a real
-// member joins.
+// Hundreds of idle strangers against a coordinator at a low descriptor limit (RLIMIT_NOFILE
+// 64): it must neither spin on its readable listener (it used to, once accept() failed with
+// EMFILE) nor starve its own rank of descriptors (pending handshakes are capped at a quarter
+// of the limit), and once they go a real member joins.
 TEST(Coordinator, IdleStrangersAndExhaustedDescriptorsCostNoCpuAndAMemberStillJoins) {
   auto port = pick_free_port();
   ASSERT_TRUE(port.ok());
@@ -141,7 +142,7 @@ TEST(Coordinator, IdleStrangersAndExhaustedDescriptorsCostNoCpuAndAMemberStillJo
   const double used = cpu_seconds(rank0->pid()) - cpu0;
   // A spinning poll loop burns the whole 2 s (or what a loaded machine gives it); asleep, the
   // coordinator wakes every 50 ms and retries accept() every 100 ms.
-  EXPECT_LT(used, 0.4) << "the coordinator used " << used << " CPU seconds in 2 s with " << idle.size()
+  EXPECT_LT(used, 0.2) << "the coordinator used " << used << " CPU seconds in 2 s with " << idle.size()
                        << " idle connections";
   for (int fd : idle) ::close(fd);
   auto rank1 = Proc::spawn({peer_bin()}, rank_env(1, 2, coord, "tcp"));

@@ -5,6 +5,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -238,21 +239,24 @@ struct Coordinator::Impl {
     LATTICE_LOG_DEBUG("coordinator: ignoring '{}' from {}", t, c->name);
   }
 
-  // Pre-authentication state is bounded: at most kMaxPendingHandshakes connections in their
+  // Pre-authentication state is bounded: at most max_pending connections in their
   // handshake (more wait in the kernel's backlog, unaccepted), and when accept() runs out of
   // descriptors or memory the listener is left alone for kAcceptBackoff (a readable listener
   // that cannot be accepted from would otherwise wake poll() at once, for ever).
   static constexpr size_t kMaxPendingHandshakes = 64;
+  // Also at most a quarter of the process's descriptor limit, so strangers cannot starve the
+  // rest of the process (the rank hosting us needs descriptors for its own links).
+  size_t max_pending = kMaxPendingHandshakes;
   static constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
   Clock::time_point accept_paused_until{};
   Clock::time_point last_accept_warning{};
 
   bool accepting(Clock::time_point now) const {
-    return pending.size() < kMaxPendingHandshakes && now >= accept_paused_until;
+    return pending.size() < max_pending && now >= accept_paused_until;
   }
 
   void accept_new() {
-    while (pending.size() < kMaxPendingHandshakes) {
+    while (pending.size() < max_pending) {
       sockaddr_storage ss{};
       socklen_t len = sizeof(ss);
       int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -458,6 +462,8 @@ Result<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions optio
   impl->world = options.world_size;
   impl->members.assign(impl->world, nullptr);
   impl->dead.assign(impl->world, false);
+  if (rlimit lim{}; ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)
+    impl->max_pending = std::clamp<size_t>(size_t(lim.rlim_cur / 4), 4, Impl::kMaxPendingHandshakes);
 
   bool v6 = hp.first.find(':') != std::string::npos;
   int fd = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
