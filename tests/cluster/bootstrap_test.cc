@@ -344,16 +344,16 @@ TEST_P(Failure, StoppedMemberIsDetectedByEverySurvivorThenShrinkAndItIsEvicted) 
   }
 }
 
-// Posts a 64-byte receive from `peer` on c's link to it; returns its queue. The regions are
-// kept for the whole test program (they must outlive the endpoints).
-fabric::CompletionQueue* post_receive(Cluster& c, int peer) {
-  static std::vector<std::unique_ptr<fabric::MemoryRegion>> keep;
+// Posts a 64-byte receive from `peer` on c's link to it into *region (which the caller keeps
+// until the receive completed, and drops before the cluster: the provider owns it); returns
+// the receive's queue.
+fabric::CompletionQueue* post_receive(Cluster& c, int peer, std::unique_ptr<fabric::MemoryRegion>* region) {
   auto links = c.links(peer);
   if (links.empty()) return nullptr;
   auto mr = links[0].provider->allocate_memory(64, fabric::kLocalRead | fabric::kLocalWrite);
   if (!mr.ok()) return nullptr;
-  keep.push_back(std::move(mr).value());
-  if (!links[0].endpoint->post_recv({keep.back().get(), 0, 64}, 7).ok()) return nullptr;
+  *region = std::move(mr).value();
+  if (!links[0].endpoint->post_recv({region->get(), 0, 64}, 7).ok()) return nullptr;
   return links[0].recv_cq;
 }
 
@@ -370,7 +370,8 @@ TEST_P(Failure, AReceiveInFlightFromAStoppedRankFailsOnceTheClusterDeclaresItDea
   // endpoints still answer): only the cluster's verdict can end the receive.
   Threads t;
   join_all(t, 3, GetParam());
-  fabric::CompletionQueue* cq = post_receive(*t.ranks[0], 2);
+  std::unique_ptr<fabric::MemoryRegion> region;
+  fabric::CompletionQueue* cq = post_receive(*t.ranks[0], 2, &region);
   ASSERT_NE(cq, nullptr);
   t.ranks[2]->pause_heartbeats(true);
   ASSERT_TRUE(wait_event(*t.ranks[0], EventKind::kPeerLost).ok());
@@ -461,8 +462,9 @@ TEST(Membership, ARankThatLostTheCoordinatorFailsEveryOperationInFlight) {
   Threads t;
   join_all(t, 3, "tcp");
   std::vector<fabric::CompletionQueue*> cqs;
+  std::vector<std::unique_ptr<fabric::MemoryRegion>> regions(3);
   for (int r = 0; r < 3; ++r) {
-    cqs.push_back(post_receive(*t.ranks[r], (r + 1) % 3));
+    cqs.push_back(post_receive(*t.ranks[r], (r + 1) % 3, &regions[r]));
     ASSERT_NE(cqs.back(), nullptr);
   }
   t.coordinator.reset();
