@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Failure-detection latency of the cluster membership: time from a fault to the moment EVERY
-# survivor received its peer-lost event (the slowest survivor counts).
+# Loss detection and continuation of the cluster: time from a fault to the moment EVERY survivor
+# (the slowest counts) (1) received its peer-lost event (detect), (2) saw its receive in flight
+# from the victim fail (inflight: the fabric acting on the cluster's verdict, or on its own
+# peer_timeout, whichever came first), and (3) completed an exchange with every other survivor
+# after shrink() (continue).
 #
 #   bench/failure_detect.sh [BUILD_DIR] [REPS]
 #
@@ -52,18 +55,34 @@ start_ranks() {
   for ((r = 0; r < n; r++)); do wait_for "$TMP/out.$r" ready 60; done
 }
 
-# Waits for every survivor's event; prints the slowest one's delay after $1 (ns) in ms.
+# Waits for every survivor's line matching $4; prints the slowest one's delay after $1 (ns) in
+# microseconds (its "wall_ns T" field).
 survivors_delay() {
-  local t0=$1 n=$2 victim=$3 worst=0
+  local t0=$1 n=$2 victim=$3 pattern=$4 worst=0
   for ((r = 0; r < n; r++)); do
     [ $r -eq $victim ] && continue
-    wait_for "$TMP/out.$r" "event peer-lost" 30
+    wait_for "$TMP/out.$r" "$pattern" 30
     local t
-    t=$(grep "event peer-lost" "$TMP/out.$r" | sed 's/.*wall_ns //')
+    t=$(grep "$pattern" "$TMP/out.$r" | head -1 | sed 's/.*wall_ns \([0-9]*\).*/\1/')
     [ "$t" -gt "$worst" ] && worst=$t
   done
-  echo $(((worst - t0) / 1000))  # microseconds
+  echo $(((worst - t0) / 1000))
 }
+
+# One fault's three figures, appended to the arrays DETECT, INFLIGHT, CONTINUE.
+measure() {  # t0 n victim
+  DETECT+=("$(survivors_delay "$1" "$2" "$3" "event peer-lost")")
+  INFLIGHT+=("$(survivors_delay "$1" "$2" "$3" "inflight failed peer $3")")
+  CONTINUE+=("$(survivors_delay "$1" "$2" "$3" "exchange ok")")
+}
+
+report_all() {  # fault name
+  report "$1 detect" "${DETECT[@]}"
+  report "$1 inflight" "${INFLIGHT[@]}"
+  report "$1 continue" "${CONTINUE[@]}"
+  DETECT=() INFLIGHT=() CONTINUE=()
+}
+DETECT=() INFLIGHT=() CONTINUE=()
 
 stop_ranks() {
   for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; kill -CONT "$p" 2>/dev/null || true; done
@@ -78,20 +97,20 @@ report() {  # name, list of microseconds
   printf '%s\n' "$@" | sort -n | awk -v name="$name" '{v[NR]=$1} END {
     if (NR == 0) { printf "%-6s no samples\n", name; exit }
     m = (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2
-    printf "%-6s n=%d  median %.1f ms  min %.1f ms  max %.1f ms\n", name, NR, m/1000, v[1]/1000, v[NR]/1000 }'
+    printf "%-14s n=%d  median %.1f ms  min %.1f ms  max %.1f ms\n", name, NR, m/1000, v[1]/1000, v[NR]/1000 }'
 }
 
 run_local() {  # signal
-  local sig=$1 samples=()
+  local sig=$1
   for ((i = 0; i < REPS; i++)); do
     start_ranks 4 "127.0.0.1:$(free_port)"
     local t0
     t0=$(date +%s%N)
     kill -"$sig" "${PIDS[2]}"
-    samples+=("$(survivors_delay "$t0" 4 2)")
+    measure "$t0" 4 2
     stop_ranks
   done
-  report "$(echo "$sig" | tr A-Z a-z)" "${samples[@]}"
+  report_all "$(echo "$sig" | tr A-Z a-z)"
 }
 
 setup_netns() {
@@ -111,20 +130,19 @@ setup_netns() {
 
 run_cut() {
   if ! setup_netns 2>/dev/null; then echo "cut    skipped: ip netns not permitted"; return; fi
-  local samples=()
   for ((i = 0; i < REPS; i++)); do
     ip -n "${NS_BASE}2" link set "${NS_BASE}a2" up
     start_ranks 3 "10.214.0.1:$((7400 + i))" netns
     local t0
     t0=$(date +%s%N)
     ip -n "${NS_BASE}2" link set "${NS_BASE}a2" down
-    samples+=("$(survivors_delay "$t0" 3 2)")
+    measure "$t0" 3 2
     stop_ranks
   done
-  report cut "${samples[@]}"
+  report_all cut
 }
 
-echo "failure detection: time from the fault to the last survivor's event (heartbeat ${LATTICE_HEARTBEAT_MS:-100} ms, timeout ${LATTICE_FAILURE_TIMEOUT_MS:-700} ms, $REPS reps)"
+echo "loss: time from the fault to the last survivor's event (detect), to the failure of its receive in flight from the victim (inflight), and to its first exchange in the shrunk epoch (continue) (heartbeat ${LATTICE_HEARTBEAT_MS:-100} ms, timeout ${LATTICE_FAILURE_TIMEOUT_MS:-700} ms, $REPS reps)"
 run_local KILL
 run_local STOP
 run_cut

@@ -330,10 +330,55 @@ TEST_P(Failure, StoppedMemberIsDetectedByEverySurvivorThenShrinkAndItIsEvicted) 
   }
   shrink_all({t.ranks[0].get(), t.ranks[1].get()});
   exchange({t.ranks[0].get(), t.ranks[1].get()});
-  // Resumed, the stopped rank learns it was dropped.
+  // Resumed, the stopped rank learns it was dropped, and why; it is fenced: every link lost.
   t.ranks[2]->pause_heartbeats(false);
   auto e = wait_event(*t.ranks[2], EventKind::kEvicted);
-  EXPECT_TRUE(e.ok()) << e.status().to_string();
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  EXPECT_NE(e->reason.find("evicted by the coordinator: declared dead: silent"), std::string::npos) << e->reason;
+  EXPECT_NE(t.ranks[2]->control_status().message().find("evicted"), std::string::npos)
+      << t.ranks[2]->control_status().to_string();
+  for (int p : {0, 1}) {
+    EXPECT_FALSE(t.ranks[2]->peer_alive(p));
+    EXPECT_NE(t.ranks[2]->endpoint(p)->status().message().find("evicted"), std::string::npos)
+        << t.ranks[2]->endpoint(p)->status().to_string();
+  }
+}
+
+// Posts a 64-byte receive from `peer` on c's link to it into *region (which the caller keeps
+// until the receive completed, and drops before the cluster: the provider owns it); returns
+// the receive's queue.
+fabric::CompletionQueue* post_receive(Cluster& c, int peer, std::unique_ptr<fabric::MemoryRegion>* region) {
+  auto links = c.links(peer);
+  if (links.empty()) return nullptr;
+  auto mr = links[0].provider->allocate_memory(64, fabric::kLocalRead | fabric::kLocalWrite);
+  if (!mr.ok()) return nullptr;
+  *region = std::move(mr).value();
+  if (!links[0].endpoint->post_recv({region->get(), 0, 64}, 7).ok()) return nullptr;
+  return links[0].recv_cq;
+}
+
+// The completion of that receive (its status), or the wait's own error (kTimeout).
+Status receive_outcome(fabric::CompletionQueue* cq) {
+  fabric::Completion comp[4];
+  auto n = cq->wait(comp, Deadline::after(kDetect));
+  if (!n.ok()) return n.status();
+  return comp[0].status;
+}
+
+TEST_P(Failure, AReceiveInFlightFromAStoppedRankFailsOnceTheClusterDeclaresItDead) {
+  // The fabric's own timeout would never fire here (the "stopped" rank is a thread whose
+  // endpoints still answer): only the cluster's verdict can end the receive.
+  Threads t;
+  join_all(t, 3, GetParam());
+  std::unique_ptr<fabric::MemoryRegion> region;
+  fabric::CompletionQueue* cq = post_receive(*t.ranks[0], 2, &region);
+  ASSERT_NE(cq, nullptr);
+  t.ranks[2]->pause_heartbeats(true);
+  ASSERT_TRUE(wait_event(*t.ranks[0], EventKind::kPeerLost).ok());
+  Status s = receive_outcome(cq);
+  EXPECT_EQ(s.code(), ErrorCode::kPeerLost) << s.to_string();
+  EXPECT_NE(s.message().find("declared lost by the cluster"), std::string::npos) << s.to_string();
+  t.ranks[2]->pause_heartbeats(false);
 }
 
 TEST_P(Failure, ARestartedNodeRejoinsAtTheNextEpoch) {
@@ -411,6 +456,43 @@ TEST(Membership, CoordinatorLossReachesEveryMember) {
     EXPECT_TRUE(e.ok()) << e.status().to_string();
     EXPECT_FALSE(t.ranks[r]->control_status().ok());
   }
+}
+
+TEST(Membership, ARankThatLostTheCoordinatorFailsEveryOperationInFlight) {
+  Threads t;
+  join_all(t, 3, "tcp");
+  std::vector<fabric::CompletionQueue*> cqs;
+  std::vector<std::unique_ptr<fabric::MemoryRegion>> regions(3);
+  for (int r = 0; r < 3; ++r) {
+    cqs.push_back(post_receive(*t.ranks[r], (r + 1) % 3, &regions[r]));
+    ASSERT_NE(cqs.back(), nullptr);
+  }
+  t.coordinator.reset();
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(wait_event(*t.ranks[r], EventKind::kCoordinatorLost).ok());
+    Status s = receive_outcome(cqs[r]);
+    EXPECT_EQ(s.code(), ErrorCode::kPeerLost) << "rank " << r << ": " << s.to_string();
+    const int p = (r + 2) % 3;
+    EXPECT_FALSE(t.ranks[r]->peer_alive(p));
+    EXPECT_NE(t.ranks[r]->endpoint(p)->status().message().find("lost the coordinator"), std::string::npos)
+        << t.ranks[r]->endpoint(p)->status().to_string();
+  }
+}
+
+TEST(Membership, TheHeartbeatThreadSleepsWhileItsLinkIsPausedOrLost) {
+  // Counts wake-ups, not time: polling every millisecond would wake ~300 times per pause.
+  Threads t;
+  join_all(t, 2, "tcp");
+  t.ranks[1]->pause_heartbeats(true);
+  uint64_t w0 = t.ranks[1]->heartbeat_wakeups();
+  std::this_thread::sleep_for(300ms);
+  EXPECT_LE(t.ranks[1]->heartbeat_wakeups() - w0, 3u);
+  t.ranks[1]->pause_heartbeats(false);
+  t.coordinator.reset();
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(wait_event(*t.ranks[r], EventKind::kCoordinatorLost).ok());
+  w0 = t.ranks[0]->heartbeat_wakeups();
+  std::this_thread::sleep_for(300ms);
+  EXPECT_LE(t.ranks[0]->heartbeat_wakeups() - w0, 3u);
 }
 
 TEST(Membership, NoFalseAlarmWhileIdle) {

@@ -2,14 +2,18 @@
 // Joins from the environment (LATTICE_*), prints "joined rank R world W epoch E", then waits
 // for the first peer-lost event and prints
 //   "event peer-lost ranks [..] wall_ns T"   (T: CLOCK_REALTIME when the event reached us)
+// with a receive posted from every peer; once the lost peer's receive failed it prints
+//   "inflight failed peer P wall_ns T: <status>"
 // then shrinks, exchanges with every survivor, prints "shrunk rank R world W epoch E" and
-// "exchange ok", and leaves after a barrier. Exit 0 on success, 1 with a message otherwise.
+// "exchange ok wall_ns T" (the survivors continue), and leaves after a barrier. Exit 0 on success, 1 with a message otherwise.
 // Argument "--idle": join and wait to be killed (a victim that never reports).
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include "cluster_testlib.h"
 #include "lattice/cluster/cluster.h"
@@ -48,9 +52,38 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::seconds(120));
     return 0;
   }
-  for (;;) {
-    auto e = c.next_event(Deadline::after(std::chrono::seconds(120)));
-    if (!e.ok()) return die("event", e.status());
+  // A receive in flight from every peer (nobody sends): the lost peer's must fail, at the
+  // cluster's verdict or the fabric's own detection, whichever comes first.
+  std::vector<std::unique_ptr<fabric::MemoryRegion>> regions;
+  std::vector<fabric::CompletionQueue*> queues;
+  for (int p = 0; p < c.world_size(); ++p) {
+    auto links = c.links(p);
+    if (links.empty()) continue;
+    auto mr = links[0].provider->allocate_memory(64, fabric::kLocalRead | fabric::kLocalWrite);
+    if (!mr.ok()) return die("allocate", mr.status());
+    if (Status s = links[0].endpoint->post_recv({mr->get(), 0, 64}, uint64_t(p)); !s.ok()) return die("post_recv", s);
+    regions.push_back(std::move(mr).value());
+    queues.push_back(links[0].recv_cq);
+  }
+  bool have_event = false, have_failure = queues.empty();
+  const auto give_up = Deadline::after(std::chrono::seconds(120));
+  while (!have_event || !have_failure) {
+    if (give_up.expired()) return die("event", Timeout("no loss seen"));
+    for (auto* q : queues) {
+      fabric::Completion comp[4];
+      for (size_t i = 0, n = q->poll(comp); i < n; ++i) {
+        if (comp[i].status.ok() || have_failure) continue;
+        have_failure = true;
+        std::printf("inflight failed peer %llu wall_ns %lld: %s\n", static_cast<unsigned long long>(comp[i].id),
+                    static_cast<long long>(wall_ns()), comp[i].status.to_string().c_str());
+      }
+    }
+    if (have_event) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      continue;
+    }
+    auto e = c.next_event(Deadline::after(std::chrono::milliseconds(1)));
+    if (!e.ok()) continue;
     if (e->kind != EventKind::kPeerLost) {
       std::printf("other event %s\n", to_string(*e).c_str());
       if (e->kind == EventKind::kCoordinatorLost || e->kind == EventKind::kEvicted) return 1;
@@ -59,7 +92,7 @@ int main(int argc, char** argv) {
     std::string ranks;
     for (int r : e->ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
     std::printf("event peer-lost ranks [%s] wall_ns %lld\n", ranks.c_str(), static_cast<long long>(event_ns.load()));
-    break;
+    have_event = true;
   }
   // Posts to the dead peer fail at once.
   for (int p : c.lost_peers()) {
@@ -70,7 +103,7 @@ int main(int argc, char** argv) {
   std::printf("shrunk rank %d world %d epoch %llu\n", c.rank(), c.world_size(), static_cast<unsigned long long>(c.epoch()));
   if (Status s = testing::exchange_with_all(c, Deadline::after(std::chrono::seconds(60))); !s.ok())
     return die("exchange", s);
-  std::printf("exchange ok\n");
+  std::printf("exchange ok wall_ns %lld\n", static_cast<long long>(wall_ns()));
   if (Status s = c.barrier(Deadline::after(std::chrono::seconds(60))); !s.ok()) return die("barrier", s);
   return 0;
 }

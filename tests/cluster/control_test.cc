@@ -6,7 +6,9 @@
 
 #include <future>
 
+#include "lattice/cluster/bootstrap.h"
 #include "lattice/cluster/control.h"
+#include "lattice/cluster/control_schema.h"
 #include "lattice/core/fd_io.h"
 
 namespace lattice::cluster {
@@ -109,6 +111,79 @@ TEST(ControlAddress, SplitHostPort) {
   EXPECT_EQ(*split_host_port("[::1]:5"), std::make_pair(std::string("::1"), uint16_t{5}));
   EXPECT_FALSE(split_host_port("host:99999").ok());
   EXPECT_FALSE(split_host_port(":5").ok());
+}
+
+// ---- the protocol's schema (control_schema.h) ----
+
+TEST(ControlSchema, WellFormedMessagesPass) {
+  EXPECT_TRUE(validate_from_member(json{{"t", "hello"}, {"rank", 2}, {"world", 4}, {"rejoin", false}, {"name", "a"}}).ok());
+  EXPECT_TRUE(validate_from_member(json{{"t", "ag"}, {"epoch", 0}, {"seq", 3}, {"data", "x"}}).ok());
+  EXPECT_TRUE(validate_from_member(json{{"t", "hb"}, {"extra", 1}}).ok());
+  EXPECT_TRUE(validate_from_member(json{{"t", "from_a_newer_version"}, {"x", json::array()}}).ok());
+  EXPECT_TRUE(validate_from_coordinator(json{{"t", "plan"}, {"epoch", 1}, {"rank", 0}, {"world", 2},
+                                             {"members", {"a", "b"}}, {"origins", {0, -1}}}).ok());
+  EXPECT_TRUE(validate_from_coordinator(json{{"t", "view"}, {"epoch", 0}, {"lost", {1}}, {"alive", {0, 2}}}).ok());
+}
+
+TEST(ControlSchema, WrongTypesAndRangesAreRefusedNamingTheField) {
+  struct Case {
+    json msg;
+    const char* field;
+  };
+  for (const Case& c : std::vector<Case>{
+           {json{{"t", "hello"}, {"rank", "zero"}, {"world", 2}}, "rank"},
+           {json{{"t", "hello"}, {"rank", 0}}, "world"},
+           {json{{"t", "hello"}, {"rank", -1}, {"world", 2}}, "rank"},
+           {json{{"t", "hello"}, {"rank", 0}, {"world", 1 << 20}}, "world"},
+           {json{{"t", "hello"}, {"rank", 0}, {"world", 2}, {"name", 7}}, "name"},
+           {json{{"t", "hello"}, {"rank", 0}, {"world", 2}, {"name", std::string(100000, 'n')}}, "name"},
+           {json{{"t", "ag"}, {"epoch", -3}, {"seq", 0}, {"data", ""}}, "epoch"},
+           {json{{"t", "ag"}, {"epoch", 0}, {"seq", 0}, {"data", json::object()}}, "data"},
+           {json{{"t", "shrink"}, {"epoch", 1.5}}, "epoch"},
+       }) {
+    Status st = validate_from_member(c.msg);
+    EXPECT_EQ(st.code(), ErrorCode::kCorrupt) << c.msg.dump().substr(0, 200);
+    EXPECT_NE(st.message().find(std::string("'") + c.field + "'"), std::string::npos) << st.to_string().substr(0, 300);
+  }
+  EXPECT_FALSE(validate_from_member(json::array({1, 2})).ok());
+  EXPECT_FALSE(validate_from_member(json{{"t", 5}}).ok());
+  EXPECT_FALSE(validate_from_coordinator(json{{"t", "plan"}, {"epoch", 0}, {"rank", 3}, {"world", "2"}}).ok());
+  EXPECT_FALSE(validate_from_coordinator(json{{"t", "view"}, {"epoch", 0}, {"lost", {"1"}}, {"alive", json::array()}}).ok());
+  EXPECT_FALSE(validate_from_coordinator(json{{"t", "ag_done"}, {"epoch", 0}, {"seq", 0}, {"data", {1, 2}}}).ok());
+}
+
+// An authenticated connection to a live coordinator that speaks another version of the
+// protocol: its hello is refused, the coordinator lives on and a proper member still joins.
+TEST(ControlSchema, ACoordinatorRefusesAMalformedHelloAndCarriesOn) {
+  CoordinatorOptions co;
+  co.listen = "127.0.0.1:0";
+  co.world_size = 1;
+  co.secret = crypto::ClusterSecret::from_bytes({7});
+  auto coordinator = Coordinator::start(co);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().to_string();
+  const std::string address = "127.0.0.1:" + std::to_string((*coordinator)->port());
+  auto stranger = [&](const json& hello) {
+    auto fd = dial_tcp(address, Deadline::after(10s));
+    EXPECT_TRUE(fd.ok());
+    auto ch = handshake_fd(*fd, crypto::Handshake::Role::kInitiator, co.secret, false, "coordinator", Deadline::after(10s));
+    EXPECT_TRUE(ch.ok()) << ch.status().to_string();
+    EXPECT_TRUE((*ch)->send(hello, Deadline::after(10s)).ok());
+    for (;;) {  // the coordinator's heartbeats may come first
+      auto reply = (*ch)->recv(Deadline::after(10s));
+      if (!reply.ok()) return json{{"t", "none"}, {"reason", reply.status().to_string()}};
+      if ((*reply)["t"] != "hb") return *reply;
+    }
+  };
+  json r1 = stranger(json{{"t", "hello"}, {"rank", "zero"}, {"world", 1}});
+  EXPECT_EQ(r1["t"], "refused") << r1.dump();
+  EXPECT_NE(r1.value("reason", "").find("'rank'"), std::string::npos) << r1.dump();
+  json r2 = stranger(json{{"t", "hello"}, {"rank", 0}, {"world", 1}, {"name", json::object()}});
+  EXPECT_EQ(r2["t"], "refused") << r2.dump();
+  EXPECT_EQ((*coordinator)->stats().refused, 2);
+  EXPECT_FALSE((*coordinator)->stats().formed);
+  json r3 = stranger(json{{"t", "hello"}, {"rank", 0}, {"world", 1}, {"name", "proper"}});
+  EXPECT_EQ(r3["t"], "plan") << r3.dump();
+  EXPECT_TRUE((*coordinator)->stats().formed);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include "lattice/cluster/launcher.h"
 #include "proc_testlib.h"
@@ -232,6 +233,115 @@ TEST(LaunchProcess, KeepGoingKillsARankLeftStoppedOnceTheJobCompleted) {
   EXPECT_TRUE(exited_with(r.status, 0)) << r.status << r.err;
   EXPECT_NE(r.err.find("rank 1 is stopped (SIGSTOP) and the job completed; killing it"), std::string::npos) << r.err;
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(30));
+}
+
+// Reads what a job wrote to a temporary file (out or err).
+struct Captured {
+  char path[64] = "/tmp/lattice-launch-capture-XXXXXX";
+  int fd = ::mkstemp(path);
+  std::string text() {
+    std::ifstream in(path);
+    std::stringstream t;
+    t << in.rdbuf();
+    return t.str();
+  }
+  ~Captured() {
+    ::close(fd);
+    std::filesystem::remove(path);
+  }
+};
+
+TEST(LocalJobProcess, KeepGoingStopsARankStillRunningLongAfterTheJobCompleted) {
+  // Rank 1 neither progresses nor exits (a rank cut off from the others would do the same):
+  // it is stopped finish_within after rank 0 completed, long before its sleep would end.
+  Captured out, err;
+  LocalJob job;
+  job.world_size = 2;
+  job.argv = {"sh", "-c", "if [ \"$LATTICE_RANK\" = 1 ]; then sleep 30; fi; echo done $LATTICE_RANK"};
+  job.launch.keep_going = true;
+  job.launch.finish_within = std::chrono::milliseconds(500);
+  job.launch.grace = std::chrono::milliseconds(300);
+  job.launch.out_fd = out.fd;
+  job.launch.err_fd = err.fd;
+  auto code = run_local_job(job);
+  ASSERT_TRUE(code.ok()) << code.status().to_string();
+  EXPECT_EQ(*code, 0) << err.text();
+  EXPECT_NE(out.text().find("[rank 0] done 0"), std::string::npos) << out.text();
+  EXPECT_EQ(out.text().find("done 1"), std::string::npos) << out.text();
+  EXPECT_NE(err.text().find("rank 1 is still running 500 ms after the job completed; stopping it"), std::string::npos)
+      << err.text();
+}
+
+TEST(LocalJobProcess, TheJobDeadlineStopsEveryRankAndExits124) {
+  Captured out, err;
+  LocalJob job;
+  job.world_size = 2;
+  job.argv = {"sh", "-c", "sleep 30; echo done"};
+  job.launch.deadline = std::chrono::milliseconds(500);
+  job.launch.grace = std::chrono::milliseconds(300);
+  job.launch.out_fd = out.fd;
+  job.launch.err_fd = err.fd;
+  auto code = run_local_job(job);
+  ASSERT_TRUE(code.ok()) << code.status().to_string();
+  EXPECT_EQ(*code, 124) << err.text();
+  EXPECT_EQ(out.text().find("done"), std::string::npos) << out.text();
+  EXPECT_NE(err.text().find("did not end within its deadline of 500 ms"), std::string::npos) << err.text();
+}
+
+TEST(LaunchProcess, EveryRankGetsTheLauncherAsItsLifeline) {
+  // stdin is a pipe that stays open (no EOF) while the launcher lives, and the variable says so.
+  auto r = run_cmd({lattice_bin(), "launch", "-n", "2", "--", "sh", "-c",
+                    "echo lifeline=$LATTICE_LIFELINE; [ -p /dev/stdin ] && echo pipe; "
+                    "if timeout 0.3 cat >/dev/null; then echo eof; else echo open; fi"},
+                   {}, Deadline::after(kRun));
+  EXPECT_TRUE(exited_with(r.status, 0)) << r.status << r.err;
+  for (int rank : {0, 1}) {
+    const std::string p = "[rank " + std::to_string(rank) + "] ";
+    EXPECT_NE(r.out.find(p + "lifeline=stdin"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(p + "pipe"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(p + "open"), std::string::npos) << r.out;
+  }
+}
+
+TEST(LaunchProcess, AKilledLauncherTakesTheRanksItsRanksStartedWithIt) {
+  // Each rank is a shell that starts `lattice ping` in the background: the ping is not the
+  // launcher's child (PR_SET_PDEATHSIG cannot reach it), as a rank behind ssh or a wrapper is
+  // not. SIGKILL of the launcher must still end it: its stdin lifeline closes.
+  auto dir = std::filesystem::temp_directory_path() / ("lattice_lifeline_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  // (A background job's stdin is /dev/null unless given explicitly: hand it the shell's via fd 3.)
+  auto p = Proc::spawn({lattice_bin(), "launch", "-n", "2", "--provider", "tcp", "--", "sh", "-c",
+                        "exec 3<&0; " + lattice_bin() + " ping --iters 20 --bw-seconds 60 <&3 3<&- & echo $! > " +
+                            dir.string() + "/pid.$LATTICE_RANK; echo started; wait"},
+                       {});
+  ASSERT_TRUE(p.ok());
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(p->wait_line("started", Deadline::after(kRun)).ok()) << p->err();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    std::ifstream f(dir / ("pid." + std::to_string(r)));
+    pid_t pid = 0;
+    f >> pid;
+    ASSERT_GT(pid, 0);
+    pids.push_back(pid);
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // joined and streaming
+  p->signal(SIGKILL);
+  ASSERT_TRUE(p->wait(Deadline::after(kRun)).ok());
+  auto until = Deadline::after(std::chrono::seconds(20));
+  auto alive = [&] {
+    int n = 0;
+    for (pid_t pid : pids) {  // a zombie (exited, not yet reaped by its new parent) is gone
+      std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+      std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      const size_t close = text.rfind(')');
+      n += close != std::string::npos && close + 2 < text.size() && text[close + 2] != 'Z';
+    }
+    return n;
+  };
+  while (alive() > 0 && !until.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(alive(), 0) << "a rank's child outlived the launcher";
+  for (pid_t pid : pids) ::kill(pid, SIGKILL);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(LaunchProcess, ARankIgnoringSigtermIsKilledAfterTheGrace) {

@@ -34,6 +34,7 @@ struct LaunchArgs {
   std::string remote = "ssh {ssh} {cmd}";
   std::string coordinator;
   int grace_ms = 3000;
+  double deadline_s = 0;
   bool no_prefix = false;
   bool keep_going = false;
   int heartbeat_ms = 0;
@@ -65,6 +66,8 @@ int run_launch(const LaunchArgs& a) {
   lo.grace = std::chrono::milliseconds(a.grace_ms);
   lo.prefix = !a.no_prefix;
   lo.keep_going = a.keep_going;
+  if (!(a.deadline_s >= 0) || a.deadline_s > 1e7) return fail("--deadline-s must be 0 (none) or a positive number of seconds");
+  lo.deadline = std::chrono::milliseconds(static_cast<int64_t>(a.deadline_s * 1000));
   std::optional<int> heartbeat_ms, failure_timeout_ms;
   if (a.heartbeat_ms > 0) heartbeat_ms = a.heartbeat_ms;
   if (a.failure_timeout_ms > 0) failure_timeout_ms = a.failure_timeout_ms;
@@ -114,6 +117,7 @@ int run_launch(const LaunchArgs& a) {
     what.rank = r;
     what.argv = a.command;
     what.env = e.to_env();
+    what.env.emplace_back(env::kLifeline, "stdin");  // the remote stdin closes with our ssh session
     LaunchRank lr;
     lr.rank = r;
     lr.argv = {"/bin/sh", "-c", expand_remote(a.remote, plan->names[r], plan->ssh[r], r, what)};
@@ -137,6 +141,10 @@ const Registrar kLaunch{{"launch", "start the ranks of a cluster (locally or ove
                                ->capture_default_str();
                            app.add_option("--coordinator", a->coordinator, "coordinator host:port (default: rank 0's)");
                            app.add_option("--grace-ms", a->grace_ms, "SIGTERM to SIGKILL delay when stopping ranks")
+                               ->capture_default_str();
+                           app.add_option("--deadline-s", a->deadline_s,
+                                          "bound on the whole job: ranks still running then are stopped and launch "
+                                          "exits 124 (0: none)")
                                ->capture_default_str();
                            app.add_flag("--no-prefix", a->no_prefix, "do not prefix output lines with [rank N]");
                            app.add_option("--bind", a->bind,

@@ -4,7 +4,11 @@
 #include <map>
 #include <memory>
 
+#include <exception>
+#include <new>
+
 #include "command.h"
+#include "lattice/cluster/lifeline.h"
 #include "lattice/core/log.h"
 
 namespace lattice::cli {
@@ -14,7 +18,9 @@ std::vector<Command>& command_table() {
 }
 }  // namespace lattice::cli
 
-int main(int argc, char** argv) {
+namespace {
+
+int run_main(int argc, char** argv) {
   using namespace lattice::cli;
   CLI::App app{"lattice: a few machines on a desk as one low-latency AI computer"};
   app.require_subcommand(1);
@@ -52,8 +58,27 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   if (!log_level.empty()) lattice::log::set_level(log_level);
+  // A rank started by `lattice launch` stops when the launcher is gone (cluster/lifeline.h).
+  lattice::cluster::watch_lifeline_from_env();
   for (auto& [sub, run] : runners)
     if (sub->parsed()) return run();
   std::fprintf(stderr, "lattice: no command given (try --help)\n");
   return 2;
+}
+
+}  // namespace
+
+// Errors are Status values; an exception reaching here is a bug or an exhausted machine
+// (std::bad_alloc): it ends the command with a clear line and exit 1, never an abort.
+int main(int argc, char** argv) {
+  try {
+    return run_main(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "lattice: error: out of memory\n");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "lattice: error: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "lattice: error: an unknown exception\n");
+  }
+  return 1;
 }

@@ -5,6 +5,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include <thread>
 
 #include "lattice/cluster/control.h"
+#include "lattice/cluster/control_schema.h"
 #include "lattice/core/fd_io.h"
 #include "lattice/core/log.h"
 
@@ -237,12 +239,40 @@ struct Coordinator::Impl {
     LATTICE_LOG_DEBUG("coordinator: ignoring '{}' from {}", t, c->name);
   }
 
+  // Pre-authentication state is bounded: at most max_pending connections in their
+  // handshake (more wait in the kernel's backlog, unaccepted), and when accept() runs out of
+  // descriptors or memory the listener is left alone for kAcceptBackoff (a readable listener
+  // that cannot be accepted from would otherwise wake poll() at once, for ever).
+  static constexpr size_t kMaxPendingHandshakes = 64;
+  // Also at most a quarter of the process's descriptor limit, so strangers cannot starve the
+  // rest of the process (the rank hosting us needs descriptors for its own links).
+  size_t max_pending = kMaxPendingHandshakes;
+  static constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
+  Clock::time_point accept_paused_until{};
+  Clock::time_point last_accept_warning{};
+
+  bool accepting(Clock::time_point now) const {
+    return pending.size() < max_pending && now >= accept_paused_until;
+  }
+
   void accept_new() {
-    for (;;) {
+    while (pending.size() < max_pending) {
       sockaddr_storage ss{};
       socklen_t len = sizeof(ss);
       int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) return;
+      if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          const auto now = Clock::now();
+          accept_paused_until = now + kAcceptBackoff;
+          if (now - last_accept_warning > std::chrono::seconds(10)) {
+            last_accept_warning = now;
+            LATTICE_LOG_WARN("coordinator: cannot accept connections ({}); retrying every {} ms ({} handshakes pending, "
+                             "{} members)",
+                             std::strerror(errno), kAcceptBackoff.count(), pending.size(), conns.size());
+          }
+        }
+        return;
+      }
       int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       crypto::HandshakeOptions ho;
@@ -323,15 +353,22 @@ struct Coordinator::Impl {
     while (true) {
       std::vector<pollfd> fds;
       fds.push_back({wake_fd, POLLIN, 0});
-      fds.push_back({listen_fd, POLLIN, 0});
+      const auto before = Clock::now();
+      const bool listening = accepting(before);
+      fds.push_back({listen_fd, static_cast<short>(listening ? POLLIN : 0), 0});
       for (auto& p : pending) fds.push_back({p.fd, POLLIN, 0});
       size_t conn_base = fds.size();
-      for (auto& c : conns) fds.push_back({c->ch->fd(), POLLIN, 0});
+      // A dead connection (kept while the epoch refers to it) is shut down: its hang-up would
+      // wake poll() at once, for ever, so it is left out (a negative fd is skipped).
+      for (auto& c : conns) fds.push_back({c->dead ? -1 : c->ch->fd(), POLLIN, 0});
       int timeout_ms = static_cast<int>(std::max<int64_t>(1, opt.heartbeat_interval.count() / 2));
-      ::poll(fds.data(), fds.size(), timeout_ms);
+      if (!listening && accept_paused_until > before)
+        timeout_ms = std::min<int>(timeout_ms, static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(
+                                                   accept_paused_until - before).count()));
+      ::poll(fds.data(), fds.size(), std::max(timeout_ms, 1));
       std::lock_guard lock(mu);
       if (stop) return;
-      if (fds[1].revents) accept_new();
+      if (listening && fds[1].revents) accept_new();
       auto now = Clock::now();
       // Handshakes in progress (fds for them are at [2, conn_base)).
       for (size_t i = 0; i < pending.size(); ++i) {
@@ -356,6 +393,15 @@ struct Coordinator::Impl {
           }
           if (!*m) break;
           c->last_seen = Clock::now();
+          if (Status bad = validate_from_member(**m); !bad.ok()) {
+            // Authenticated, so another lattice version: it cannot take part.
+            LATTICE_LOG_WARN("coordinator: refused a message from {}: {}", c->name, bad.message());
+            if (c->hello && formed && c->rank >= 0)
+              declare_dead(c, "sent a message the coordinator cannot read (" + bad.message() + ")");
+            else
+              refuse(c, bad.message());
+            break;
+          }
           on_message(c, **m);
           if (c->dead) break;
         }
@@ -416,6 +462,8 @@ Result<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions optio
   impl->world = options.world_size;
   impl->members.assign(impl->world, nullptr);
   impl->dead.assign(impl->world, false);
+  if (rlimit lim{}; ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)
+    impl->max_pending = std::clamp<size_t>(size_t(lim.rlim_cur / 4), 4, Impl::kMaxPendingHandshakes);
 
   bool v6 = hp.first.find(':') != std::string::npos;
   int fd = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

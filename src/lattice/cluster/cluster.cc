@@ -21,12 +21,15 @@ namespace {
 std::mutex g_state_mu;  // guards Cluster::state_ swaps against the heartbeat thread's reads
 
 // A fabric endpoint whose peer the membership may declare dead: from then on every post and
-// status() answers kPeerLost at once, without waiting for the provider's own timeout.
-// Outstanding operations still complete through the provider (with its sticky error).
+// status() answers kPeerLost at once, without waiting for the provider's own timeout, and the
+// provider (which reads the same flag, EndpointOptions::declared_lost) fails the outstanding
+// operations at its next poll. A rank that lost the coordinator or was evicted is fenced:
+// every one of its links is lost at once.
 class GuardedEndpoint final : public fabric::Endpoint {
  public:
-  GuardedEndpoint(std::unique_ptr<fabric::Endpoint> inner, const std::atomic<bool>* lost, uint64_t epoch)
-      : inner_(std::move(inner)), lost_(lost), epoch_(epoch) {}
+  GuardedEndpoint(std::unique_ptr<fabric::Endpoint> inner, const std::atomic<bool>* lost,
+                  const std::atomic<bool>* fenced, uint64_t epoch)
+      : inner_(std::move(inner)), lost_(lost), fenced_(fenced), epoch_(epoch) {}
   std::vector<std::byte> local_address() const override { return inner_->local_address(); }
   Status connect(std::span<const std::byte> a, Deadline d) override { return inner_->connect(a, d); }
   Status post_send(fabric::LocalSlice s, fabric::WorkId id) override {
@@ -74,14 +77,18 @@ class GuardedEndpoint final : public fabric::Endpoint {
 
  private:
   Status check() const {
-    if (lost_->load(std::memory_order_acquire))
-      return PeerLost("rank " + std::to_string(inner_->peer_rank()) + " was declared dead by the cluster (epoch " +
-                          std::to_string(epoch_) + "); call shrink()",
+    if (!lost_->load(std::memory_order_acquire)) return Status::Ok();
+    if (fenced_->load(std::memory_order_acquire))
+      return PeerLost("this rank lost the coordinator or was evicted (epoch " + std::to_string(epoch_) +
+                          "): the cluster cannot take it back; it must stop",
                       inner_->peer_rank());
-    return Status::Ok();
+    return PeerLost("rank " + std::to_string(inner_->peer_rank()) + " was declared dead by the cluster (epoch " +
+                        std::to_string(epoch_) + "); call shrink()",
+                    inner_->peer_rank());
   }
   std::unique_ptr<fabric::Endpoint> inner_;
   const std::atomic<bool>* lost_;
+  const std::atomic<bool>* fenced_;
   uint64_t epoch_;
 };
 
@@ -98,6 +105,7 @@ struct Cluster::EpochState {
   uint64_t epoch = 0;
   int world = 0;
   std::unique_ptr<std::atomic<bool>[]> lost;
+  std::atomic<bool> fenced{false};  // lost the coordinator or evicted: every link is lost
   std::vector<std::unique_ptr<fabric::CompletionQueue>> cqs;  // one per link (send and recv)
   std::vector<std::unique_ptr<fabric::Endpoint>> endpoints;   // by peer (GuardedEndpoint)
   std::vector<Link> links;                                    // by peer
@@ -212,9 +220,15 @@ void Cluster::drop_control() {
 }
 
 void Cluster::on_internal_event(const MembershipEvent& e) {
-  if (e.kind != EventKind::kPeerLost) return;
   std::lock_guard lock(g_state_mu);
-  if (!state_ || state_->epoch != e.epoch) return;
+  if (!state_) return;
+  if (e.kind == EventKind::kCoordinatorLost || e.kind == EventKind::kEvicted) {
+    // Fenced: nobody can shrink this rank back in, so nothing it waits for will come.
+    state_->fenced.store(true, std::memory_order_release);
+    for (int r = 0; r < state_->world; ++r) state_->lost[r].store(true, std::memory_order_release);
+    return;
+  }
+  if (e.kind != EventKind::kPeerLost || state_->epoch != e.epoch) return;
   for (int r : e.ranks)
     if (r >= 0 && r < state_->world) state_->lost[r].store(true, std::memory_order_release);
 }
@@ -301,6 +315,7 @@ Status Cluster::build_epoch(const json& plan, Deadline deadline) {
     fabric::EndpointOptions eo;
     eo.peer_rank = p;
     eo.peer_timeout = opt_.peer_timeout;
+    eo.declared_lost = &st->lost[p];
     LATTICE_ASSIGN_OR_RETURN(raw[p], provider_->create_endpoint(cq.get(), cq.get(), eo));
     addrs[std::to_string(p)] = to_hex(raw[p]->local_address());
     st->cqs.push_back(std::move(cq));
@@ -346,7 +361,7 @@ Status Cluster::build_epoch(const json& plan, Deadline deadline) {
   for (int p = 0; p < world; ++p) {
     if (!raw[p]) continue;
     auto* cq = st->cqs[cq_i++].get();
-    st->endpoints[p] = std::make_unique<GuardedEndpoint>(std::move(raw[p]), &st->lost[p], epoch);
+    st->endpoints[p] = std::make_unique<GuardedEndpoint>(std::move(raw[p]), &st->lost[p], &st->fenced, epoch);
     st->links[p] = Link{st->endpoints[p].get(), provider_.get(), cq, cq};
   }
   {

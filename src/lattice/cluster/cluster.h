@@ -124,6 +124,8 @@ class Cluster final : public Group {
   // Test hooks: behave as a stopped process (pause) or a killed one (drop control).
   void pause_heartbeats(bool paused);
   void drop_control();
+  // How often the heartbeat thread woke so far (MemberLink::wakeups); 0 without a control plane.
+  uint64_t heartbeat_wakeups() const { return link_ ? link_->wakeups() : 0; }
 
   struct EpochState;
 

@@ -102,6 +102,8 @@ class Supervisor {
         if (s.fd >= 0) ::close(s.fd);
     }
     for (auto& [sig, old] : old_actions_) ::sigaction(sig, &old, nullptr);
+    for (int fd : lifeline_)
+      if (fd >= 0) ::close(fd);
     for (int& fd : g_signal_pipe)
       if (fd >= 0) {
         ::close(fd);
@@ -111,6 +113,8 @@ class Supervisor {
 
   Status install_signals() {
     if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) < 0) return ErrnoError("pipe", errno);
+    // Every rank's stdin: its write end is ours alone and never written (lifeline.h).
+    if (::pipe2(lifeline_, O_CLOEXEC) < 0) return ErrnoError("pipe", errno);
     struct sigaction sa {};
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
@@ -141,6 +145,7 @@ class Supervisor {
       if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
     }
     for (auto& [k, v] : r.env) env[k] = v;
+    env[env::kLifeline] = "stdin";
     std::vector<std::string> env_strings;
     for (auto& [k, v] : env) env_strings.push_back(k + "=" + v);
     std::vector<char*> envp, argv;
@@ -168,8 +173,7 @@ class Supervisor {
       sigset_t none;
       sigemptyset(&none);
       ::sigprocmask(SIG_SETMASK, &none, nullptr);
-      int devnull = ::open("/dev/null", O_RDONLY);
-      if (devnull >= 0) ::dup2(devnull, 0);
+      ::dup2(lifeline_[0], 0);
       ::dup2(out[1], 1);
       ::dup2(err[1], 2);
       if (!r.cpus.empty() && ::sched_setaffinity(0, sizeof cpus, &cpus) != 0) {
@@ -283,6 +287,7 @@ class Supervisor {
   }
 
   int run() {
+    started_ = Clock::now();
     auto drain_deadline = Deadline::never();
     for (;;) {
       std::vector<pollfd> fds;
@@ -320,6 +325,31 @@ class Supervisor {
             c->evicted = true;
           }
       }
+      const auto now = Clock::now();
+      if (!stopping_ && opt_.deadline.count() > 0 && now - started_ > opt_.deadline) {
+        timed_out_ = true;
+        begin_stop("the job's deadline of " + std::to_string(opt_.deadline.count()) + " ms passed");
+      }
+      // keep_going: a rank still running well after another completed the job cannot take part
+      // any more (it was cut off, fenced, or hangs): stop it, politely first.
+      if (opt_.keep_going && any_ok_ && !stopping_) {
+        if (first_ok_at_ == Clock::time_point{}) first_ok_at_ = now;
+        const bool term = now - first_ok_at_ > opt_.finish_within;
+        const bool kill = now - first_ok_at_ > opt_.finish_within + opt_.grace;
+        for (auto& c : children_) {
+          if (c->exited || !(term || kill)) continue;
+          if (!c->evicted) {
+            write_fully(opt_.err_fd, "lattice launch: rank " + std::to_string(c->rank) + " is still running " +
+                                         std::to_string(opt_.finish_within.count()) +
+                                         " ms after the job completed; stopping it\n");
+            c->evicted = true;
+            ::kill(-c->pid, SIGTERM);
+            ::kill(-c->pid, SIGCONT);
+          } else if (kill) {
+            ::kill(-c->pid, SIGKILL);
+          }
+        }
+      }
       if (stopping_ && !killed_ && Clock::now() - stop_started_ > opt_.grace) {
         killed_ = true;
         bool any = false;
@@ -345,6 +375,11 @@ class Supervisor {
           ::close(s.fd);
           s.fd = -1;
         }
+    if (timed_out_) {
+      write_fully(opt_.err_fd, "lattice launch: failed: the job did not end within its deadline of " +
+                                   std::to_string(opt_.deadline.count()) + " ms\n");
+      return 124;
+    }
     if (first_failed_ >= 0) {
       write_fully(opt_.err_fd, "lattice launch: failed: rank " + std::to_string(first_failed_) + " " +
                                    describe(first_status_) + "\n");
@@ -370,8 +405,12 @@ class Supervisor {
   const LaunchOptions& opt_;
   std::vector<std::unique_ptr<Child>> children_;
   std::map<int, struct sigaction> old_actions_;
+  int lifeline_[2] = {-1, -1};
   bool stopping_ = false;
   bool killed_ = false;
+  bool timed_out_ = false;
+  Clock::time_point started_{};
+  Clock::time_point first_ok_at_{};  // keep_going: when the first rank completed
   Clock::time_point stop_started_{};
   int first_failed_ = -1;
   int first_status_ = 0;

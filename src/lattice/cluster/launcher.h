@@ -8,11 +8,16 @@
 //   - SIGINT/SIGTERM/SIGHUP to the launcher (Ctrl-C): the same stop sequence, exit 130/143/129.
 //   - keep_going (jobs that re-place work on the survivors, `lattice run --nodes`): a failed rank
 //     is reported on stderr and the others carry on; once a rank completed (exit 0), ranks left
-//     stopped (SIGSTOP; the cluster evicted them) are killed; the launcher exits 0 if any rank
-//     completed, else with the first failed rank's status.
-// Every rank runs in its own process group with stdin from /dev/null and dies with the
-// launcher (PR_SET_PDEATHSIG). Every wait is bounded (poll ticks of 100 ms, the grace period,
-// 1 s to drain output after the last exit); every child is reaped: no zombies.
+//     stopped (SIGSTOP; the cluster evicted them) are killed, and ranks still running
+//     finish_within later are stopped; the launcher exits 0 if any rank completed, else with
+//     the first failed rank's status.
+//   - deadline: a job still running then is stopped as above; exit 124.
+// Every rank runs in its own process group and dies with the launcher: PR_SET_PDEATHSIG for
+// the process we start, and for everything it starts in turn (a remote command, a rank on
+// another host) the lifeline (lifeline.h): stdin is a pipe only the launcher holds, and the
+// rank stops when it closes (LATTICE_LIFELINE=stdin is set for every child). Every wait is
+// bounded (poll ticks of 100 ms, the grace period, 1 s to drain output after the last exit);
+// every child is reaped: no zombies.
 //
 // Not thread-safe: run() installs process-wide signal handlers for its duration.
 #pragma once
@@ -54,6 +59,13 @@ struct LaunchOptions {
   std::chrono::milliseconds grace{3000};  // SIGTERM -> SIGKILL
   bool prefix = true;
   bool keep_going = false;  // see above
+  // Bound on the whole job (0: none): ranks still running then are stopped (SIGTERM, SIGKILL
+  // after grace) and run_ranks returns 124, as timeout(1) does.
+  std::chrono::milliseconds deadline{0};
+  // keep_going: once a rank completed, the others have this long to end as well; then they
+  // are stopped (SIGTERM, SIGKILL after grace). A rank that could neither rejoin the
+  // survivors nor end by itself cannot hold the launcher.
+  std::chrono::milliseconds finish_within{10000};
   int out_fd = 1;
   int err_fd = 2;
 };

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "lattice/cluster/control_schema.h"
 #include "lattice/core/log.h"
 
 namespace lattice::cluster {
@@ -106,8 +107,12 @@ Status MemberLink::send(const json& msg, Deadline deadline) {
 }
 
 void MemberLink::pause(bool paused) {
-  std::lock_guard lock(mu_);
-  paused_ = paused;
+  {
+    std::lock_guard lock(mu_);
+    paused_ = paused;
+  }
+  uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof(one));
 }
 
 void MemberLink::close_now() { ch_->shutdown(); }
@@ -175,17 +180,28 @@ void MemberLink::run() {
       if (stop_) return;
       paused = paused_;
     }
+    wakeups_.fetch_add(1, std::memory_order_relaxed);
     auto now = Clock::now();
     if (!lost && !paused && now - last_tx >= opt_.heartbeat_interval) {
       last_tx = now;
       Status s = ch_->send(json{{"t", "hb"}}, Deadline::after(opt_.heartbeat_interval));
       if (!s.ok() && s.code() != ErrorCode::kTimeout) lose(EventKind::kCoordinatorLost, "coordinator: " + s.to_string());
     }
+    // Sleeps until the next heartbeat is due, a message arrives, or pause()/the destructor
+    // rings wake_fd_. With nothing left to do (the link is lost, or paused) it sleeps until
+    // rung: a lost link costs no CPU however long the application takes to notice.
     pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {ch_->fd(), static_cast<short>(lost || paused ? 0 : POLLIN), 0}};
-    auto wait = opt_.heartbeat_interval - (Clock::now() - last_tx);
-    int ms = static_cast<int>(std::clamp<int64_t>(std::chrono::ceil<std::chrono::milliseconds>(wait).count(), 1,
-                                                  opt_.heartbeat_interval.count()));
-    ::poll(fds, 2, ms);
+    int ms = -1;
+    if (!lost && !paused) {
+      auto wait = opt_.heartbeat_interval - (Clock::now() - last_tx);
+      ms = static_cast<int>(std::clamp<int64_t>(std::chrono::ceil<std::chrono::milliseconds>(wait).count(), 1,
+                                                opt_.heartbeat_interval.count()));
+    }
+    ::poll(fds, lost || paused ? 1 : 2, ms);
+    if (fds[0].revents & POLLIN) {
+      uint64_t drained;
+      (void)!::read(wake_fd_, &drained, sizeof drained);
+    }
     if (lost || paused) {
       if (paused) last_rx = Clock::now();  // a stopped process does not judge time it did not see
       continue;
@@ -194,12 +210,7 @@ void MemberLink::run() {
       auto m = ch_->try_recv();
       if (!m.ok()) {
         Status s = m.status();
-        bool evicted = false;
-        {
-          std::lock_guard lock(mu_);
-          evicted = std::any_of(inbox_.begin(), inbox_.end(), [](const json& j) { return j["t"] == "refused"; });
-        }
-        if (s.code() == ErrorCode::kPeerLost && !evicted)
+        if (s.code() == ErrorCode::kPeerLost)
           lose(EventKind::kCoordinatorLost, "the coordinator closed the control connection (died, or dropped us)");
         else
           lose(EventKind::kEvicted, "control link failed: " + s.to_string());
@@ -208,18 +219,22 @@ void MemberLink::run() {
       if (!*m) break;
       last_rx = Clock::now();
       json& msg = **m;
+      auto bad = validate_from_coordinator(msg);
+      if (!bad.ok()) {
+        // Authenticated, so another lattice version: nothing it says after this can be trusted.
+        LATTICE_LOG_ERROR("membership: refused a message from the coordinator: {}", bad.message());
+        lose(EventKind::kCoordinatorLost,
+             "the coordinator sent a message this rank cannot read (another lattice version?): " + bad.message());
+        break;
+      }
       const std::string t = msg["t"].get<std::string>();
       if (t == "hb") continue;
       if (t == "view") {
         MembershipEvent e;
         e.kind = EventKind::kPeerLost;
         e.epoch = msg.value("epoch", uint64_t{0});
-        if (msg.contains("lost") && msg["lost"].is_array())
-          for (auto& r : msg["lost"])
-            if (r.is_number_integer()) e.ranks.push_back(r.get<int>());
-        if (msg.contains("alive") && msg["alive"].is_array())
-          for (auto& r : msg["alive"])
-            if (r.is_number_integer()) e.alive.push_back(r.get<int>());
+        for (auto& r : msg["lost"]) e.ranks.push_back(r.get<int>());
+        for (auto& r : msg["alive"]) e.alive.push_back(r.get<int>());
         e.reason = msg.value("reason", "");
         e.detected_at = Clock::now();
         raise(std::move(e));
@@ -233,9 +248,19 @@ void MemberLink::run() {
         raise(std::move(e));
         continue;
       }
-      std::lock_guard lock(mu_);
-      inbox_.push_back(std::move(msg));
-      cv_.notify_all();
+      const bool refused = t == "refused";
+      const std::string reason = refused ? msg.value("reason", std::string("?")) : std::string();
+      {
+        std::lock_guard lock(mu_);
+        inbox_.push_back(std::move(msg));
+        cv_.notify_all();
+      }
+      // Refused after joining: the coordinator declared us dead (we were stopped or cut off)
+      // and will never take us back. A refused hello is the joiner's to report (wait_for).
+      if (refused) {
+        lose(EventKind::kEvicted, "evicted by the coordinator: " + reason);
+        break;
+      }
     }
     if (!lost && Clock::now() - last_rx > opt_.failure_timeout) {
       auto ms_silent = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - last_rx).count();

@@ -18,6 +18,7 @@
 // thread: it must return quickly and must not call back into MemberLink's blocking methods.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -88,6 +89,8 @@ class MemberLink {
   // nothing read. close_now() drops the connection as a killed process would.
   void pause(bool paused);
   void close_now();
+  // How many times the heartbeat thread woke (tests: a lost or paused link sleeps).
+  uint64_t wakeups() const { return wakeups_.load(std::memory_order_relaxed); }
 
  private:
   MemberLink() = default;
@@ -101,6 +104,7 @@ class MemberLink {
   Callback internal_, user_;
   std::thread thread_;
   int wake_fd_ = -1;
+  std::atomic<uint64_t> wakeups_{0};
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -15,6 +15,8 @@
 //   LATTICE_INSECURE=1                authenticate, do not encrypt
 //   LATTICE_REJOIN=1                  join a running cluster at its next epoch
 //   LATTICE_HEARTBEAT_MS, LATTICE_FAILURE_TIMEOUT_MS, LATTICE_CONNECT_TIMEOUT_MS  timing
+//   LATTICE_LIFELINE=stdin            stdin is the launcher's lifeline (lifeline.h): it closes
+//                                     when the launcher dies, and the rank then stops
 //
 // Boolean variables: set, non-empty and not "0" means true. Integers: decimal, 0..1e6.
 #pragma once
@@ -43,6 +45,7 @@ inline constexpr const char* kRejoin = "LATTICE_REJOIN";
 inline constexpr const char* kHeartbeatMs = "LATTICE_HEARTBEAT_MS";
 inline constexpr const char* kFailureTimeoutMs = "LATTICE_FAILURE_TIMEOUT_MS";
 inline constexpr const char* kConnectTimeoutMs = "LATTICE_CONNECT_TIMEOUT_MS";
+inline constexpr const char* kLifeline = "LATTICE_LIFELINE";
 }  // namespace env
 
 struct RankEnv {

@@ -25,9 +25,10 @@
 //   completes with that error and every later post returns it.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <array>
 #include <memory>
 #include <optional>
 #include <span>
@@ -142,6 +143,11 @@ struct EndpointOptions {
   std::chrono::milliseconds peer_timeout{2000};
   // Rank of the peer, only for error messages and logs.
   int peer_rank = Status::kNoPeer;
+  // Optional: the owner's verdict on the peer (a cluster's membership sets it when the peer is
+  // declared dead, or when this rank lost the coordinator). Read at every progress: once true
+  // the endpoint fails with kPeerLost, every outstanding operation completes with that error,
+  // at the next poll instead of after peer_timeout. Must outlive the endpoint.
+  const std::atomic<bool>* declared_lost = nullptr;
 };
 
 // A peer's region (a slice of it) mapped into this process: loads and stores reach the

@@ -641,6 +641,13 @@ bool ShmEndpoint::has_work() const {
 
 void ShmEndpoint::progress(bool try_only) {
   std::unique_lock lock(mu_, std::defer_lock);
+  if (options_.declared_lost && !failed_.load(std::memory_order_relaxed) &&
+      options_.declared_lost->load(std::memory_order_acquire)) {
+    lock.lock();
+    if (!failed_ && connected_)
+      (void)fail_locked(PeerLost("shm: peer process " + str(peer_pid_) + " was declared lost by the cluster", options_.peer_rank));
+    return;
+  }
   if (try_only) {
     if (!has_work() || !lock.try_lock()) return;
   } else {

@@ -329,6 +329,10 @@ void Conn::check_liveness(Clock::time_point now) {
 
 void Conn::progress_locked(Clock::time_point now) {
   if (!connected_ || rx_ == Rx::kDead) return;
+  if (options_.declared_lost && options_.declared_lost->load(std::memory_order_acquire)) {
+    fail(PeerLost(peer_text() + " was declared lost by the cluster", options_.peer_rank), /*tell_peer=*/true);
+    return;
+  }
   if (!tx_.empty()) flush_tx();
   read_rx();
   if (!tx_.empty()) flush_tx();

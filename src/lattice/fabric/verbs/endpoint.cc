@@ -482,6 +482,10 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
   // One round of progress; true if anything happened.
   bool step_locked(Clock::time_point now) {
     if (state_ == kIdle) return false;
+    if (state_ == kConnected && opts_.declared_lost && opts_.declared_lost->load(std::memory_order_acquire)) {
+      fail_locked(PeerLost("verbs: the peer was declared lost by the cluster", opts_.peer_rank));
+      return true;
+    }
     bool work = false;
     ibv_wc wc[32];
     int n = api_.poll_cq(vcq_, 32, wc);
