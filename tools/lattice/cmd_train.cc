@@ -51,7 +51,7 @@ Registrar train_cmd{
        app.add_option("--kv-heads", o.model.kv_heads, "key/value heads (0: same as --heads)")->capture_default_str();
        app.add_option("--ffn", o.model.ffn, "feed-forward length")->capture_default_str();
        app.add_option("--vocab", o.model.vocab, "vocabulary size (the BPE trained on --data)")->capture_default_str();
-       app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
+       app.add_option("--steps", o.steps, "optimizer steps (default 200; resuming: the checkpoint's)");
        app.add_option("--batch", o.batch, "global batch, in sequences")->capture_default_str();
        app.add_option("--seq", o.seq, "sequence length (tokens)")->capture_default_str();
        app.add_option("--lr", o.lr, "peak learning rate (AdamW)")->capture_default_str();

@@ -74,7 +74,6 @@ Status apply_header(const json& h, TrainOptions& o, BpeVocab& vocab, uint64_t& n
 }
 
 Status check_options(const TrainOptions& o) {
-  if (o.steps == 0) return InvalidArgument("--steps must be > 0");
   if (o.batch == 0 || o.seq < 2) return InvalidArgument("--batch must be > 0 and --seq at least 2");
   if (!(o.lr > 0) || !std::isfinite(o.lr)) return InvalidArgument("--lr must be a positive number");
   if (!(o.val_fraction > 0 && o.val_fraction < 0.5)) return InvalidArgument("the validation fraction must be in (0, 0.5)");
@@ -96,6 +95,7 @@ Result<TrainReport> train(const TrainOptions& in, GradGroup& group, const Progre
     LATTICE_ASSIGN_OR_RETURN(ck, read_checkpoint(o.resume));
     LATTICE_RETURN_IF_ERROR(apply_header(ck.header, o, vocab, start, report.history));
   }
+  if (o.steps == 0) o.steps = 200;
   LATTICE_RETURN_IF_ERROR(check_options(o));
   LATTICE_ASSIGN_OR_RETURN(std::string corpus, read_corpus(o.data));
   if (!resumed) {

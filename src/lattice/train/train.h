@@ -44,7 +44,7 @@ class SoloGroup final : public GradGroup {
 struct TrainOptions {
   std::vector<std::string> data;
   LlamaConfig model;            // model.vocab is the tokenizer's size too
-  uint64_t steps = 200;
+  uint64_t steps = 0;           // 0: the checkpoint's when resuming, else 200
   uint32_t batch = 16;          // global batch, sequences
   uint32_t seq = 256;
   float lr = 1e-3f;
