@@ -9,6 +9,7 @@
 
 #include "command.h"
 #include "lattice/train/train.h"
+#include "dist_run.h"
 #include "train_dist.h"
 
 namespace lattice::cli {
@@ -82,7 +83,7 @@ Registrar train_cmd{
            std::fprintf(stderr, "lattice train: --arch %s: only llama is implemented\n", a->arch.c_str());
            return 2;
          }
-         if (o.data.empty() && o.resume.empty()) {
+         if (o.data.empty() && o.resume.empty() && !under_cluster_launcher()) {  // ranks get the job in the environment
            std::fprintf(stderr, "lattice train: --data FILE... is required (or --resume CKPT)\n");
            return 2;
          }

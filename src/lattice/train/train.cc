@@ -156,7 +156,8 @@ Result<TrainReport> train(const TrainOptions& in, GradGroup& group, const Progre
   double last_val = -1;
   for (uint64_t step = start; step < o.steps; ++step) {
     if (o.stop_after && step - start >= o.stop_after) break;
-    group.before_step(step);
+    LATTICE_RETURN_IF_ERROR(group.before_step(step));
+    bool skipped = false;  // a peer completed this step before a loss: its state was taken
     for (;;) {
       const int world = group.world_size(), rank = group.rank();
       const size_t r0 = size_t(o.batch) * rank / world, r1 = size_t(o.batch) * (rank + 1) / world;
@@ -169,16 +170,28 @@ Result<TrainReport> train(const TrainOptions& in, GradGroup& group, const Progre
       Status st = group.all_reduce_sum(buf);
       if (st.ok()) break;
       if (st.code() != ErrorCode::kPeerLost) return st.with_context("step " + std::to_string(step));
+      // Redo the step on the survivors: the same global batch, its rows split anew.
+      const auto t_rec = Clock::now();
       Status rs = group.recover();
       if (!rs.ok()) return rs.with_context("recovering from " + st.to_string());
-      report.recoveries.push_back({step, world, group.world_size(), st.to_string()});
+      uint64_t next = step;
+      LATTICE_RETURN_IF_ERROR(group.sync_state(next, params, opt.m(), opt.v()));
+      report.recoveries.push_back({step, world, group.world_size(), st.to_string(),
+                                   std::chrono::duration<double, std::milli>(Clock::now() - t_rec).count()});
+      if (next > step) {
+        step = next - 1;  // the loop's ++step lands on `next`
+        skipped = true;
+        break;
+      }
     }
+    if (skipped) continue;
     const AdamW::StepInfo info = opt.step(params, grads, step, pool);
     StepRecord rec{step, buf[n] / global_tokens, -1, info.lr};
     const bool last = step + 1 == o.steps;
     if (last || (o.val_every && (step + 1) % o.val_every == 0)) rec.val_loss = last_val = validate();
     report.history.push_back(rec);
     ++done;
+    if (o.on_step) o.on_step(step, params);
     if (o.checkpoint_every && (step + 1) % o.checkpoint_every == 0 && !last)
       LATTICE_RETURN_IF_ERROR(save(step + 1));
     if (progress) {

@@ -30,8 +30,14 @@ class GradGroup {
   virtual Status all_reduce_sum(std::span<float> data) = 0;
   // After kPeerLost: shrink to the survivors (rank and world_size change). Not every group can.
   virtual Status recover() { return Unavailable("this group cannot recover from a lost rank"); }
-  // A hook to make a fault happen at a chosen step (tests, --inject-fault).
-  virtual void before_step(uint64_t step) {}
+  // After recover(): every member continues from the furthest step any of them completed;
+  // members behind receive that member's weights and optimizer moments, and next_step moves.
+  virtual Status sync_state(uint64_t& next_step, std::span<float> params, std::span<float> m, std::span<float> v) {
+    return Status::Ok();
+  }
+  // Called at the start of every step; an error ends this rank's training with it (a fault
+  // injected at a chosen step: tests, --inject-fault).
+  virtual Status before_step(uint64_t step) { return Status::Ok(); }
 };
 
 class SoloGroup final : public GradGroup {
@@ -62,6 +68,8 @@ struct TrainOptions {
   std::string resume;           // a checkpoint to continue from
   std::string loss_csv, loss_svg;
   uint64_t stop_after = 0;      // > 0: stop (as if killed) once this many steps are done (tests)
+  // After every step's update, with the weights (tests: identical on every rank).
+  std::function<void(uint64_t step, std::span<const float> params)> on_step;
 };
 
 struct StepRecord {
@@ -75,6 +83,7 @@ struct Recovery {
   uint64_t step = 0;
   int world_before = 0, world_after = 0;
   std::string reason;
+  double recover_ms = 0;  // from the failed all-reduce to the survivors agreeing
 };
 
 struct TrainReport {
