@@ -25,7 +25,7 @@ nlohmann::json report_json(const train::TrainReport& r, const train::TrainOption
     rec.push_back({{"step", ev.step}, {"world_before", ev.world_before}, {"world_after", ev.world_after},
                    {"reason", ev.reason}, {"recover_ms", ev.recover_ms}});
   return {{"steps", r.steps},         {"final_loss", r.final_loss},     {"val_loss", r.val_loss},
-          {"samples_per_s", r.samples_per_s}, {"tokens_per_s", r.tokens_per_s}, {"seconds", r.seconds},
+          {"samples_per_s", r.samples_per_s}, {"tokens_per_s", r.tokens_per_s}, {"seconds", r.seconds}, {"step_ms_median", r.step_ms_median},
           {"n_params", r.n_params},   {"world_size", world},            {"recoveries", rec},
           {"output", o.out},          {"checkpoint", o.checkpoint}};
 }

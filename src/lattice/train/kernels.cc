@@ -216,9 +216,8 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                         const float* k, const float* v, const AttnShape& s, engine::ThreadPool& pool) {
   const size_t S = s.seq, hd = s.head_dim, D = s.heads * hd, KD = s.kv_heads * hd, group = s.heads / s.kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  std::vector<std::vector<float>> scratch(pool.n_threads());
-  pool.parallel_for(s.batch * s.kv_heads, [&](size_t task, size_t thread) {
-    std::vector<float>& ds_buf = scratch[thread];
+  pool.parallel_for(s.batch * s.kv_heads, [&](size_t task, size_t) {
+    static thread_local std::vector<float> ds_buf;  // kept: a fresh one a call would fault its pages in again
     if (ds_buf.size() < S * S) ds_buf.assign(S * S, 0.0f);
     float* dS = ds_buf.data();
     const size_t b = task / s.kv_heads, kvh = task % s.kv_heads;

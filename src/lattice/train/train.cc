@@ -154,9 +154,11 @@ Result<TrainReport> train(const TrainOptions& in, GradGroup& group, const Progre
   const auto t0 = Clock::now();
   uint64_t done = 0;
   double last_val = -1;
+  std::vector<double> step_ms;
   for (uint64_t step = start; step < o.steps; ++step) {
     if (o.stop_after && step - start >= o.stop_after) break;
     LATTICE_RETURN_IF_ERROR(group.before_step(step));
+    const auto t_step = Clock::now();
     bool skipped = false;  // a peer completed this step before a loss: its state was taken
     for (;;) {
       const int world = group.world_size(), rank = group.rank();
@@ -186,6 +188,7 @@ Result<TrainReport> train(const TrainOptions& in, GradGroup& group, const Progre
     }
     if (skipped) continue;
     const AdamW::StepInfo info = opt.step(params, grads, step, pool);
+    step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t_step).count());
     StepRecord rec{step, buf[n] / global_tokens, -1, info.lr};
     const bool last = step + 1 == o.steps;
     if (last || (o.val_every && (step + 1) % o.val_every == 0)) rec.val_loss = last_val = validate();
@@ -206,6 +209,10 @@ Result<TrainReport> train(const TrainOptions& in, GradGroup& group, const Progre
   report.val_loss = last_val >= 0 ? last_val : validate();
   report.samples_per_s = report.seconds > 0 ? done * double(o.batch) / report.seconds : 0;
   report.tokens_per_s = report.samples_per_s * o.seq;
+  if (!step_ms.empty()) {
+    std::nth_element(step_ms.begin(), step_ms.begin() + step_ms.size() / 2, step_ms.end());
+    report.step_ms_median = step_ms[step_ms.size() / 2];
+  }
   if (o.stop_after && report.steps < o.steps) return report;  // "killed": nothing more is written
   LATTICE_RETURN_IF_ERROR(save(report.steps));
   if (group.rank() == 0) {

@@ -91,6 +91,7 @@ struct TrainReport {
   double final_loss = 0, val_loss = 0;
   double samples_per_s = 0, tokens_per_s = 0;
   double seconds = 0;
+  double step_ms_median = 0;  // forward, backward, all-reduce and update of one step (no validation)
   size_t n_params = 0;
   std::vector<StepRecord> history;
   std::vector<Recovery> recoveries;
