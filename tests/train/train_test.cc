@@ -185,3 +185,39 @@ TEST_F(TrainFixture, BadOptionsGetClearErrors) {
 
 }  // namespace
 }  // namespace lattice::train
+
+namespace lattice::train {
+namespace {
+
+std::pair<int, std::string> run_lattice(const std::string& args) {
+  const std::string cmd = std::string(LATTICE_BINARY_DIR) + "/lattice train " + args + " 2>&1";
+  std::string out;
+  int rc = -1;
+  if (FILE* p = ::popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    size_t got;
+    while ((got = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, got);
+    rc = ::pclose(p);
+  }
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, out};
+}
+
+TEST(TrainCli, BadFlagsGetAClearErrorAndAnExitCode) {
+  auto [rc, out] = run_lattice("--steps 3");
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(out.find("--data"), std::string::npos) << out;
+  std::tie(rc, out) = run_lattice("--data /nonexistent/x.txt --steps 3");
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("/nonexistent/x.txt"), std::string::npos) << out;
+  std::tie(rc, out) = run_lattice("--data /etc/hostname --inject-fault 1@5");
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(out.find("--nodes"), std::string::npos) << out;
+  std::tie(rc, out) = run_lattice("--data /etc/hostname --nodes 2 --inject-fault 5@1");
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(out.find("rank 5"), std::string::npos) << out;
+  std::tie(rc, out) = run_lattice("--data /etc/hostname --arch qwen2");
+  EXPECT_EQ(rc, 2);
+}
+
+}  // namespace
+}  // namespace lattice::train
