@@ -6,7 +6,11 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 pkgs=(build-essential cmake ninja-build ccache pkg-config git
       libgtest-dev libgmock-dev libbenchmark-dev
       nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libsodium-dev libssl-dev
-      libibverbs-dev iproute2 procps libboost-dev curl python3-numpy)
+      libibverbs-dev iproute2 procps libboost-dev curl
+      # lattice train: PyTorch (CPU) as the gradient oracle of tests/train (capability "torch")
+      # and the peer of bench/train_vs_torch.sh, with OpenBLAS so its matmuls are not the
+      # reference BLAS; the King James Bible as the training corpus (scripts/kjv_corpus.sh).
+      python3-torch python3-numpy libopenblas0-pthread bible-kjv bible-kjv-text)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then

@@ -334,6 +334,8 @@ int run_rank(DistRunArgs a) {
 
 }  // namespace
 
+bool parse_inject_fault(const std::string& text, int* rank, int* at, int* sig) { return parse_fault(text, rank, at, sig); }
+
 bool under_cluster_launcher() {
   auto env = cluster::RankEnv::from_env();
   return env.ok() && env->launched;

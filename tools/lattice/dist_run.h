@@ -34,6 +34,9 @@ struct DistRunArgs {
   std::string inject_fault;  // "RANK@TOKEN": that rank SIGKILLs itself after TOKEN tokens (demos, tests)
 };
 
+// "RANK@N[:kill|:stop]" (empty: no fault) into the rank, the token or step N, and the signal
+// (SIGKILL or SIGSTOP); false when malformed. `run` and `train` share it.
+bool parse_inject_fault(const std::string& text, int* rank, int* at, int* sig);
 // True when this process was started as a rank of a cluster of more than one.
 bool under_cluster_launcher();
 // The demo model (make-model, small llama), written once into the cache directory.
