@@ -1,4 +1,5 @@
 #include "dist_run.h"
+#include "demo_model.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -21,7 +22,6 @@
 #include "lattice/cluster/launcher.h"
 #include "lattice/coll/coll.h"
 #include "lattice/cluster/rank_env.h"
-#include "lattice/engine/gguf/make_model.h"
 #include "lattice/engine/model/arch.h"
 #include "lattice/engine/model/hparams.h"
 #include "lattice/engine/parallel/distributed.h"
@@ -341,42 +341,6 @@ bool under_cluster_launcher() {
   return env.ok() && env->launched;
 }
 
-std::string demo_model_path(std::string* error) {
-  namespace fs = std::filesystem;
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  fs::path dir = xdg && *xdg ? fs::path(xdg) / "lattice" : home && *home ? fs::path(home) / ".cache" / "lattice"
-                                                                            : fs::temp_directory_path() / "lattice";
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  const fs::path path = dir / "demo-llama-q8_0-d512-l4.gguf";
-  if (fs::exists(path, ec)) return path.string();
-  engine::MakeModelOptions o;
-  o.arch = "llama";
-  o.dim = 512;
-  o.layers = 4;
-  o.heads = 8;
-  o.kv_heads = 4;
-  o.ffn = 1408;
-  o.vocab = 2048;
-  o.type = "q8_0";
-  o.pure = true;
-  o.name = "lattice-demo";
-  // Written under a temporary name and renamed: concurrent demos never see half a file.
-  const fs::path tmp = dir / ("demo-" + std::to_string(::getpid()) + ".tmp.gguf");
-  auto r = engine::make_model(o, tmp.string());
-  if (!r.ok()) {
-    *error = "demo model: " + r.status().to_string();
-    return "";
-  }
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    *error = "demo model: " + ec.message();
-    return "";
-  }
-  return path.string();
-}
-
 int run_distributed(DistRunArgs a) {
   if (a.n_predict < 0) return fail("-n must be >= 0");
   if (a.threads < 1 || a.threads > 1024) return fail("-t must be in 1..1024 with --nodes (threads per rank)");
@@ -388,11 +352,11 @@ int run_distributed(DistRunArgs a) {
       if (a.model.empty()) return fail(err);
       std::fprintf(stderr,
                    "lattice run: demo model %s\n"
-                   "lattice run: its weights are random (make-model), so the text below is not meant to make sense;\n"
-                   "             it shows the cluster at work: %d ranks splitting every layer, and their figures\n",
+                   "lattice run: a 1.4 M-parameter Llama that `lattice train` trained on the King James Bible\n"
+                   "             (docs/TRAIN.md): expect its words and cadence, not sense; %d ranks split every layer\n",
                    a.model.c_str(), a.nodes == 0 ? 2 : a.nodes);
     }
-    if (a.prompt.empty()) a.prompt = "The cluster is one computer";
+    if (a.prompt.empty()) a.prompt = "And God said";
     if (a.nodes == 0) a.nodes = 2;
   }
   if (a.model.empty()) return fail("-m is required (or --demo)");

@@ -39,8 +39,6 @@ struct DistRunArgs {
 bool parse_inject_fault(const std::string& text, int* rank, int* at, int* sig);
 // True when this process was started as a rank of a cluster of more than one.
 bool under_cluster_launcher();
-// The demo model (make-model, small llama), written once into the cache directory.
-std::string demo_model_path(std::string* error);
 int run_distributed(DistRunArgs args);
 
 }  // namespace lattice::cli
