@@ -6,7 +6,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 pkgs=(build-essential cmake ninja-build ccache pkg-config git
       libgtest-dev libgmock-dev libbenchmark-dev
       nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libsodium-dev libssl-dev
-      libibverbs-dev iproute2 procps libboost-dev curl)
+      libibverbs-dev iproute2 procps libboost-dev curl python3-numpy)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then
