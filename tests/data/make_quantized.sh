@@ -34,9 +34,13 @@ quantize "$tmp/llama-f32.gguf" llama-q4_k_m.gguf Q4_K_M
 quantize "$tmp/qwen3moe-f32.gguf" qwen3moe-q2_k.gguf Q2_K
 
 # gguf-py's llama file (written as convert_hf_to_gguf.py would) in Q3_K_M.
-if [ -f "$repo/tests/gguf_py/write_model.py" ]; then
-  PYTHONPATH=$("$repo/scripts/gguf_py.sh") python3 "$repo/tests/gguf_py/write_model.py" --arch llama --type f32 \
-    --seed 7 -o "$tmp/gguf-py-llama-f32.gguf"
-  quantize "$tmp/gguf-py-llama-f32.gguf" gguf-py-llama-q3_k_m.gguf Q3_K_M
-fi
+# (Debian's python3-numpy belongs to /usr/bin/python3, which a pyenv python3 may not see.)
+py=python3
+python3 -c 'import numpy' 2>/dev/null || py=/usr/bin/python3
+PYTHONPATH=$("$repo/scripts/gguf_py.sh") "$py" "$repo/tests/gguf_py/write_model.py" --arch llama --type f32 \
+  --seed 7 --ffn 256 --vocab 512 -o "$tmp/gguf-py-llama-f32.gguf"
+quantize "$tmp/gguf-py-llama-f32.gguf" gguf-py-llama-q3_k_m.gguf Q3_K_M
+PYTHONPATH=$("$repo/scripts/gguf_py.sh") "$py" "$repo/tests/gguf_py/write_model.py" --arch mixtral --type f32 \
+  --seed 7 --layers 1 --vocab 512 -o "$tmp/gguf-py-mixtral-f32.gguf"
+quantize "$tmp/gguf-py-mixtral-f32.gguf" gguf-py-mixtral-q2_k.gguf Q2_K
 ls -l "$here"/*.gguf
