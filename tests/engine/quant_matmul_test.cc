@@ -64,7 +64,9 @@ size_t act_block(TensorType t) {
     case TensorType::kQ8_0: return 32;
     case TensorType::kQ4_K:
     case TensorType::kQ5_K:
-    case TensorType::kQ6_K: return 256;
+    case TensorType::kQ6_K:
+    case TensorType::kQ2_K:
+    case TensorType::kQ3_K: return 256;
     default: return 0;  // not quantized
   }
 }
@@ -92,7 +94,13 @@ Bound reference(const Mat& m, const std::vector<float>& x, size_t t, size_t r) {
 }
 
 const TensorType kTypes[] = {TensorType::kF32,  TensorType::kF16,  TensorType::kBF16, TensorType::kQ8_0,
-                             TensorType::kQ4_0, TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K};
+                             TensorType::kQ4_0, TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K,
+                             TensorType::kQ2_K, TensorType::kQ3_K};
+
+bool is_kquant(TensorType t) {
+  return t == TensorType::kQ2_K || t == TensorType::kQ3_K || t == TensorType::kQ4_K || t == TensorType::kQ5_K ||
+         t == TensorType::kQ6_K;
+}
 
 std::vector<Isa> isas() {
   std::vector<Isa> v;
@@ -121,9 +129,10 @@ TEST(Matmul, EveryTypeIsaLayoutAndTokenCountMatchesReference) {
     auto in_place = Weight::view(view);
     ASSERT_TRUE(packed.ok() && in_place.ok());
     // Which types get the interleaved layout: Q4_0/Q8_0 always, K-quants with AVX-512.
-    const bool kquant = type == TensorType::kQ4_K || type == TensorType::kQ5_K || type == TensorType::kQ6_K;
+    // Q2_K / Q3_K always run on their GGUF rows.
+    const bool packable_kquant = type == TensorType::kQ4_K || type == TensorType::kQ5_K || type == TensorType::kQ6_K;
     const bool expect_packed = type == TensorType::kQ4_0 || type == TensorType::kQ8_0 ||
-                               (kquant && active_isa() == Isa::kAvx512);
+                               (packable_kquant && active_isa() == Isa::kAvx512);
     EXPECT_EQ(packed->packed(), expect_packed) << static_cast<int>(type);
     EXPECT_FALSE(in_place->packed());
     for (size_t n_tok : {1, 2, 3, 5, 7, 9, 13}) {
@@ -166,7 +175,8 @@ TEST(Matmul, AggregateErrorIsQuantizationSized) {
     double max_nmse;
   };
   for (Case c : {Case{TensorType::kQ8_0, 1e-4}, Case{TensorType::kQ4_0, 1.5e-2}, Case{TensorType::kQ4_K, 1.2e-2},
-                 Case{TensorType::kQ5_K, 4e-3}, Case{TensorType::kQ6_K, 1.5e-3}, Case{TensorType::kBF16, 1e-5}}) {
+                 Case{TensorType::kQ5_K, 4e-3}, Case{TensorType::kQ6_K, 1.5e-3}, Case{TensorType::kBF16, 1e-5},
+                 Case{TensorType::kQ3_K, 5e-2}, Case{TensorType::kQ2_K, 1.5e-1}}) {
     std::mt19937 rng(1);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::vector<float> wf(rows * cols);
@@ -241,7 +251,7 @@ TEST(Matmul, SmallestAndLongRowsMatchReference) {
   IsaGuard guard;
   ThreadPool pool(2);
   for (TensorType type : kTypes) {
-    const size_t min_cols = (type == TensorType::kQ4_K || type == TensorType::kQ5_K || type == TensorType::kQ6_K) ? 256
+    const size_t min_cols = is_kquant(type) ? 256
                             : (type == TensorType::kQ4_0 || type == TensorType::kQ8_0)                       ? 32
                                                                                                               : 1;
     for (auto [rows, cols] : {std::pair<size_t, size_t>{1, min_cols}, {20, 5632}}) {
@@ -304,7 +314,7 @@ TEST(Matmul, DeterministicAcrossThreadsAndBatching) {
 TEST(Matmul, RejectsBadWeights) {
   std::vector<uint8_t> bytes(1024);
   EXPECT_EQ(Weight::view({TensorType::kQ4_0, bytes.data(), 2, 33, 0}).status().code(), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(Weight::pack({TensorType::kQ2_K, bytes.data(), 2, 256, 0}).status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(Weight::pack({TensorType::kQ8_1, bytes.data(), 2, 256, 0}).status().code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(Weight::pack({TensorType::kQ8_0, nullptr, 2, 32, 0}).status().code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(Weight::pack({TensorType::kQ8_0, bytes.data(), 2, 64, 20}).status().code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(Weight::pack({TensorType::kQ8_0, bytes.data(), 0, 64, 0}).status().code(), ErrorCode::kInvalidArgument);

@@ -37,6 +37,9 @@ double nmse(const std::vector<float>& a, const std::vector<float>& b) {
 //  Q4_K: s = range/15 per 32, range ~4-5 sigma, plus 6-bit scale/min rounding: ~(5/15)^2/12 = 9e-3.
 //  Q5_K: same with 31 levels: (5/31)^2/12 = 2.2e-3.
 //  Q6_K: s = amax/32 per 16 (amax ~1.8-2.5) with 8-bit scales: (2.5/32)^2/12 = 5.1e-4.
+//  Q3_K: s = amax/4 per 16 (amax ~2-2.5) with 6-bit scales: (2.5/4)^2/12 = 3.3e-2.
+//  Q2_K: s = range/3 per 16 (range ~3.5-4, min clamped <= 0) with 4-bit scales and mins:
+//        (4/3)^2/12 = 0.15 worst, ~0.1 typical.
 //  F16: relative rounding 2^-11, NMSE <= 2^-22/3 ~ 8e-8;  BF16: 2^-8 -> 2^-16/3 ~ 5e-6.
 struct RoundTrip {
   TensorType type;
@@ -80,14 +83,16 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, QuantRoundTrip,
                          ::testing::Values(RoundTrip{TensorType::kF32, 1e-30}, RoundTrip{TensorType::kF16, 1e-7},
                                            RoundTrip{TensorType::kBF16, 6e-6}, RoundTrip{TensorType::kQ8_0, 6e-5},
                                            RoundTrip{TensorType::kQ4_0, 1.2e-2}, RoundTrip{TensorType::kQ4_K, 9e-3},
-                                           RoundTrip{TensorType::kQ5_K, 2.2e-3}, RoundTrip{TensorType::kQ6_K, 5.1e-4}));
+                                           RoundTrip{TensorType::kQ5_K, 2.2e-3}, RoundTrip{TensorType::kQ6_K, 5.1e-4},
+                                           RoundTrip{TensorType::kQ3_K, 3.3e-2}, RoundTrip{TensorType::kQ2_K, 0.15}));
 
 TEST(Quantize, RejectsPartialBlocksAndUnsupportedTypes) {
   std::vector<float> x(100);
   std::vector<uint8_t> q(1024);
   EXPECT_EQ(quantize_row(TensorType::kQ4_0, x.data(), q.data(), 33).code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(quantize_row(TensorType::kQ4_K, x.data(), q.data(), 32).code(), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(quantize_row(TensorType::kQ2_K, x.data(), q.data(), 256).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(quantize_row(TensorType::kQ5_1, x.data(), q.data(), 256).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(quantize_row(TensorType::kQ3_K, x.data(), q.data(), 128).code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(dequantize_row(TensorType::kQ8_K, q.data(), x.data(), 256).code(), ErrorCode::kInvalidArgument);
 }
 
@@ -191,10 +196,52 @@ TEST(QuantLayout, Q6_K) {
   }
 }
 
+TEST(QuantLayout, Q2_KAndQ3_K) {
+  // Q2_K: scales[16] (low nibble scale, high nibble min), qs[64], fp16 d, fp16 dmin.
+  // Q3_K: hmask[32], qs[64], scales[12] (6-bit, offset 32), fp16 d.
+  // Element e = 128h + 32j + l: low 2 bits at bits 2j of qs[32h + l]; Q3_K's third bit is bit
+  // 4h + j of hmask[l], and a clear bit subtracts 4. Scale index e/16.
+  std::mt19937 rng(9);
+  uint8_t b2[84];
+  for (auto& b : b2) b = static_cast<uint8_t>(rng());
+  put_u16(b2 + 80, 0x3800);  // d = 0.5
+  put_u16(b2 + 82, 0x3400);  // dmin = 0.25
+  float y[256];
+  ASSERT_TRUE(dequantize_row(TensorType::kQ2_K, b2, y, 256).ok());
+  for (int e = 0; e < 256; ++e) {
+    const int h = e / 128, j = (e % 128) / 32, l = e % 32;
+    const int q = (b2[16 + 32 * h + l] >> (2 * j)) & 3;
+    ASSERT_FLOAT_EQ(y[e], 0.5f * (b2[e / 16] & 15) * q - 0.25f * (b2[e / 16] >> 4)) << "Q2_K element " << e;
+  }
+  uint8_t b3[110];
+  for (auto& b : b3) b = static_cast<uint8_t>(rng());
+  put_u16(b3 + 108, 0x3c00);  // d = 1
+  // Scales as llama.cpp's dequantizer reads them: three little-endian words a0, a1, a2 of the
+  // 12 bytes; scales 0-3 = low nibbles of a0 | bits 0-1 of a2's bytes << 4, 4-7 = low nibbles
+  // of a1 | bits 2-3, 8-11 = high nibbles of a0 | bits 4-5, 12-15 = high nibbles of a1 | bits 6-7.
+  uint32_t aw[3];
+  std::memcpy(aw, b3 + 96, 12);
+  int sc[16];
+  for (int i = 0; i < 4; ++i) {
+    const int top = (aw[2] >> (8 * i)) & 0xff;
+    sc[i] = ((aw[0] >> (8 * i)) & 15) | ((top & 3) << 4);
+    sc[4 + i] = ((aw[1] >> (8 * i)) & 15) | (((top >> 2) & 3) << 4);
+    sc[8 + i] = ((aw[0] >> (8 * i + 4)) & 15) | (((top >> 4) & 3) << 4);
+    sc[12 + i] = ((aw[1] >> (8 * i + 4)) & 15) | (((top >> 6) & 3) << 4);
+  }
+  ASSERT_TRUE(dequantize_row(TensorType::kQ3_K, b3, y, 256).ok());
+  for (int e = 0; e < 256; ++e) {
+    const int h = e / 128, j = (e % 128) / 32, l = e % 32;
+    const int low = (b3[32 + 32 * h + l] >> (2 * j)) & 3;
+    const bool hi = (b3[l] >> (4 * h + j)) & 1;
+    ASSERT_FLOAT_EQ(y[e], 1.0f * (sc[e / 16] - 32) * (low - (hi ? 0 : 4))) << "Q3_K element " << e;
+  }
+}
+
 TEST(QuantLayout, QuantizeProducesTheLayoutItDescribes) {
   // Quantizing the dequantized values of a random valid block must reproduce the block values
   // (quantize -> dequantize is idempotent on representable rows).
-  for (TensorType t : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ6_K}) {
+  for (TensorType t : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ6_K, TensorType::kQ3_K}) {
     auto x = gaussian(256, 11);
     std::vector<uint8_t> q(*row_bytes(t, 256)), q2(q.size());
     std::vector<float> y(256), y2(256);

@@ -6,6 +6,7 @@
 
 #include "command.h"
 #include "lattice/engine/gguf/make_model.h"
+#include "lattice/engine/gguf/presets.h"
 
 namespace lattice::cli {
 namespace {
@@ -14,6 +15,8 @@ Registrar make_model_cmd{
     {"make-model", "write a GGUF model with random weights (llama, qwen2, qwen3, qwen3moe; llama with --experts: Mixtral)", [](CLI::App& app) {
        auto o = std::make_shared<engine::MakeModelOptions>();
        auto out = std::make_shared<std::string>();
+       auto preset = std::make_shared<std::string>();
+       auto shape_only = std::make_shared<bool>(false);
        app.add_option("--arch", o->arch, "llama | qwen2 | qwen3 | qwen3moe (llama with --experts: Mixtral)")
            ->capture_default_str();
        app.add_option("--dim", o->dim, "embedding length")->capture_default_str();
@@ -43,10 +46,18 @@ Registrar make_model_cmd{
                       "write a split set with at most this much tensor data a file (e.g. 500M, 2G)")
            ->transform(CLI::AsSizeValue(false));
        app.add_option("--threads", o->threads, "worker threads (0: all cores)");
+       app.add_option("--preset", *preset,
+                      "a real model's shape: kimi-k2-thinking-q4, deepseek-v3.1-q8 or qwen3-235b-a22b-q8 (with --shape-only)");
+       app.add_flag("--shape-only", *shape_only,
+                    "with --preset: a sparse file with the real tensor table and no weights (for plan; run refuses it)");
        app.add_option("-o,--output", *out, "output file")->required();
-       return [o, out]() -> int {
+       return [o, out, preset, shape_only]() -> int {
          const auto t0 = std::chrono::steady_clock::now();
-         auto r = engine::make_model(*o, *out);
+         if (preset->empty() != !*shape_only) {
+           std::fprintf(stderr, "lattice make-model: --preset and --shape-only go together (only shape-only presets exist)\n");
+           return 2;
+         }
+         auto r = *shape_only ? engine::write_shape_only(*preset, *out) : engine::make_model(*o, *out);
          if (!r.ok()) {
            std::fprintf(stderr, "lattice make-model: %s\n", r.status().to_string().c_str());
            return 1;
@@ -55,8 +66,9 @@ Registrar make_model_cmd{
          for (const auto& p : r->paths) std::printf("%s\n", p.c_str());
          const double n = static_cast<double>(r->n_params);
          const auto [scale, unit] = n >= 1e9 ? std::pair{1e9, "B"} : n >= 1e6 ? std::pair{1e6, "M"} : std::pair{1e3, "K"};
-         std::fprintf(stderr, "%s: %.3g %s params, %.1f MiB of tensors, %.2f s\n", o->arch.c_str(), n / scale, unit,
-                      static_cast<double>(r->n_bytes) / (1 << 20), s);
+         std::fprintf(stderr, "%s: %.4g %s params, %.1f MiB of tensors%s, %.2f s\n",
+                      preset->empty() ? o->arch.c_str() : preset->c_str(), n / scale, unit,
+                      static_cast<double>(r->n_bytes) / (1 << 20), *shape_only ? " (a hole: no disk)" : "", s);
          return 0;
        };
      }}};

@@ -22,6 +22,7 @@
 #include "lattice/cluster/launcher.h"
 #include "lattice/coll/coll.h"
 #include "lattice/cluster/rank_env.h"
+#include "lattice/engine/gguf/presets.h"
 #include "lattice/engine/model/arch.h"
 #include "lattice/engine/model/hparams.h"
 #include "lattice/engine/parallel/distributed.h"
@@ -216,6 +217,7 @@ int run_rank(DistRunArgs a) {
   {
     auto file = engine::GgufFile::open(a.model);
     if (!file.ok()) return rfail(file.status().to_string());
+    if (Status st = engine::check_has_weights(**file); !st.ok()) return rfail(a.model + ": " + st.to_string());
     auto t = engine::tokenizer_from_gguf(**file);
     if (!t.ok()) return rfail("tokenizer: " + t.status().to_string());
     tok.emplace(std::move(*t));

@@ -245,6 +245,10 @@ struct WriteOptions {
   uint32_t version = 3;            // 2 or 3 (same layout)
   uint32_t max_tensors_per_file = 0;  // > 0: write a split set
   uint64_t max_bytes_per_file = 0;    // > 0: split when a file's tensor data would exceed this
+  // Leave the tensor data as a hole (seek past it, then set the file's size): a sparse file
+  // with the real header and tensor table that takes no disk for the data, which reads as
+  // zeros. No fill function is called. write() only (not write_to_memory).
+  bool sparse_data = false;
 };
 
 class GgufWriter {

@@ -21,6 +21,8 @@ class Sink {
  public:
   virtual ~Sink() = default;
   virtual Status write(const void* p, size_t n) = 0;
+  // Moves past n bytes without writing them (a hole in a file).
+  virtual Status skip(uint64_t n) = 0;
 };
 
 class MemorySink : public Sink {
@@ -31,6 +33,7 @@ class MemorySink : public Sink {
     out_.insert(out_.end(), b, b + n);
     return Status::Ok();
   }
+  Status skip(uint64_t) override { return InvalidArgument("sparse data: files only"); }
 
  private:
   std::vector<std::byte>& out_;
@@ -50,6 +53,16 @@ class FileSink : public Sink {
       b += w;
       n -= static_cast<size_t>(w);
     }
+    return Status::Ok();
+  }
+  Status skip(uint64_t n) override {
+    if (::lseek(fd_, static_cast<off_t>(n), SEEK_CUR) < 0) return ErrnoError("seek " + path_, errno);
+    return Status::Ok();
+  }
+  // The file's size is where the last write or skip ended (a trailing hole needs this).
+  Status finish() {
+    const off_t end = ::lseek(fd_, 0, SEEK_CUR);
+    if (end < 0 || ::ftruncate(fd_, end) != 0) return ErrnoError("truncate " + path_, errno);
     return Status::Ok();
   }
 
@@ -111,7 +124,7 @@ struct FilePlan {
 };
 
 Status write_one(Sink& sink, const FilePlan& plan, const std::vector<TensorSpec>& specs, uint32_t version,
-                 uint32_t alignment, const GgufWriter::FillFn& fill, std::vector<std::byte>& scratch) {
+                 uint32_t alignment, const GgufWriter::FillFn& fill, std::vector<std::byte>& scratch, bool sparse) {
   HeaderBuilder h;
   h.put<uint32_t>(kGgufMagic);
   h.put<uint32_t>(version);
@@ -137,6 +150,10 @@ Status write_one(Sink& sink, const FilePlan& plan, const std::vector<TensorSpec>
   static const std::byte kZeros[256] = {};
   for (size_t i : plan.tensors) {
     const TensorSpec& t = specs[i];
+    if (sparse) {
+      LATTICE_RETURN_IF_ERROR(sink.skip(align_up(t.n_bytes, alignment)));
+      continue;
+    }
     if (!t.data.empty()) {
       LATTICE_RETURN_IF_ERROR(sink.write(t.data.data(), t.data.size()));
     } else {
@@ -248,7 +265,8 @@ Result<std::vector<std::string>> GgufWriter::write(const std::string& path, cons
     int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return ErrnoError("create " + tmp, errno);
     FileSink sink(fd, tmp);
-    Status st = write_one(sink, plans[f], tensors_, options.version, alignment, fill, scratch);
+    Status st = write_one(sink, plans[f], tensors_, options.version, alignment, fill, scratch, options.sparse_data);
+    if (st.ok() && options.sparse_data) st = sink.finish();
     if (::close(fd) != 0 && st.ok()) st = ErrnoError("close " + tmp, errno);
     if (st.ok() && ::rename(tmp.c_str(), out.c_str()) != 0) st = ErrnoError("rename " + tmp, errno);
     if (!st.ok()) {
@@ -268,7 +286,8 @@ Result<std::vector<std::byte>> GgufWriter::write_to_memory(const FillFn& fill, c
   LATTICE_ASSIGN_OR_RETURN(std::vector<FilePlan> plans, plan_files(metadata_, tensors_, options, alignment));
   std::vector<std::byte> out, scratch;
   MemorySink sink(out);
-  LATTICE_RETURN_IF_ERROR(write_one(sink, plans[0], tensors_, options.version, alignment, fill, scratch));
+  if (options.sparse_data) return InvalidArgument("sparse data: files only");
+  LATTICE_RETURN_IF_ERROR(write_one(sink, plans[0], tensors_, options.version, alignment, fill, scratch, false));
   return out;
 }
 

@@ -1,3 +1,4 @@
+#include "lattice/engine/gguf/presets.h"
 #include "lattice/engine/model/model.h"
 
 #include <algorithm>
@@ -69,6 +70,8 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
 }
 
 Result<std::unique_ptr<Model>> Model::bind(std::unique_ptr<GgufFile> file, const LoadOptions& options) {
+  // A shape-only file's data is a hole: there is nothing to bind.
+  LATTICE_RETURN_IF_ERROR(check_has_weights(*file));
   const Shard& s = options.shard;
   if (s.world < 1 || s.rank < 0 || s.rank >= s.world)
     return InvalidArgument("shard: rank " + std::to_string(s.rank) + " of " + std::to_string(s.world));

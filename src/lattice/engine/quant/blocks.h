@@ -13,6 +13,12 @@
 //               its low 4 bits from ql[64h + l + 32*(k&1)] (low nibble for k < 2, high for k >= 2)
 //               and its top 2 bits from bits 2k..2k+1 of qh[32h + l]; scale sc[8h + l/16 + 2k]
 //               (int8); x = d * sc * (q - 32)
+//   Q2_K (256): 16 sub-blocks of 16; element e = 128h + 32j + l (h 0..1, j 0..3, l 0..31) is
+//               bits 2j..2j+1 of qs[32h + l]; sub-block s = e/16 has scale scales[s] & 15 and
+//               min scales[s] >> 4;  x = d * sc * q - dmin * m
+//   Q3_K (256): as Q2_K for the low 2 bits (qs), plus the third bit: bit 4h + j of hmask[l];
+//               u = low | third << 2 (0..7); 6-bit scale of sub-block s (q3_scale) minus 32;
+//               x = d * (sc - 32) * (u - 4)
 #pragma once
 
 #include <cstdint>
@@ -49,6 +55,20 @@ struct BlockQ6_K {
   int8_t scales[16];
   uint16_t d;
 };
+struct BlockQ2_K {
+  uint8_t scales[16];
+  uint8_t qs[64];
+  uint16_t d;
+  uint16_t dmin;
+};
+struct BlockQ3_K {
+  uint8_t hmask[32];
+  uint8_t qs[64];
+  uint8_t scales[12];
+  uint16_t d;
+};
+static_assert(sizeof(BlockQ2_K) == 84);
+static_assert(sizeof(BlockQ3_K) == 110);
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_K) == 144);
@@ -71,6 +91,21 @@ inline void k4_pack_scales(const uint8_t sc[8], const uint8_t m[8], uint8_t out[
     out[j] = static_cast<uint8_t>((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
     out[j + 4] = static_cast<uint8_t>((m[j] & 63) | ((m[j + 4] >> 4) << 6));
     out[j + 8] = static_cast<uint8_t>((sc[j + 4] & 15) | ((m[j + 4] & 15) << 4));
+  }
+}
+
+// The 6-bit scale of sub-block s (0..15) of a Q3_K super-block, 0..63 (the format subtracts 32):
+// low 4 bits in the low (s < 8) or high nibble of s[s % 8], top 2 bits at bit 2*(s/4) of s[8 + s%4].
+inline int q3_scale(const uint8_t* sc, int s) {
+  const int lo = s < 8 ? (sc[s] & 15) : (sc[s - 8] >> 4);
+  return lo | (((sc[8 + s % 4] >> (2 * (s / 4))) & 3) << 4);
+}
+// Inverse of q3_scale: packs 16 scales (each 0..63) into 12 bytes.
+inline void q3_pack_scales(const uint8_t v[16], uint8_t out[12]) {
+  for (int i = 0; i < 12; ++i) out[i] = 0;
+  for (int s = 0; s < 16; ++s) {
+    out[s % 8] = static_cast<uint8_t>(out[s % 8] | ((v[s] & 15) << (s < 8 ? 0 : 4)));
+    out[8 + s % 4] = static_cast<uint8_t>(out[8 + s % 4] | ((v[s] >> 4) << (2 * (s / 4))));
   }
 }
 

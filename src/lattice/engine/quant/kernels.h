@@ -5,7 +5,7 @@
 //   kF32 : the float input itself (F32 / F16 / BF16 weights).
 //   kQ8  : blocks of 32 (Q4_0 / Q8_0 weights): int8 q[k], float d[k/32], int32 s[k/32] where
 //          x ~ d*q and s is the sum of the block's q (for the unsigned-weight offset trick).
-//   kQ8K : blocks of 256 (K-quant weights): int8 q[k], float d[k/256], int16 bsum[k/16]
+//   kQ8K : blocks of 256 (K-quant weights, Q2_K..Q6_K): int8 q[k], float d[k/256], int16 bsum[k/16]
 //          (sum of each 16 q's, for the K-quant mins and the Q6_K offset of 32).
 // Token t's data starts at q + t*k, d + t*(k/block), s/bsum + t*(k/32 or k/16).
 //
@@ -81,6 +81,7 @@ struct KernelTable {
   RowDotFn dot_f32, dot_f16, dot_bf16, dot_q8_0, dot_q4_0, dot_q4_k, dot_q5_k, dot_q6_k;
   PackedTileFn tile_q4_0, tile_q8_0, tile_q4_k, tile_q5_k, tile_q6_k;
   FloatTileFn ftile_f32 = nullptr, ftile_f16 = nullptr, ftile_bf16 = nullptr;
+  RowDotFn dot_q2_k = nullptr, dot_q3_k = nullptr;  // GGUF rows only (never packed)
 };
 
 const KernelTable& scalar_kernels();

@@ -248,6 +248,74 @@ float dot_q6_k(const void* row, const Act& a, size_t tok) {
   return hsum(acc);
 }
 
+// Q2_K / Q3_K: plane j (bits 2j..2j+1) of the 32 qs bytes of half h holds elements
+// 128h + 32j + 0..31, i.e. sub-blocks 8h + 2j (low 16 bytes) and 8h + 2j + 1 (high 16).
+inline __m256i pair_scales(int s0, int s1) { return _mm256_set_m128i(_mm_set1_epi16(static_cast<short>(s1)), _mm_set1_epi16(static_cast<short>(s0))); }
+
+float dot_q2_k(const void* row, const Act& a, size_t tok) {
+  const auto* w = static_cast<const BlockQ2_K*>(row);
+  const size_t nb = a.k / kQKK;
+  const int8_t* q = a.q + tok * a.k;
+  const float* dx = a.d + tok * nb;
+  const int16_t* bs = a.bsum + tok * (a.k / 16);
+  const __m256i m2 = _mm256_set1_epi8(3);
+  __m256 acc = _mm256_setzero_ps();
+  float mins = 0;
+  for (size_t b = 0; b < nb; ++b, q += kQKK, bs += 16) {
+    const BlockQ2_K& blk = w[b];
+    const __m256i sm = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)));
+    const __m256i mv = _mm256_madd_epi16(_mm256_srli_epi16(sm, 4), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bs)));
+    mins += dx[b] * h2f(blk.dmin) * static_cast<float>(hsum(mv));
+    __m256i iacc = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * h));
+      for (int j = 0; j < 4; ++j) {
+        const __m256i v = _mm256_and_si256(_mm256_srli_epi16(qv, 2 * j), m2);  // 0..3
+        const __m256i p = _mm256_maddubs_epi16(v, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 128 * h + 32 * j)));
+        const int s0 = 8 * h + 2 * j;
+        iacc = _mm256_add_epi32(iacc, _mm256_madd_epi16(p, pair_scales(blk.scales[s0] & 15, blk.scales[s0 + 1] & 15)));
+      }
+    }
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc), _mm256_set1_ps(dx[b] * h2f(blk.d)), acc);
+  }
+  return hsum(acc) - mins;
+}
+
+float dot_q3_k(const void* row, const Act& a, size_t tok) {
+  const auto* w = static_cast<const BlockQ3_K*>(row);
+  const size_t nb = a.k / kQKK;
+  const int8_t* q = a.q + tok * a.k;
+  const float* dx = a.d + tok * nb;
+  const int16_t* bs = a.bsum + tok * (a.k / 16);
+  const __m256i m2 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
+  __m256 acc = _mm256_setzero_ps();
+  for (size_t b = 0; b < nb; ++b, q += kQKK, bs += 16) {
+    const BlockQ3_K& blk = w[b];
+    int sc[16];
+    int32_t off = 0;  // the stored values are u = q + 4
+    for (int s = 0; s < 16; ++s) {
+      sc[s] = q3_scale(blk.scales, s) - 32;
+      off += sc[s] * bs[s];
+    }
+    const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.hmask));
+    __m256i iacc = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * h));
+      for (int j = 0; j < 4; ++j) {
+        const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(qv, 2 * j), m2);
+        const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), m1);
+        const __m256i u = _mm256_or_si256(lo, _mm256_slli_epi16(hb, 2));  // 0..7: pair sums <= 2*7*127
+        const __m256i p = _mm256_maddubs_epi16(u, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 128 * h + 32 * j)));
+        const int s0 = 8 * h + 2 * j;
+        iacc = _mm256_add_epi32(iacc, _mm256_madd_epi16(p, pair_scales(sc[s0], sc[s0 + 1])));
+      }
+    }
+    iacc = _mm256_sub_epi32(iacc, _mm256_setr_epi32(4 * off, 0, 0, 0, 0, 0, 0, 0));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc), _mm256_set1_ps(dx[b] * h2f(blk.d)), acc);
+  }
+  return hsum(acc);
+}
+
 // Packed tiles: the 16 rows of a group as two halves of 8 lanes (see kernels.h for layout).
 template <bool kQ4, int NT>
 void tile_t(const uint8_t* group, size_t nb, const Act& a, size_t t0, float* out) {
@@ -317,12 +385,17 @@ void tile(const uint8_t* group, size_t nb, const Act& a, size_t t0, size_t nt, f
 }  // namespace
 
 const KernelTable& avx2_kernels() {
-  static const KernelTable t{
-      "avx2",   quant_q8,  quant_q8k, dot_f32, dot_f16, dot_bf16, dot_q8_0, dot_q4_0, dot_k4like<4, BlockQ4_K>,
-      dot_k4like<5, BlockQ5_K>, dot_q6_k, tile<true>, tile<false>,
-      // No AVX2 versions: packed K-quants (made only when AVX-512 is there) run the reference.
-      scalar_kernels().tile_q4_k, scalar_kernels().tile_q5_k, scalar_kernels().tile_q6_k,
-  };
+  static const KernelTable t = [] {
+    KernelTable k{
+        "avx2",   quant_q8,  quant_q8k, dot_f32, dot_f16, dot_bf16, dot_q8_0, dot_q4_0, dot_k4like<4, BlockQ4_K>,
+        dot_k4like<5, BlockQ5_K>, dot_q6_k, tile<true>, tile<false>,
+        // No AVX2 versions: packed K-quants (made only when AVX-512 is there) run the reference.
+        scalar_kernels().tile_q4_k, scalar_kernels().tile_q5_k, scalar_kernels().tile_q6_k,
+    };
+    k.dot_q2_k = dot_q2_k;
+    k.dot_q3_k = dot_q3_k;
+    return k;
+  }();
   return t;
 }
 

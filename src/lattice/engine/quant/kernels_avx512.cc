@@ -3,7 +3,8 @@
 // 16 rows against one broadcast dword of activations, with no horizontal sums and one fp16
 // scale vector per block. Weights are unsigned (nibbles, or q+128), activations signed; the
 // offset is removed by starting each block's integer accumulator at -offset * sum(x block).
-// K-quant dot products reuse the AVX2 kernels (AVX-512 machines run them as well).
+// Q4_K..Q6_K row dot products reuse the AVX2 kernels (AVX-512 machines run them as well);
+// Q2_K and Q3_K have 512-bit ones.
 #include <immintrin.h>
 
 // GCC 12 warns spuriously inside its own _mm512_reduce_* helpers.
@@ -177,6 +178,88 @@ float dot_q8_0(const void* row, const Act& a, size_t tok) {
 
 // Packed tile for NT tokens. With few tokens the low and high nibble products go to two
 // integer accumulators to halve the vpdpbusd dependency chain.
+// Q2_K / Q3_K rows. Plane j (bits 2j..2j+1) of the 64 qs bytes holds, in its low 256 bits,
+// sub-blocks 2j and 2j+1 and, in its high 256 bits, 8+2j and 9+2j (elements 128h + 32j + l).
+// vpmaddubsw gives 8 int16 pair sums per sub-block; vpermw spreads the 16 scales to match.
+struct PlaneScaleIndex {
+  alignas(64) int16_t idx[4][32];
+  constexpr PlaneScaleIndex() : idx{} {
+    for (int j = 0; j < 4; ++j)
+      for (int i = 0; i < 32; ++i) idx[j][i] = static_cast<int16_t>(8 * (i / 16) + 2 * j + (i / 8) % 2);
+  }
+};
+constexpr PlaneScaleIndex kPlaneIdx;
+
+inline __m512i plane_acts(const int8_t* q, int j) {
+  const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * j));
+  const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 128 + 32 * j));
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+float dot_q2_k(const void* row, const Act& a, size_t tok) {
+  const auto* w = static_cast<const BlockQ2_K*>(row);
+  const size_t nb = a.k / kQKK;
+  const int8_t* q = a.q + tok * a.k;
+  const float* dx = a.d + tok * nb;
+  const int16_t* bs = a.bsum + tok * (a.k / 16);
+  const __m512i m2 = _mm512_set1_epi8(3);
+  const __m256i m4 = _mm256_set1_epi16(15);
+  __m512 acc = _mm512_setzero_ps();
+  float mins = 0;
+  for (size_t b = 0; b < nb; ++b, q += kQKK, bs += 16) {
+    const BlockQ2_K& blk = w[b];
+    const __m256i sm = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)));
+    const __m256i mv = _mm256_madd_epi16(_mm256_srli_epi16(sm, 4), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bs)));
+    mins += dx[b] * fp16_to_fp32(blk.dmin) * static_cast<float>(_mm512_reduce_add_epi32(_mm512_zextsi256_si512(mv)));
+    const __m512i sc = _mm512_castsi256_si512(_mm256_and_si256(sm, m4));
+    const __m512i qv = _mm512_loadu_si512(blk.qs);
+    __m512i iacc = _mm512_setzero_si512();
+    for (int j = 0; j < 4; ++j) {
+      const __m512i v = _mm512_and_si512(_mm512_srli_epi16(qv, 2 * j), m2);  // 0..3
+      const __m512i p = _mm512_maddubs_epi16(v, plane_acts(q, j));
+      const __m512i scv = _mm512_permutexvar_epi16(_mm512_load_si512(kPlaneIdx.idx[j]), sc);
+      iacc = _mm512_dpwssd_epi32(iacc, p, scv);
+    }
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc), _mm512_set1_ps(dx[b] * fp16_to_fp32(blk.d)), acc);
+  }
+  return _mm512_reduce_add_ps(acc) - mins;
+}
+
+float dot_q3_k(const void* row, const Act& a, size_t tok) {
+  const auto* w = static_cast<const BlockQ3_K*>(row);
+  const size_t nb = a.k / kQKK;
+  const int8_t* q = a.q + tok * a.k;
+  const float* dx = a.d + tok * nb;
+  const int16_t* bs = a.bsum + tok * (a.k / 16);
+  const __m512i m2 = _mm512_set1_epi8(3), m1 = _mm512_set1_epi8(1);
+  __m512 acc = _mm512_setzero_ps();
+  for (size_t b = 0; b < nb; ++b, q += kQKK, bs += 16) {
+    const BlockQ3_K& blk = w[b];
+    alignas(32) int16_t sc16[16];
+    for (int s = 0; s < 16; ++s) sc16[s] = static_cast<int16_t>(q3_scale(blk.scales, s) - 32);
+    const __m256i sc256 = _mm256_load_si256(reinterpret_cast<const __m256i*>(sc16));
+    // The stored values are u = q + 4: remove 4 * sum(scale * block sum).
+    const __m256i offv = _mm256_madd_epi16(sc256, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bs)));
+    const int32_t off = _mm512_reduce_add_epi32(_mm512_zextsi256_si512(offv));
+    const __m512i sc = _mm512_castsi256_si512(sc256);
+    const __m512i qv = _mm512_loadu_si512(blk.qs);
+    const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.hmask)));
+    __m512i iacc = _mm512_setzero_si512();
+    for (int j = 0; j < 4; ++j) {
+      const __m512i lo = _mm512_and_si512(_mm512_srli_epi16(qv, 2 * j), m2);
+      // Third bit: bit j of hmask for the low half, bit 4 + j for the high half.
+      const __m512i hb = _mm512_and_si512(_mm512_srlv_epi64(hm, _mm512_set_epi64(4 + j, 4 + j, 4 + j, 4 + j, j, j, j, j)), m1);
+      const __m512i u = _mm512_or_si512(lo, _mm512_slli_epi16(hb, 2));  // 0..7: pair sums <= 2*7*127
+      const __m512i p = _mm512_maddubs_epi16(u, plane_acts(q, j));
+      const __m512i scv = _mm512_permutexvar_epi16(_mm512_load_si512(kPlaneIdx.idx[j]), sc);
+      iacc = _mm512_dpwssd_epi32(iacc, p, scv);
+    }
+    iacc = _mm512_sub_epi32(iacc, _mm512_castsi128_si512(_mm_cvtsi32_si128(4 * off)));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc), _mm512_set1_ps(dx[b] * fp16_to_fp32(blk.d)), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
 template <bool kQ4, int NT>
 void tile_t(const uint8_t* group, size_t nb, const Act& a, size_t t0, float* out) {
   constexpr size_t bb = kQ4 ? 256 : 512;
@@ -481,6 +564,8 @@ const KernelTable& avx512_kernels() {
     k.tile_q4_k = tile_k4<4>;
     k.tile_q5_k = tile_k4<5>;
     k.tile_q6_k = tile_q6_k;
+    k.dot_q2_k = dot_q2_k;
+    k.dot_q3_k = dot_q3_k;
     return k;
   }();
   return t;

@@ -151,6 +151,43 @@ float dot_q6_k(const void* row, const Act& a, size_t tok) {
   return sum;
 }
 
+float dot_q2_k(const void* row, const Act& a, size_t tok) {
+  const auto* w = static_cast<const BlockQ2_K*>(row);
+  const size_t nb = a.k / kQKK;
+  const int8_t* q = a.q + tok * a.k;
+  const float* dx = a.d + tok * nb;
+  const int16_t* bs = a.bsum + tok * (a.k / 16);
+  float sum = 0;
+  for (size_t b = 0; b < nb; ++b, q += kQKK, bs += 16) {
+    const BlockQ2_K& blk = w[b];
+    int32_t acc = 0, acc_min = 0;
+    for (int e = 0; e < kQKK; ++e)
+      acc += (blk.scales[e / 16] & 15) * ((blk.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3) * q[e];
+    for (int s = 0; s < 16; ++s) acc_min += (blk.scales[s] >> 4) * bs[s];
+    sum += dx[b] * (fp16_to_fp32(blk.d) * static_cast<float>(acc) - fp16_to_fp32(blk.dmin) * static_cast<float>(acc_min));
+  }
+  return sum;
+}
+
+float dot_q3_k(const void* row, const Act& a, size_t tok) {
+  const auto* w = static_cast<const BlockQ3_K*>(row);
+  const size_t nb = a.k / kQKK;
+  const int8_t* q = a.q + tok * a.k;
+  const float* dx = a.d + tok * nb;
+  float sum = 0;
+  for (size_t b = 0; b < nb; ++b, q += kQKK) {
+    const BlockQ3_K& blk = w[b];
+    int32_t acc = 0;
+    for (int e = 0; e < kQKK; ++e) {
+      const int h = e / 128, j = (e % 128) / 32, l = e % 32;
+      const int u = ((blk.qs[32 * h + l] >> (2 * j)) & 3) | (((blk.hmask[l] >> (4 * h + j)) & 1) << 2);
+      acc += (q3_scale(blk.scales, e / 16) - 32) * (u - 4) * q[e];
+    }
+    sum += dx[b] * fp16_to_fp32(blk.d) * static_cast<float>(acc);
+  }
+  return sum;
+}
+
 template <bool kQ4>
 void tile_packed(const uint8_t* group, size_t nb, const Act& a, size_t t0, size_t nt, float* out) {
   const size_t bb = kQ4 ? 256 : 512;
@@ -254,10 +291,15 @@ void tile_q6_k(const uint8_t* group, size_t nsb, const Act& a, size_t t0, size_t
 }  // namespace
 
 const KernelTable& scalar_kernels() {
-  static const KernelTable t{
-      "scalar",        quant_q8,   quant_q8k, dot_f32, dot_f16, dot_bf16, dot_q8_0, dot_q4_0,
-      dot_k4like<4, BlockQ4_K>, dot_k4like<5, BlockQ5_K>, dot_q6_k, tile_packed<true>, tile_packed<false>, tile_k4<4>, tile_k4<5>, tile_q6_k,
-  };
+  static const KernelTable t = [] {
+    KernelTable k{
+        "scalar",        quant_q8,   quant_q8k, dot_f32, dot_f16, dot_bf16, dot_q8_0, dot_q4_0,
+        dot_k4like<4, BlockQ4_K>, dot_k4like<5, BlockQ5_K>, dot_q6_k, tile_packed<true>, tile_packed<false>, tile_k4<4>, tile_k4<5>, tile_q6_k,
+    };
+    k.dot_q2_k = dot_q2_k;
+    k.dot_q3_k = dot_q3_k;
+    return k;
+  }();
   return t;
 }
 

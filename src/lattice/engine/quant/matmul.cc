@@ -110,7 +110,9 @@ ActKind act_kind(TensorType t) {
     case TensorType::kQ8_0: return ActKind::kQ8;
     case TensorType::kQ4_K:
     case TensorType::kQ5_K:
-    case TensorType::kQ6_K: return ActKind::kQ8K;
+    case TensorType::kQ6_K:
+    case TensorType::kQ2_K:
+    case TensorType::kQ3_K: return ActKind::kQ8K;
     default: return ActKind::kF32;
   }
 }
@@ -125,6 +127,8 @@ RowDotFn row_dot(const KernelTable& k, TensorType t) {
     case TensorType::kQ4_K: return k.dot_q4_k;
     case TensorType::kQ5_K: return k.dot_q5_k;
     case TensorType::kQ6_K: return k.dot_q6_k;
+    case TensorType::kQ2_K: return k.dot_q2_k;
+    case TensorType::kQ3_K: return k.dot_q3_k;
     default: return nullptr;
   }
 }

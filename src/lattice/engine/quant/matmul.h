@@ -12,7 +12,7 @@
 // quantization error only.
 //
 // Weights are wrapped in a Weight once at load time. Weight::pack copies Q4_0/Q8_0 matrices
-// (and, when the CPU has AVX-512, Q4_K/Q5_K/Q6_K) into an interleaved layout of 16 rows per
+// (and, when the CPU has AVX-512, Q4_K/Q5_K/Q6_K; never Q2_K/Q3_K) into an interleaved layout of 16 rows per
 // group, about the same number of bytes, that the kernels stream at DRAM speed (2 MB pages
 // for large matrices); other types (and Weight::view) use the GGUF bytes in place, which must
 // then outlive the Weight. Packing costs ~0.2 s per GB (Q4_0) to ~3 s per GB (Q6_K) at load.

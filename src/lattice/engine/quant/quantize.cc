@@ -201,6 +201,86 @@ void dequantize_q6_k(const BlockQ6_K* y, float* x, size_t nb) {
   }
 }
 
+// Q2_K: 16 sub-blocks of 16, x ~ s*q - m with q in 0..3; s and m as 4-bit multiples of the
+// super-block's fp16 d and dmin.
+void quantize_q2_k(const float* x, BlockQ2_K* y, size_t nb) {
+  for (size_t b = 0; b < nb; ++b, x += kQKK) {
+    float sc[16], mn[16];
+    for (int j = 0; j < 16; ++j) fit_scale_min(x + 16 * j, 16, 3, &sc[j], &mn[j]);
+    BlockQ2_K& blk = y[b];
+    std::memset(&blk, 0, sizeof(blk));
+    blk.d = fp32_to_fp16(*std::max_element(sc, sc + 16) / 15.0f);
+    blk.dmin = fp32_to_fp16(*std::max_element(mn, mn + 16) / 15.0f);
+    const float d = fp16_to_fp32(blk.d), dmin = fp16_to_fp32(blk.dmin);
+    for (int j = 0; j < 16; ++j) {
+      const int qs = d > 0 ? std::clamp(round_int(sc[j] / d), 0, 15) : 0;
+      const int qm = dmin > 0 ? std::clamp(static_cast<int>(std::ceil(mn[j] / dmin - 1e-4f)), 0, 15) : 0;
+      blk.scales[j] = static_cast<uint8_t>(qs | (qm << 4));
+      const float ds = d * qs, dm = dmin * qm, id = ds > 0 ? 1.0f / ds : 0.0f;
+      for (int i = 0; i < 16; ++i) {
+        const int e = 16 * j + i, q = std::clamp(round_int((x[e] + dm) * id), 0, 3);
+        blk.qs[32 * (e / 128) + e % 32] |= static_cast<uint8_t>(q << (2 * ((e % 128) / 32)));
+      }
+    }
+  }
+}
+
+void dequantize_q2_k(const BlockQ2_K* y, float* x, size_t nb) {
+  for (size_t b = 0; b < nb; ++b, x += kQKK) {
+    const BlockQ2_K& blk = y[b];
+    const float d = fp16_to_fp32(blk.d), dmin = fp16_to_fp32(blk.dmin);
+    for (int e = 0; e < kQKK; ++e) {
+      const int q = (blk.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+      const uint8_t sm = blk.scales[e / 16];
+      x[e] = d * (sm & 15) * q - dmin * (sm >> 4);
+    }
+  }
+}
+
+// Q3_K: 16 sub-blocks of 16, symmetric: x ~ s*q with q in -4..3 (the value of largest
+// magnitude maps to -4), s a signed 6-bit multiple of the fp16 d.
+void quantize_q3_k(const float* x, BlockQ3_K* y, size_t nb) {
+  for (size_t b = 0; b < nb; ++b, x += kQKK) {
+    float sc[16], amax = 0;
+    for (int j = 0; j < 16; ++j) {
+      float vmax = 0;
+      for (int i = 0; i < 16; ++i)
+        if (std::fabs(x[16 * j + i]) > std::fabs(vmax)) vmax = x[16 * j + i];
+      sc[j] = vmax / -4.0f;
+      amax = std::max(amax, std::fabs(sc[j]));
+    }
+    BlockQ3_K& blk = y[b];
+    std::memset(&blk, 0, sizeof(blk));
+    blk.d = fp32_to_fp16(amax / 31.0f);
+    const float d = fp16_to_fp32(blk.d);
+    uint8_t packed[16];
+    for (int j = 0; j < 16; ++j) {
+      const int qs = d > 0 ? std::clamp(round_int(sc[j] / d), -32, 31) : 0;
+      packed[j] = static_cast<uint8_t>(qs + 32);
+      const float ds = d * qs, id = ds != 0 ? 1.0f / ds : 0.0f;
+      for (int i = 0; i < 16; ++i) {
+        const int e = 16 * j + i, u = std::clamp(round_int(x[e] * id), -4, 3) + 4;
+        const int h = e / 128, jj = (e % 128) / 32, l = e % 32;
+        blk.qs[32 * h + l] |= static_cast<uint8_t>((u & 3) << (2 * jj));
+        if (u & 4) blk.hmask[l] |= static_cast<uint8_t>(1u << (4 * h + jj));
+      }
+    }
+    q3_pack_scales(packed, blk.scales);
+  }
+}
+
+void dequantize_q3_k(const BlockQ3_K* y, float* x, size_t nb) {
+  for (size_t b = 0; b < nb; ++b, x += kQKK) {
+    const BlockQ3_K& blk = y[b];
+    const float d = fp16_to_fp32(blk.d);
+    for (int e = 0; e < kQKK; ++e) {
+      const int h = e / 128, jj = (e % 128) / 32, l = e % 32;
+      const int u = ((blk.qs[32 * h + l] >> (2 * jj)) & 3) | (((blk.hmask[l] >> (4 * h + jj)) & 1) << 2);
+      x[e] = d * (q3_scale(blk.scales, e / 16) - 32) * (u - 4);
+    }
+  }
+}
+
 Status check_shape(TensorType type, size_t n, const char* what) {
   if (!is_supported_weight_type(type))
     return InvalidArgument(std::string(what) + ": unsupported tensor type " + std::to_string(static_cast<uint32_t>(type)));
@@ -223,6 +303,8 @@ bool is_supported_weight_type(TensorType type) {
     case TensorType::kQ4_K:
     case TensorType::kQ5_K:
     case TensorType::kQ6_K:
+    case TensorType::kQ2_K:
+    case TensorType::kQ3_K:
       return true;
     default:
       return false;
@@ -250,6 +332,8 @@ Status quantize_row(TensorType type, const float* src, void* dst, size_t n) {
     case TensorType::kQ4_K: quantize_k4like<4>(src, static_cast<BlockQ4_K*>(dst), n / kQKK); break;
     case TensorType::kQ5_K: quantize_k4like<5>(src, static_cast<BlockQ5_K*>(dst), n / kQKK); break;
     case TensorType::kQ6_K: quantize_q6_k(src, static_cast<BlockQ6_K*>(dst), n / kQKK); break;
+    case TensorType::kQ2_K: quantize_q2_k(src, static_cast<BlockQ2_K*>(dst), n / kQKK); break;
+    case TensorType::kQ3_K: quantize_q3_k(src, static_cast<BlockQ3_K*>(dst), n / kQKK); break;
     default: return Internal("quantize_row: unreachable");
   }
   return Status::Ok();
@@ -293,6 +377,8 @@ Status dequantize_row(TensorType type, const void* src, float* dst, size_t n) {
     case TensorType::kQ4_K: dequantize_k4like<4>(static_cast<const BlockQ4_K*>(src), dst, n / kQKK); break;
     case TensorType::kQ5_K: dequantize_k4like<5>(static_cast<const BlockQ5_K*>(src), dst, n / kQKK); break;
     case TensorType::kQ6_K: dequantize_q6_k(static_cast<const BlockQ6_K*>(src), dst, n / kQKK); break;
+    case TensorType::kQ2_K: dequantize_q2_k(static_cast<const BlockQ2_K*>(src), dst, n / kQKK); break;
+    case TensorType::kQ3_K: dequantize_q3_k(static_cast<const BlockQ3_K*>(src), dst, n / kQKK); break;
     default: return Internal("dequantize_row: unreachable");
   }
   return Status::Ok();
