@@ -27,9 +27,9 @@ struct Ran {
   int exit_code = -1;
   std::string out;
 };
-Ran run(const std::string& args) {
+Ran run(const std::string& args, const std::string& env = "") {
   Ran r;
-  const std::string cmd = std::string(LATTICE_BINARY_DIR) + "/lattice " + args + " 2>/dev/null";
+  const std::string cmd = env + (env.empty() ? "" : " ") + std::string(LATTICE_BINARY_DIR) + "/lattice " + args + " 2>/dev/null";
   if (FILE* p = ::popen(cmd.c_str(), "r")) {
     char buf[4096];
     size_t n;
@@ -224,6 +224,23 @@ TEST_F(EngineCliProcess, PlanPlacesTheModelOverNodesAndHostfiles) {
   EXPECT_GT(s.at("missing_bytes").get<uint64_t>(), 0u);
   EXPECT_EQ(run("plan -m " + model_ + " --parallel zz").exit_code, 2);
   EXPECT_NE(run("plan -m " + (dir_ / "missing.gguf").string()).exit_code, 0);
+}
+
+// The README's first command: `run --demo` runs the embedded model lattice train made from the
+// King James Bible on 2 ranks, and the greedy text is made of the corpus's words.
+TEST_F(EngineCliProcess, DemoWritesEnglish) {
+  const std::string cache = (dir_ / "cache").string();
+  const Ran r = run("run --demo -n 24 --temp 0 --json", "XDG_CACHE_HOME=" + cache);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  const std::string text = j.at("text").get<std::string>();
+  int words = 0;
+  for (const char* w : {" unto ", " the ", "LORD", " and ", " shall "}) words += text.find(w) != std::string::npos;
+  EXPECT_GE(words, 3) << text;
+  // The model was written once into the cache, byte for byte the checked-in file.
+  const fs::path shipped = fs::path(LATTICE_SOURCE_DIR) / "tools/lattice/data/kjv-demo.gguf";
+  EXPECT_TRUE(fs::exists(fs::path(cache) / "lattice" / ("demo-kjv-" + std::to_string(fs::file_size(shipped)) + ".gguf")));
 }
 
 }  // namespace

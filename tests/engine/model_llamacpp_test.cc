@@ -24,6 +24,7 @@
 
 #include "lattice/engine/gguf/make_model.h"
 #include "lattice/engine/runtime/session.h"
+#include "lattice/engine/tokenizer/from_gguf.h"
 #include "model_testlib.h"
 
 namespace lattice::engine {
@@ -118,6 +119,30 @@ TEST_P(GoldenLlamaCpp, FloatGoldensAreLlamaCppsGreedyTokens) {
   EXPECT_EQ(j.at("tokens").get<std::vector<int32_t>>(), want.at("tokens").get<std::vector<int32_t>>()) << arch;
 }
 INSTANTIATE_TEST_SUITE_P(Archs, GoldenLlamaCpp, ::testing::Values("llama", "qwen2", "qwen3"));
+
+// The demo model (lattice train's, embedded in the binary): llama.cpp loads the same file and
+// gives the same greedy tokens.
+TEST_F(LlamaCppFixture, DemoModelLlamaCppGivesTheSameGreedyTokens) {
+  const std::string path = (fs::path(LATTICE_SOURCE_DIR) / "tools/lattice/data/kjv-demo.gguf").string();
+  auto model = Model::load(path);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  auto tok = tokenizer_from_gguf((*model)->file());
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  const auto prompt = tok->encode("And God said");
+  constexpr int kSteps = 32;
+  auto s = Session::create(**model, {.n_ctx = 128, .n_threads = 2, .n_batch = 64});
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE((*s)->prefill(prompt).ok());
+  std::vector<int32_t> ours;
+  for (int i = 0; i < kSteps; ++i) {
+    auto lg = (*s)->logits();
+    ours.push_back(static_cast<int32_t>(std::max_element(lg.begin(), lg.end()) - lg.begin()));
+    ASSERT_TRUE((*s)->decode(ours.back()).ok());
+  }
+  const auto j = oracle("greedy", path, prompt, kSteps);
+  ASSERT_FALSE(j.is_null());
+  EXPECT_EQ(ours, j.at("tokens").get<std::vector<int32_t>>());
+}
 
 class LlamaCppCrossCheck : public LlamaCppFixture, public ::testing::WithParamInterface<Case> {};
 
