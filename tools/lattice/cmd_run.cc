@@ -159,9 +159,9 @@ Registrar run_cmd{{"run", "generate text from a GGUF model (llama, qwen2, qwen3,
                      app.add_flag("--no-pack", a->no_pack, "use every weight in place from the mapping (no repacking)");
                      app.add_option("--nodes", a->nodes, "tensor parallel over N local ranks (processes); -t is per rank");
                      app.add_option("--provider", a->provider, "with --nodes: shm or tcp")->capture_default_str();
-                     app.add_option("--parallel", a->parallel, "with --nodes: tp (tensor) or pp (pipeline)")
+                     app.add_option("--parallel", a->parallel, "with --nodes: tp (tensor), pp (pipeline), ep (experts over ranks, the rest tensor) or auto (ep for mixture-of-experts files)")
                          ->capture_default_str();
-                     app.add_option("--split", a->split, "with --nodes: share per rank, e.g. 3,1 (default equal)");
+                     app.add_option("--split", a->split, "with --nodes: share per rank, e.g. 3,1 (default equal; ep: each rank's memory)");
                      app.add_flag("--no-recover", a->no_recover,
                                   "with --nodes: fail when a rank is lost (default: the survivors take its work over)");
                      app.add_option("--inject-fault", a->inject_fault,
