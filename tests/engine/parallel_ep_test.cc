@@ -62,13 +62,15 @@ std::string moe_file(const std::string& arch, const std::string& type = "f32") {
 
 const std::vector<int32_t> kPrompt = {257, 306, 111, 393, 286, 12, 480};
 
-LoadOptions ep_shard(int r, int world, std::vector<double> weights = {}, std::vector<int> owners = {}) {
+LoadOptions ep_shard(int r, int world, std::vector<double> weights = {}, std::vector<int> owners = {},
+                     double spare = 0) {
   LoadOptions lo;
   lo.shard.rank = r;
   lo.shard.world = world;
   lo.shard.weights = std::move(weights);
   lo.shard.expert_parallel = true;
   lo.shard.expert_owner = std::move(owners);
+  lo.shard.expert_spare = spare;
   return lo;
 }
 
@@ -98,7 +100,8 @@ struct RankRun {
 
 // Greedy tokens on every rank of `world`, expert parallel.
 std::vector<RankRun> expert_parallel(const std::string& path, int world, int n, std::vector<double> weights = {},
-                                     std::vector<int> owners = {}, const std::string& uri = "shm") {
+                                     std::vector<int> owners = {}, const std::string& uri = "shm",
+                                     double spare = 0) {
   std::vector<RankRun> out(world);
   auto g = cluster::make_local_groups(world, uri, Deadline::after(std::chrono::seconds(60)));
   EXPECT_TRUE(g.ok()) << g.status().to_string();
@@ -109,7 +112,7 @@ std::vector<RankRun> expert_parallel(const std::string& path, int world, int n, 
     th.emplace_back([&, r] {
       st[r] = [&]() -> Status {
         LATTICE_ASSIGN_OR_RETURN(auto comm, coll::Communicator::create(*(*g)[r]));
-        LATTICE_ASSIGN_OR_RETURN(auto m, Model::load(path, ep_shard(r, world, weights, owners)));
+        LATTICE_ASSIGN_OR_RETURN(auto m, Model::load(path, ep_shard(r, world, weights, owners, spare)));
         if (!m->expert_parallel()) return Internal("not expert parallel");
         parallel::CommGroup group(*comm);
         LATTICE_ASSIGN_OR_RETURN(auto s, Session::create(*m, group, {.n_ctx = 64}));
@@ -247,6 +250,26 @@ TEST(ParallelEpPlan, ExpertsPerNodeFollowMemoryAndBytesAddUp) {
   ASSERT_TRUE(dp.ok());
   EXPECT_EQ(dp->mode, parallel::ParallelMode::kTensor);
   EXPECT_NE(dp->why.find("no experts"), std::string::npos);
+}
+
+// Replicas: each step gives every chosen expert to its least busy holder. With every expert on
+// both ranks the 2 experts of a decoded token go one to each rank: a perfect split, and the
+// same tokens; with half of the others' experts on 3 ranks, the split is better than static.
+TEST(ParallelEp, ReplicasBalanceTheRowsAndKeepTheTokens) {
+  const std::string path = moe_file("qwen3moe");
+  const auto ref = single_node(path, 16);
+  const auto plain = expert_parallel(path, 2, 16);
+  const auto full = expert_parallel(path, 2, 16, {}, {}, "shm", 1.0);
+  ASSERT_EQ(full.size(), 2u);
+  for (const RankRun& r : full) EXPECT_EQ(r.tokens, ref);
+  EXPECT_EQ(full[0].owned, 16u);  // 8 experts x 2 layers, on each rank
+  EXPECT_GE(full[0].load.balance(), 0.95);
+  EXPECT_GE(full[0].load.balance(), plain[0].load.balance());
+  const auto half = expert_parallel(path, 3, 16, {}, {}, "shm", 0.5);
+  for (const RankRun& r : half) EXPECT_EQ(r.tokens, ref);
+  EXPECT_GT(half[0].owned, 6u);  // 3 of its own a layer (8 over 3 ranks) plus replicas
+  EXPECT_EQ(half[0].load.rank_rows, half[2].load.rank_rows);
+  EXPECT_EQ(Model::load(path, ep_shard(0, 2, {}, {}, 1.5)).status().code(), ErrorCode::kInvalidArgument);
 }
 
 TEST(ParallelEp, BadOwnersAreRefused) {

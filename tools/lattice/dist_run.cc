@@ -75,7 +75,7 @@ nlohmann::json run_job_to_json(const DistRunArgs& a) {
           {"ctx", a.ctx},             {"chat", a.chat},
           {"json", a.json},           {"no_pack", a.no_pack},
           {"ignore_eos", a.ignore_eos}, {"recover", a.recover},
-          {"inject_fault", a.inject_fault}};
+          {"inject_fault", a.inject_fault}, {"ep_replicate", a.ep_replicate}};
 }
 
 // Every field must be present with the right type: the value comes from another process.
@@ -107,7 +107,7 @@ Result<DistRunArgs> run_job_from_json(const std::string& text) {
   get("seed_set", a.seed_set), get("top_k", a.top_k), get("top_p", a.top_p), get("min_p", a.min_p);
   get("repeat_penalty", a.repeat_penalty), get("repeat_last_n", a.repeat_last_n), get("ctx", a.ctx);
   get("chat", a.chat), get("json", a.json), get("no_pack", a.no_pack), get("ignore_eos", a.ignore_eos);
-  get("recover", a.recover), get("inject_fault", a.inject_fault);
+  get("recover", a.recover), get("inject_fault", a.inject_fault), get("ep_replicate", a.ep_replicate);
   if (!bad.ok()) return bad;
   return a;
 }
@@ -161,6 +161,7 @@ std::string check_args(const DistRunArgs& a, int world) {
   if (!a.inject_fault.empty() && world > 0 && fr >= world)
     return "--inject-fault: rank " + std::to_string(fr) + " is not one of the " + std::to_string(world) + " ranks";
   if (a.ctx < 0) return "--ctx must be >= 0";
+  if (!(a.ep_replicate >= 0 && a.ep_replicate <= 1)) return "--ep-replicate must be in [0, 1]";
   return "";
 }
 
@@ -261,6 +262,7 @@ int run_rank(DistRunArgs a) {
   d.n_ctx = a.ctx > 0 ? static_cast<uint32_t>(a.ctx) : 0;
   d.pack = !a.no_pack;
   d.recover = a.recover;
+  d.expert_spare = a.ep_replicate;
 
   engine::parallel::DistHooks hooks;
   if (!a.json) {

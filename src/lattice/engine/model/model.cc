@@ -281,6 +281,25 @@ Status Model::set_expert_owners() {
                                " is owned by rank " + std::to_string(o) + ", not one of " + std::to_string(shard_.world));
       expert_owner_[size_t{l} * X + e] = o;
     }
+  const int W = shard_.world;
+  const double spare = shard_.expert_spare;
+  if (!(spare >= 0 && spare <= 1)) return InvalidArgument("shard: expert spare share must be in [0, 1]");
+  if (spare > 0 && W > 64) return InvalidArgument("shard: expert replicas need at most 64 ranks");
+  expert_holders_.assign(size_t{X} * NL, 0);
+  for (uint32_t l = 0; l < NL; ++l) {
+    const int* own = expert_owner_.data() + size_t{l} * X;
+    uint64_t* hold = expert_holders_.data() + size_t{l} * X;
+    for (uint32_t e = 0; e < X; ++e) hold[e] = W <= 64 ? uint64_t{1} << own[e] : 0;
+    if (spare == 0) continue;
+    // Rank r replicates the experts of rank r+1, then r+2, ..., in id order.
+    for (int r = 0; r < W; ++r) {
+      const uint32_t others = static_cast<uint32_t>(std::count_if(own, own + X, [r](int o) { return o != r; }));
+      uint32_t want = static_cast<uint32_t>(std::lround(spare * others));
+      for (int d = 1; d < W && want > 0; ++d)
+        for (uint32_t e = 0; e < X && want > 0; ++e)
+          if (own[e] == (r + d) % W) hold[e] |= uint64_t{1} << r, --want;
+    }
+  }
   return Status::Ok();
 }
 
@@ -288,7 +307,7 @@ uint32_t Model::n_owned_experts() const {
   if (!hp_.moe()) return 0;
   uint32_t n = 0;
   for (uint32_t l = layer_begin_; l < layer_end_; ++l)
-    for (uint32_t e = 0; e < hp_.n_expert; ++e) n += !expert_parallel() || expert_owner(l, e) == shard_.rank;
+    for (uint32_t e = 0; e < hp_.n_expert; ++e) n += !expert_parallel() || (expert_holders(l, e) >> shard_.rank & 1);
   return n;
 }
 
@@ -330,7 +349,7 @@ Status Model::bind_experts(LayerWeights& L, uint32_t i, bool pack) {
   const Range f = ep ? Range{0, FX} : ff();
   L.gate_exps.resize(X), L.up_exps.resize(X), L.down_exps.resize(X);
   for (uint32_t e = 0; e < X; ++e) {
-    if (ep && expert_owner(i, e) != shard_.rank) continue;  // another rank's: left unbound and untouched
+    if (ep && !(expert_holders(i, e) >> shard_.rank & 1)) continue;  // another rank's: unbound, untouched
     const TensorInfo g = expert_slice(*tg, e);
     const TensorInfo u = expert_slice(*tu, e);
     const TensorInfo d = expert_slice(*td, e);

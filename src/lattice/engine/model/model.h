@@ -96,6 +96,11 @@ class Model {
     return expert_parallel() ? expert_owner_[size_t{layer} * hp_.n_expert + e] : -1;
   }
   const std::vector<int>& expert_owners() const { return expert_owner_; }  // [layer * n_expert + e]
+  // Expert parallel: the ranks holding expert e of layer l (bit r: rank r), its owner and the
+  // ranks with a replica (Shard::expert_spare).
+  uint64_t expert_holders(uint32_t layer, uint32_t e) const {
+    return expert_parallel() ? expert_holders_[size_t{layer} * hp_.n_expert + e] : 0;
+  }
   uint32_t n_owned_experts() const;  // over this rank's layers (every expert of every layer when not EP)
 
   const TensorInfo& tok_embd() const { return *tok_embd_; }  // rows read in place for lookups
@@ -140,7 +145,8 @@ class Model {
   const float* output_norm_ = nullptr;
   const float* rope_freqs_ = nullptr;
   std::vector<LayerWeights> layers_;
-  std::vector<int> expert_owner_;  // expert parallel: [layer * n_expert + e] -> rank
+  std::vector<int> expert_owner_;         // expert parallel: [layer * n_expert + e] -> rank
+  std::vector<uint64_t> expert_holders_;  // expert parallel: [layer * n_expert + e] -> rank bits
   std::vector<std::unique_ptr<float[]>> owned_;  // vectors expanded from f16/bf16
 };
 

@@ -63,6 +63,11 @@ struct Shard {
   // included) and the vocabulary stay tensor-parallel by `weights`.
   bool expert_parallel = false;
   std::vector<int> expert_owner{};
+  // Expert parallel: the share of the other ranks' experts each rank also holds as replicas
+  // (0: none, 1: every expert on every rank; at most 64 ranks with replicas). Each step then
+  // gives every chosen expert to its least busy holder (Forward), which evens out the rows per
+  // rank that a static placement leaves uneven. Replicas are taken from the next ranks first.
+  double expert_spare = 0;
 };
 
 }  // namespace lattice::engine

@@ -115,6 +115,7 @@ Result<std::unique_ptr<Placement>> place(const DistOptions& a, cluster::Cluster&
     // rank computes the same one, and after a loss the survivors re-place the lost rank's
     // experts among themselves from their own mappings of the file.
     lo.shard.expert_parallel = a.parallel == Parallelism::kExpert;
+    lo.shard.expert_spare = a.expert_spare;
   }
   LATTICE_ASSIGN_OR_RETURN(pl->model, Model::bind(std::move(file), lo));
   pl->load_s = std::chrono::duration<double>(Clock::now() - t_load).count();

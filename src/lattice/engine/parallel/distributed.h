@@ -48,6 +48,7 @@ struct DistOptions {
   // memory_bytes or the machine's total, gathered at the start).
   std::vector<double> split;
   uint64_t memory_bytes = 0;  // this rank's memory for expert placement (0: the machine's MemTotal)
+  double expert_spare = 0;    // expert parallel: replicas of the others' experts (Shard::expert_spare)
   uint32_t n_threads = 1;     // per rank
   uint32_t n_ctx = 0;         // positions of the sequence (0: prompt + n_predict)
   uint32_t max_seqs = 1;      // sequences a step (tensor parallel)

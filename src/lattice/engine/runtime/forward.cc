@@ -180,6 +180,7 @@ void Forward::moe_ffn(uint32_t l, const LayerWeights& L, uint32_t R) {
     for (size_t k = 0; k < K; ++k) expert_rows_[ids[k]].emplace_back(r, w[k]);
   }
   count_expert_load(l);
+  const bool ep = model_->expert_parallel();
   float* acc = acc_.get();
   std::memset(acc, 0, size_t{R} * E * sizeof(float));
   {
@@ -189,7 +190,7 @@ void Forward::moe_ffn(uint32_t l, const LayerWeights& L, uint32_t R) {
     for (size_t e = 0; e < X; ++e) {
       const auto& rows = expert_rows_[e];
       const size_t FL = L.gate_exps[e].n_rows();
-      if (rows.empty() || FL == 0) continue;
+      if (rows.empty() || FL == 0 || (ep && runner_[e] != model_->rank())) continue;
       const size_t n = rows.size();
       for (size_t j = 0; j < n; ++j) std::memcpy(xe_.get() + j * E, xb + rows[j].first * E, E * sizeof(float));
       const MatmulOut gate_up[] = {{&L.gate_exps[e], gate_.get()}, {&L.up_exps[e], up_.get()}};
@@ -208,9 +209,28 @@ void Forward::count_expert_load(uint32_t layer) {
   uint64_t* tokens = load_.tokens.data() + size_t{layer - model_->layer_begin()} * X;
   for (uint32_t e = 0; e < X; ++e) tokens[e] += expert_rows_[e].size();
   if (!model_->expert_parallel()) return;
-  // Every rank routes every row the same way, so each knows every rank's share of the work.
-  rank_rows_now_.assign(model_->world(), 0);
-  for (uint32_t e = 0; e < X; ++e) rank_rows_now_[model_->expert_owner(layer, e)] += expert_rows_[e].size();
+  // Every rank routes every row the same way, so each knows every rank's share of the work
+  // and makes the same choice of runner: its owner, or with replicas (Shard::expert_spare)
+  // the least busy holder, the experts with the most rows first (ties: the lowest id; then
+  // the owner, then the lowest rank).
+  const int W = model_->world();
+  rank_rows_now_.assign(W, 0);
+  runner_.assign(X, -1);
+  order_.resize(X);
+  std::iota(order_.begin(), order_.end(), 0u);
+  std::stable_sort(order_.begin(), order_.end(),
+                   [&](uint32_t a, uint32_t b) { return expert_rows_[a].size() > expert_rows_[b].size(); });
+  for (uint32_t e : order_) {
+    const size_t n = expert_rows_[e].size();
+    if (n == 0) break;
+    const int owner = model_->expert_owner(layer, e);
+    const uint64_t holders = model_->expert_holders(layer, e);
+    int best = owner;
+    for (int r = 0; r < W && r < 64; ++r)
+      if ((holders >> r & 1) && rank_rows_now_[r] < rank_rows_now_[best]) best = r;
+    runner_[e] = best;
+    rank_rows_now_[best] += n;
+  }
   uint64_t busiest = 0;
   for (size_t r = 0; r < rank_rows_now_.size(); ++r)
     load_.rank_rows[r] += rank_rows_now_[r], busiest = std::max(busiest, rank_rows_now_[r]);

@@ -183,6 +183,7 @@ class Forward final : public Stepper {
   uint64_t bytes_read_ = 0;
   ExpertLoad load_;
   std::vector<uint64_t> rank_rows_now_;
+  std::vector<int> runner_;  // expert parallel: the rank that runs each expert this layer step
   std::vector<float> logits_;        // max_items x local vocabulary
   size_t n_logit_items_ = 0;         // items of the last step with logits
   std::vector<uint32_t> item_row0_;  // first row of each item in the last step
