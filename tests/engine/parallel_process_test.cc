@@ -63,6 +63,31 @@ std::string model_path(int layers = 2, const char* type = "f16") {
   return path;
 }
 
+// A qwen3moe F32 file (8 experts, 2 a token), for expert parallelism.
+std::string moe_path() {
+  const fs::path dir = fs::temp_directory_path() / ("lattice-tp-proc-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string path = (dir / "qwen3moe-f32.gguf").string();
+  if (fs::exists(path)) return path;
+  MakeModelOptions o;
+  o.arch = "qwen3moe";
+  o.dim = 256;
+  o.layers = 2;
+  o.heads = 4;
+  o.kv_heads = 4;
+  o.head_dim = 64;
+  o.ffn = 512;
+  o.experts = 8;
+  o.experts_used = 2;
+  o.expert_ffn = 128;
+  o.vocab = 1024;
+  o.type = "f32";
+  o.pure = true;
+  o.threads = 1;
+  EXPECT_TRUE(make_model(o, path).ok());
+  return path;
+}
+
 std::vector<int> tokens_of(const std::string& out) {
   auto j = nlohmann::json::parse(out, nullptr, false);
   if (j.is_discarded() || !j.contains("tokens")) return {};
@@ -120,6 +145,44 @@ TEST_F(ParallelProcess, PipelineRunMatchesSingleNode) {
   auto j = nlohmann::json::parse(out, nullptr, false);
   EXPECT_EQ(j["parallel"], "pp");
   EXPECT_EQ(j["ranks"][0]["layers"][1], j["ranks"][1]["layers"][0]);
+}
+
+// Expert parallel as processes: `--parallel ep` and `auto` give the single node's tokens,
+// report the experts each rank owns and the tokens each ran, and a killed rank's experts
+// are re-placed on the survivors.
+TEST_F(ParallelProcess, ExpertParallelRunMatchesSingleNodeAndReportsTheLoad) {
+  const std::string m = moe_path();
+  const std::string common = "-m " + m + " -p 'the quick brown fox' -n 32 --temp 0 --ignore-eos --json -t 1";
+  int code = -1;
+  const auto ref = tokens_of(run("run " + common, &code));
+  ASSERT_EQ(code, 0);
+  ASSERT_EQ(ref.size(), 32u);
+  for (const char* how : {"--nodes 2 --parallel ep --provider shm", "--nodes 3 --parallel auto --provider tcp"}) {
+    const std::string out = run("run " + common + " " + how, &code);
+    ASSERT_EQ(code, 0) << how << ": " << out;
+    EXPECT_EQ(tokens_of(out), ref) << how;
+    auto j = nlohmann::json::parse(out, nullptr, false);
+    ASSERT_TRUE(j.contains("expert_load")) << out;
+    EXPECT_EQ(j["parallel"], "ep");
+    const auto& load = j["expert_load"];
+    EXPECT_EQ(load["mode"], "ep");
+    size_t experts = 0;
+    uint64_t rows = 0;
+    for (const auto& r : load["per_rank"]) experts += r["experts"].size(), rows += r["rows"].get<uint64_t>();
+    EXPECT_EQ(experts, 8u);
+    // Decode steps after the first token: 31 tokens x 2 experts x 2 layers.
+    EXPECT_EQ(rows, 31u * 2 * 2) << load.dump();
+    EXPECT_GT(load["balance"].get<double>(), 0.3);
+  }
+  const std::string killed = run("run " + common + " --nodes 3 --parallel ep --provider shm --inject-fault 1@8", &code);
+  ASSERT_EQ(code, 0) << killed;
+  EXPECT_EQ(tokens_of(killed), ref);
+  auto j = nlohmann::json::parse(killed, nullptr, false);
+  ASSERT_EQ(j["recoveries"].size(), 1u) << killed;
+  size_t experts = 0;
+  for (const auto& r : j["expert_load"]["per_rank"]) experts += r["experts"].size();
+  EXPECT_EQ(j["expert_load"]["per_rank"].size(), 2u);
+  EXPECT_EQ(experts, 8u);
 }
 
 TEST_F(ParallelProcess, DemoRunsTwoRanks) {

@@ -62,6 +62,34 @@ std::string model_path() {
   return path;
 }
 
+// A mixture of experts (qwen3moe, F32, 8 experts, 2 a token) for expert-parallel recovery.
+std::string moe_model_path() {
+  static const std::string path = [] {
+    const fs::path dir = fs::temp_directory_path() / ("lattice-recovery-test-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    MakeModelOptions o;
+    o.arch = "qwen3moe";
+    o.dim = 256;
+    o.layers = 3;
+    o.heads = 4;
+    o.kv_heads = 4;
+    o.head_dim = 64;
+    o.ffn = 512;
+    o.experts = 8;
+    o.experts_used = 2;
+    o.expert_ffn = 128;
+    o.vocab = 384;
+    o.type = "f32";
+    o.pure = true;
+    o.seed = 6;
+    o.threads = 1;
+    const std::string p = (dir / "moe.gguf").string();
+    EXPECT_TRUE(make_model(o, p).ok());
+    return p;
+  }();
+  return path;
+}
+
 struct Cleanup {
   ~Cleanup() {
     std::error_code ec;
@@ -118,8 +146,8 @@ GenerationRequest request(const Tokenizer& tok) {
   return q;
 }
 
-std::vector<int32_t> single_node_tokens(const Tokenizer& tok) {
-  auto m = Model::load(model_path());
+std::vector<int32_t> single_node_tokens(const Tokenizer& tok, const std::string& path) {
+  auto m = Model::load(path);
   EXPECT_TRUE(m.ok());
   auto s = Session::create(**m, {.n_ctx = 64});
   EXPECT_TRUE(s.ok());
@@ -133,16 +161,17 @@ std::vector<int32_t> single_node_tokens(const Tokenizer& tok) {
   return r.ok() ? r->tokens : std::vector<int32_t>{};
 }
 
-void lose_a_rank_mid_request(const std::string& provider, Parallelism mode, int world, int victim, size_t at) {
-  auto file = GgufFile::open(model_path());
+void lose_a_rank_mid_request(const std::string& provider, Parallelism mode, int world, int victim, size_t at,
+                             const std::string& path = model_path()) {
+  auto file = GgufFile::open(path);
   ASSERT_TRUE(file.ok());
   auto tok = tokenizer_from_gguf(**file);
   ASSERT_TRUE(tok.ok());
-  const auto ref = single_node_tokens(*tok);
+  const auto ref = single_node_tokens(*tok, path);
   Ranks t = join(world, provider);
   ASSERT_EQ(static_cast<int>(t.ranks.size()), world);
   DistOptions d;
-  d.model_path = model_path();
+  d.model_path = path;
   d.parallel = mode;
   d.coll_timeout = 10s;
   d.recovery_timeout = 15s;
@@ -175,6 +204,15 @@ void lose_a_rank_mid_request(const std::string& provider, Parallelism mode, int 
     EXPECT_EQ(res->recoveries[0].lost_ranks, std::vector<int>{victim});
     EXPECT_EQ(res->recoveries[0].at_token, at);
     EXPECT_EQ(res->world, world - 1);
+    if (mode == Parallelism::kExpert) {
+      // The lost rank's experts now live on the survivors: every expert on one of them.
+      ASSERT_TRUE(res->expert_load.is_object());
+      EXPECT_EQ(res->expert_load["per_rank"].size(), size_t(world - 1));
+      size_t owned = 0;
+      for (const auto& pr : res->expert_load["per_rank"]) owned += pr["experts"].size();
+      EXPECT_EQ(owned, 8u);
+      for (const auto& rk : res->ranks) EXPECT_GT(rk["experts_per_layer"].get<double>(), 0);
+    }
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, 25s);
 }
@@ -184,6 +222,12 @@ TEST(RecoveryFault, TensorParallelLosesARankOverShmAndFinishes) {
 }
 TEST(RecoveryFault, TensorParallelLosesRankZeroOverTcpAndFinishes) {
   lose_a_rank_mid_request("tcp", Parallelism::kTensor, 3, 0, 9);
+}
+TEST(RecoveryFault, ExpertParallelLosesARankAndItsExpertsAreRePlaced) {
+  lose_a_rank_mid_request("shm", Parallelism::kExpert, 3, 1, 5, moe_model_path());
+}
+TEST(RecoveryFault, ExpertParallelLosesRankZeroOverTcp) {
+  lose_a_rank_mid_request("tcp", Parallelism::kExpert, 2, 0, 7, moe_model_path());
 }
 TEST(RecoveryFault, PipelineLosesAStageAndFinishes) { lose_a_rank_mid_request("shm", Parallelism::kPipeline, 3, 1, 4); }
 

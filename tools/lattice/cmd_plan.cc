@@ -1,6 +1,6 @@
-// `lattice plan -m FILE (--hostfile FILE | --nodes N) [--parallel tp|pp|auto] [--ctx N] [--json]`:
-// the layout a distributed run would use (TP degree, PP stages, bytes per node, traffic per
-// token), from the GGUF tensor table and the hosts' memory_gb (hosts without it: this
+// `lattice plan -m FILE (--hostfile FILE | --nodes N) [--parallel tp|pp|ep|auto] [--ctx N] [--json]`:
+// the layout a distributed run would use (TP degree, PP stages, experts per node, bytes per
+// node, traffic per token), from the GGUF tensor table and the hosts' memory_gb (hosts without it: this
 // machine's available memory). Refuses (exit 1) a model that cannot fit, saying how much
 // memory is missing. Nothing is loaded: the file is only mapped for its header.
 #include <cstdio>
@@ -45,7 +45,8 @@ int run_plan(const PlanArgs& a) {
   if (a.parallel == "auto") mode = ParallelMode::kAuto;
   else if (a.parallel == "tp") mode = ParallelMode::kTensor;
   else if (a.parallel == "pp") mode = ParallelMode::kPipeline;
-  else return fail("--parallel must be tp, pp or auto");
+  else if (a.parallel == "ep") mode = ParallelMode::kExpert;
+  else return fail("--parallel must be tp, pp, ep or auto");
   if ((a.nodes > 0) == !a.hostfile.empty()) return fail("give --hostfile FILE or --nodes N");
   std::vector<engine::parallel::NodeSpec> nodes;
   const uint64_t local = mem_available();
@@ -64,7 +65,9 @@ int run_plan(const PlanArgs& a) {
   if (!file.ok()) return fail(file.status().to_string());
   auto p = engine::parallel::plan_placement(**file, nodes, mode, static_cast<uint32_t>(a.ctx));
   if (!p.ok()) return fail(p.status().to_string());
-  const char* mode_name = p->mode == ParallelMode::kTensor ? "tp" : "pp";
+  const char* mode_name = p->mode == ParallelMode::kTensor   ? "tp"
+                          : p->mode == ParallelMode::kExpert ? "ep"
+                                                             : "pp";
   if (a.json) {
     nlohmann::json j = {{"mode", mode_name}, {"tp", p->tp}, {"pp", p->pp}, {"n_ctx", p->n_ctx},
                         {"model_bytes", p->model_bytes}, {"fits", p->fits}, {"missing_bytes", p->missing_bytes},
@@ -72,12 +75,15 @@ int run_plan(const PlanArgs& a) {
     for (const auto& n : p->nodes)
       j["nodes"].push_back({{"name", n.name}, {"part", n.part}, {"weight_bytes", n.weight_bytes},
                             {"kv_bytes", n.kv_bytes}, {"total_bytes", n.total_bytes},
-                            {"memory_bytes", n.memory_bytes}, {"sent_per_token", n.sent_per_token}});
+                            {"memory_bytes", n.memory_bytes}, {"sent_per_token", n.sent_per_token},
+                            {"experts", n.experts}, {"expert_bytes", n.expert_bytes}});
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("model %s: %s of weights; context %u\n", a.model.c_str(), human_bytes(p->model_bytes).c_str(),
                 p->n_ctx);
     std::printf("layout: %s, TP degree %d, PP stages %d (%s)\n", mode_name, p->tp, p->pp, p->why.c_str());
+    if (p->mode == ParallelMode::kExpert)
+      std::printf("  sends: per node and link per token, two all-reduces of the hidden state a layer\n");
     for (const auto& n : p->nodes)
       std::printf("  %-12s %-48s weights %10s  kv %9s  total %10s of %10s  sends %s/token\n", n.name.c_str(),
                   n.part.c_str(), human_bytes(n.weight_bytes).c_str(), human_bytes(n.kv_bytes).c_str(),
@@ -92,13 +98,13 @@ int run_plan(const PlanArgs& a) {
   return 0;
 }
 
-Registrar plan_cmd{{"plan", "show how a model would be placed on a cluster (TP/PP layout, bytes, traffic)",
+Registrar plan_cmd{{"plan", "show how a model would be placed on a cluster (TP/PP/EP layout, bytes, traffic)",
                     [](CLI::App& app) {
                       auto a = std::make_shared<PlanArgs>();
                       app.add_option("-m,--model", a->model, "GGUF file")->required();
                       app.add_option("--hostfile", a->hostfile, "topology file or MLX hostfile (memory_gb per host)");
                       app.add_option("--nodes", a->nodes, "N local ranks sharing this machine's memory");
-                      app.add_option("--parallel", a->parallel, "tp, pp or auto")->capture_default_str();
+                      app.add_option("--parallel", a->parallel, "tp, pp, ep (experts by memory) or auto")->capture_default_str();
                       app.add_option("--ctx", a->ctx, "context for the KV cache (0: training context, <= 4096)");
                       app.add_flag("--json", a->json, "print JSON");
                       return [a] { return run_plan(*a); };

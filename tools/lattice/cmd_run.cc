@@ -35,6 +35,7 @@ struct RunArgs {
   std::string provider = "shm";
   std::string parallel = "tp";
   std::string split;
+  double ep_replicate = 0;
   bool no_recover = false;
   std::string inject_fault;
   bool demo = false;
@@ -52,6 +53,7 @@ int run_dist(const RunArgs& a) {
   d.top_k = a.top_k, d.top_p = a.top_p, d.min_p = a.min_p, d.repeat_penalty = a.repeat_penalty;
   d.repeat_last_n = a.repeat_last_n, d.ctx = a.ctx, d.chat = a.chat, d.json = a.json, d.no_pack = a.no_pack;
   d.ignore_eos = a.ignore_eos, d.demo = a.demo, d.parallel = a.parallel, d.split = a.split;
+  d.ep_replicate = a.ep_replicate;
   d.recover = !a.no_recover, d.inject_fault = a.inject_fault;
   return run_distributed(d);
 }
@@ -159,9 +161,12 @@ Registrar run_cmd{{"run", "generate text from a GGUF model (llama, qwen2, qwen3,
                      app.add_flag("--no-pack", a->no_pack, "use every weight in place from the mapping (no repacking)");
                      app.add_option("--nodes", a->nodes, "tensor parallel over N local ranks (processes); -t is per rank");
                      app.add_option("--provider", a->provider, "with --nodes: shm or tcp")->capture_default_str();
-                     app.add_option("--parallel", a->parallel, "with --nodes: tp (tensor) or pp (pipeline)")
+                     app.add_option("--parallel", a->parallel, "with --nodes: tp (tensor), pp (pipeline), ep (experts over ranks, the rest tensor) or auto (ep for mixture-of-experts files)")
                          ->capture_default_str();
-                     app.add_option("--split", a->split, "with --nodes: share per rank, e.g. 3,1 (default equal)");
+                     app.add_option("--split", a->split, "with --nodes: share per rank, e.g. 3,1 (default equal; ep: each rank's memory)");
+                     app.add_option("--ep-replicate", a->ep_replicate,
+                                    "with --parallel ep: share (0..1) of the other ranks' experts each rank also holds; "
+                                    "each step gives a chosen expert to its least busy holder (1: balanced, every expert everywhere)");
                      app.add_flag("--no-recover", a->no_recover,
                                   "with --nodes: fail when a rank is lost (default: the survivors take its work over)");
                      app.add_option("--inject-fault", a->inject_fault,

@@ -75,7 +75,7 @@ nlohmann::json run_job_to_json(const DistRunArgs& a) {
           {"ctx", a.ctx},             {"chat", a.chat},
           {"json", a.json},           {"no_pack", a.no_pack},
           {"ignore_eos", a.ignore_eos}, {"recover", a.recover},
-          {"inject_fault", a.inject_fault}};
+          {"inject_fault", a.inject_fault}, {"ep_replicate", a.ep_replicate}};
 }
 
 // Every field must be present with the right type: the value comes from another process.
@@ -107,7 +107,7 @@ Result<DistRunArgs> run_job_from_json(const std::string& text) {
   get("seed_set", a.seed_set), get("top_k", a.top_k), get("top_p", a.top_p), get("min_p", a.min_p);
   get("repeat_penalty", a.repeat_penalty), get("repeat_last_n", a.repeat_last_n), get("ctx", a.ctx);
   get("chat", a.chat), get("json", a.json), get("no_pack", a.no_pack), get("ignore_eos", a.ignore_eos);
-  get("recover", a.recover), get("inject_fault", a.inject_fault);
+  get("recover", a.recover), get("inject_fault", a.inject_fault), get("ep_replicate", a.ep_replicate);
   if (!bad.ok()) return bad;
   return a;
 }
@@ -149,7 +149,8 @@ bool parse_fault(std::string text, int* rank, int* token, int* sig) {
 
 // Everything a rank would refuse, checked before any rank starts.
 std::string check_args(const DistRunArgs& a, int world) {
-  if (a.parallel != "tp" && a.parallel != "pp") return "--parallel must be tp or pp";
+  if (a.parallel != "tp" && a.parallel != "pp" && a.parallel != "ep" && a.parallel != "auto")
+    return "--parallel must be tp, pp, ep or auto";
   bool split_ok = true;
   const auto split = parse_split(a.split, &split_ok);
   if (!split_ok || (!split.empty() && world > 0 && split.size() != static_cast<size_t>(world)))
@@ -160,7 +161,21 @@ std::string check_args(const DistRunArgs& a, int world) {
   if (!a.inject_fault.empty() && world > 0 && fr >= world)
     return "--inject-fault: rank " + std::to_string(fr) + " is not one of the " + std::to_string(world) + " ranks";
   if (a.ctx < 0) return "--ctx must be >= 0";
+  if (!(a.ep_replicate >= 0 && a.ep_replicate <= 1)) return "--ep-replicate must be in [0, 1]";
   return "";
+}
+
+// `auto`: expert parallel for a mixture-of-experts file with at least as many experts as
+// ranks, tensor parallel otherwise (from the file's header; every rank decides the same).
+std::string resolve_parallel(const DistRunArgs& a, int world) {
+  if (a.parallel != "auto") return a.parallel;
+  auto file = engine::GgufFile::open(a.model);
+  if (!file.ok()) return "tp";
+  auto name = (*file)->metadata().get_string("general.architecture");
+  const engine::ArchInfo* arch = name.ok() ? engine::find_arch(*name) : nullptr;
+  if (!arch) return "tp";
+  auto hp = engine::read_hparams((*file)->metadata(), *arch);
+  return hp.ok() && hp->moe() && hp->n_expert >= static_cast<uint32_t>(std::max(world, 1)) ? "ep" : "tp";
 }
 
 // Parent: start `nodes` copies of this command as ranks and wait for them.
@@ -168,6 +183,7 @@ int launch_local(DistRunArgs a) {
   if (a.nodes < 1 || a.nodes > 64) return fail("--nodes must be in 1..64");
   if (a.provider != "shm" && a.provider != "tcp") return fail("--provider must be shm or tcp");
   if (std::string e = check_args(a, a.nodes); !e.empty()) return fail(e);
+  a.parallel = resolve_parallel(a, a.nodes);
   // Every rank must sample with the same seed: resolve a random one here.
   if (!a.seed_set) a.seed = static_cast<uint64_t>(std::random_device{}()), a.seed_set = true;
   cluster::LocalJob job;
@@ -237,13 +253,17 @@ int run_rank(DistRunArgs a) {
 
   engine::parallel::DistOptions d;
   d.model_path = a.model;
-  d.parallel = a.parallel == "pp" ? engine::parallel::Parallelism::kPipeline : engine::parallel::Parallelism::kTensor;
+  a.parallel = resolve_parallel(a, c.world_size());
+  d.parallel = a.parallel == "pp"   ? engine::parallel::Parallelism::kPipeline
+               : a.parallel == "ep" ? engine::parallel::Parallelism::kExpert
+                                    : engine::parallel::Parallelism::kTensor;
   bool split_ok = true;
   d.split = parse_split(a.split, &split_ok);
   d.n_threads = static_cast<uint32_t>(std::max(1, a.threads));
   d.n_ctx = a.ctx > 0 ? static_cast<uint32_t>(a.ctx) : 0;
   d.pack = !a.no_pack;
   d.recover = a.recover;
+  d.expert_spare = a.ep_replicate;
 
   engine::parallel::DistHooks hooks;
   if (!a.json) {
@@ -305,6 +325,7 @@ int run_rank(DistRunArgs a) {
     j["parallel"] = a.parallel;
     j["provider"] = opts->provider;
     j["ranks"] = R.ranks;
+    if (!R.expert_load.is_null()) j["expert_load"] = R.expert_load;
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }
@@ -314,7 +335,8 @@ int run_rank(DistRunArgs a) {
                "\nprompt: %zu tokens in %.1f ms, %.2f tok/s | generation: %zu tokens, %.2f tok/s "
                "(%d ranks x %u threads, %s parallel over %s, %s)\n",
                R.gen.prompt_tokens.size(), R.gen.prefill_seconds * 1e3, prefill_tok_s, R.gen.tokens.size(),
-               decode_tok_s, R.world, d.n_threads, pp ? "pipeline" : "tensor", opts->provider.c_str(),
+               decode_tok_s, R.world, d.n_threads, pp ? "pipeline" : a.parallel == "ep" ? "expert" : "tensor",
+               opts->provider.c_str(),
                R.gen.stop_reason.c_str());
   if (!R.recoveries.empty())
     std::fprintf(stderr, "recovered from %zu loss(es): started on %d ranks, finished on %d (epoch %llu)\n",
@@ -329,6 +351,19 @@ int run_rank(DistRunArgs a) {
                  r["shard_bytes"].get<double>() / (1 << 20), r["bytes_sent_per_token"].get<double>(),
                  r["coll_ms_per_token"].get<double>(), r["coll_calls_per_token"].get<double>(),
                  r["decode_ms_per_token"].get<double>());
+  }
+  if (R.expert_load.is_object() && R.expert_load["mode"] == "ep") {
+    std::fprintf(stderr, "  experts (decode): balance %.3f (busiest rank's rows vs a perfect split)\n",
+                 R.expert_load["balance"].get<double>());
+    for (const auto& r : R.expert_load["per_rank"]) {
+      std::string list;
+      const auto& ids = r["experts"];
+      const auto& tok = r["tokens"];
+      for (size_t i = 0; i < ids.size(); ++i)
+        list += (list.empty() ? "" : " ") + std::to_string(ids[i].get<int>()) + ":" + std::to_string(tok[i].get<uint64_t>());
+      std::fprintf(stderr, "  rank %d: %zu experts, %llu rows | expert:tokens %s\n", r["rank"].get<int>(), ids.size(),
+                   static_cast<unsigned long long>(r.value("rows", uint64_t{0})), list.c_str());
+    }
   }
   return 0;
 }

@@ -16,8 +16,9 @@ struct DistRunArgs {
   std::string model, prompt;
   int nodes = 0;               // local ranks to start (0: we are a rank under a launcher)
   std::string provider = "shm";
-  std::string parallel = "tp";  // tp | pp
+  std::string parallel = "tp";  // tp | pp | ep | auto (ep for mixture-of-experts files, else tp)
   std::string split;            // "3,1": relative share of each rank (slower/smaller nodes less); empty: equal
+  double ep_replicate = 0;      // ep: share of the other ranks' experts each rank also holds (0..1)
   int n_predict = 128;
   int threads = 1;             // per rank
   float temp = 0.8f;

@@ -38,6 +38,28 @@ std::vector<Range> split_units(uint32_t n_units, int world, std::span<const doub
   return out;
 }
 
+std::vector<int> place_experts(uint32_t n_expert, int world, std::span<const double> weights,
+                               std::span<const double> load) {
+  std::vector<int> owner(n_expert, 0);
+  if (world <= 1 || n_expert == 0) return owner;
+  const std::vector<Range> counts = split_units(n_expert, world, weights);
+  std::vector<double> share(world), held(world, 0.0);
+  std::vector<uint32_t> room(world);
+  for (int r = 0; r < world; ++r) room[r] = counts[r].size(), share[r] = std::max<double>(counts[r].size(), 1e-9);
+  std::vector<uint32_t> order(n_expert);
+  std::iota(order.begin(), order.end(), 0u);
+  const auto load_of = [&](uint32_t e) { return load.size() == n_expert ? std::max(load[e], 0.0) : 1.0; };
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return load_of(a) > load_of(b); });
+  for (uint32_t e : order) {
+    int best = -1;
+    for (int r = 0; r < world; ++r)
+      if (room[r] > 0 && (best < 0 || held[r] / share[r] < held[best] / share[best])) best = r;
+    owner[e] = best;
+    held[best] += load_of(e), --room[best];
+  }
+  return owner;
+}
+
 Result<ShardLayout> make_shard_layout(const Hparams& hp, uint32_t ff_block_elems, uint32_t wo_block_elems, int world,
                                       std::span<const double> weights) {
   if (world < 1) return InvalidArgument("tensor parallel: world size must be >= 1");
@@ -183,6 +205,9 @@ Status Model::bind_all(const LoadOptions& options) {
   if (layer_begin_ >= layer_end_ || layer_end_ > hp_.n_layer)
     return InvalidArgument("layers [" + std::to_string(layer_begin_) + ", " + std::to_string(layer_end_) +
                            ") are not a range of the model's " + std::to_string(hp_.n_layer));
+  if (shard_.expert_parallel && !hp_.moe() && !shard_.expert_owner.empty())
+    return InvalidArgument("shard: expert owners given for a model without experts");
+  if (expert_parallel()) LATTICE_RETURN_IF_ERROR(set_expert_owners());
 
   const bool pack = options.pack;
   const Range kv = kv_heads(), f = ff(), voc = vocab();
@@ -242,6 +267,53 @@ Status Model::bind_all(const LoadOptions& options) {
   return Status::Ok();
 }
 
+Status Model::set_expert_owners() {
+  const uint32_t X = hp_.n_expert, NL = hp_.n_layer;
+  const std::vector<int>& given = shard_.expert_owner;
+  if (!given.empty() && given.size() != X && given.size() != size_t{X} * NL)
+    return InvalidArgument("shard: " + std::to_string(given.size()) + " expert owners, want " + std::to_string(X) +
+                           " (one per expert) or " + std::to_string(size_t{X} * NL) + " (per layer and expert)");
+  const std::vector<int> one = given.empty() ? place_experts(X, shard_.world, shard_.weights) : std::vector<int>{};
+  const std::vector<int>& src = given.empty() ? one : given;
+  expert_owner_.resize(size_t{X} * NL);
+  for (uint32_t l = 0; l < NL; ++l)
+    for (uint32_t e = 0; e < X; ++e) {
+      const int o = src[src.size() == X ? e : size_t{l} * X + e];
+      if (o < 0 || o >= shard_.world)
+        return InvalidArgument("shard: expert " + std::to_string(e) + " of layer " + std::to_string(l) +
+                               " is owned by rank " + std::to_string(o) + ", not one of " + std::to_string(shard_.world));
+      expert_owner_[size_t{l} * X + e] = o;
+    }
+  const int W = shard_.world;
+  const double spare = shard_.expert_spare;
+  if (!(spare >= 0 && spare <= 1)) return InvalidArgument("shard: expert spare share must be in [0, 1]");
+  if (spare > 0 && W > 64) return InvalidArgument("shard: expert replicas need at most 64 ranks");
+  expert_holders_.assign(size_t{X} * NL, 0);
+  for (uint32_t l = 0; l < NL; ++l) {
+    const int* own = expert_owner_.data() + size_t{l} * X;
+    uint64_t* hold = expert_holders_.data() + size_t{l} * X;
+    for (uint32_t e = 0; e < X; ++e) hold[e] = W <= 64 ? uint64_t{1} << own[e] : 0;
+    if (spare == 0) continue;
+    // Rank r replicates the experts of rank r+1, then r+2, ..., in id order.
+    for (int r = 0; r < W; ++r) {
+      const uint32_t others = static_cast<uint32_t>(std::count_if(own, own + X, [r](int o) { return o != r; }));
+      uint32_t want = static_cast<uint32_t>(std::lround(spare * others));
+      for (int d = 1; d < W && want > 0; ++d)
+        for (uint32_t e = 0; e < X && want > 0; ++e)
+          if (own[e] == (r + d) % W) hold[e] |= uint64_t{1} << r, --want;
+    }
+  }
+  return Status::Ok();
+}
+
+uint32_t Model::n_owned_experts() const {
+  if (!hp_.moe()) return 0;
+  uint32_t n = 0;
+  for (uint32_t l = layer_begin_; l < layer_end_; ++l)
+    for (uint32_t e = 0; e < hp_.n_expert; ++e) n += !expert_parallel() || (expert_holders(l, e) >> shard_.rank & 1);
+  return n;
+}
+
 TensorInfo Model::expert_slice(const TensorInfo& t, uint32_t e) const {
   TensorInfo s = t;
   const uint64_t bytes = t.row_bytes() * t.ne[1];
@@ -275,9 +347,12 @@ Status Model::bind_experts(LayerWeights& L, uint32_t i, bool pack) {
   LATTICE_ASSIGN_OR_RETURN(const TensorInfo* tg, experts3(nm.gate_exps, E, FX));
   LATTICE_ASSIGN_OR_RETURN(const TensorInfo* tu, experts3(nm.up_exps, E, FX));
   LATTICE_ASSIGN_OR_RETURN(const TensorInfo* td, experts3(nm.down_exps, FX, E));
-  const Range f = ff();
+  // Tensor parallel: every expert's columns [f0, f1); expert parallel: the owned experts whole.
+  const bool ep = expert_parallel();
+  const Range f = ep ? Range{0, FX} : ff();
   L.gate_exps.resize(X), L.up_exps.resize(X), L.down_exps.resize(X);
   for (uint32_t e = 0; e < X; ++e) {
+    if (ep && !(expert_holders(i, e) >> shard_.rank & 1)) continue;  // another rank's: unbound, untouched
     const TensorInfo g = expert_slice(*tg, e);
     const TensorInfo u = expert_slice(*tu, e);
     const TensorInfo d = expert_slice(*td, e);

@@ -7,7 +7,10 @@
 //   attention  split by KV heads: rank r owns KV heads [kv0, kv1) and their query heads:
 //              row ranges of wq/wk/wv, the matching columns of wo;
 //   FFN        gate/up rows [f0, f1) and the same columns of w_down;
-//   output     vocabulary rows [v0, v1) of the output matrix.
+//   output     vocabulary rows [v0, v1) of the output matrix;
+//   experts    tensor parallel: the FFN columns [f0, f1) of every expert; expert parallel
+//              (Shard::expert_parallel): the experts this rank owns, whole, and nothing of
+//              the others (their Weights are empty and their bytes never touched).
 // Row ranges are views at an offset; column ranges are strided views (row stride = the full
 // row), and when packing is on only the shard is copied into the kernels' layout. A rank
 // never reads the whole model. Pipeline stages bind a layer range (Shard::layer_begin/end).
@@ -85,6 +88,20 @@ class Model {
   uint32_t n_local_layers() const { return layer_end_ - layer_begin_; }
   bool has_head() const { return layer_end_ == hp_.n_layer; }  // output norm + matrix bound
   bool whole() const { return shard_.world == 1 && layer_begin_ == 0 && has_head(); }
+  // Expert parallel (Shard::expert_parallel): the rank owning expert e of (global) layer l;
+  // this rank binds exactly the experts it owns, whole. Tensor parallel: every rank holds a
+  // column slice of every expert, and expert_owner() is -1.
+  bool expert_parallel() const { return shard_.expert_parallel && hp_.moe() && shard_.world > 1; }
+  int expert_owner(uint32_t layer, uint32_t e) const {
+    return expert_parallel() ? expert_owner_[size_t{layer} * hp_.n_expert + e] : -1;
+  }
+  const std::vector<int>& expert_owners() const { return expert_owner_; }  // [layer * n_expert + e]
+  // Expert parallel: the ranks holding expert e of layer l (bit r: rank r), its owner and the
+  // ranks with a replica (Shard::expert_spare).
+  uint64_t expert_holders(uint32_t layer, uint32_t e) const {
+    return expert_parallel() ? expert_holders_[size_t{layer} * hp_.n_expert + e] : 0;
+  }
+  uint32_t n_owned_experts() const;  // over this rank's layers (every expert of every layer when not EP)
 
   const TensorInfo& tok_embd() const { return *tok_embd_; }  // rows read in place for lookups
   const float* output_norm() const { return output_norm_; }
@@ -113,6 +130,7 @@ class Model {
   // Expert e of a 3-D [n_in, n_out, n_expert] tensor, as a 2-D tensor of its own.
   TensorInfo expert_slice(const TensorInfo& t, uint32_t e) const;
   Status bind_experts(LayerWeights& L, uint32_t layer, bool pack);
+  Status set_expert_owners();
   Result<const float*> vec(const std::string& name, uint64_t n, bool required);
 
   std::unique_ptr<GgufFile> file_;
@@ -127,6 +145,8 @@ class Model {
   const float* output_norm_ = nullptr;
   const float* rope_freqs_ = nullptr;
   std::vector<LayerWeights> layers_;
+  std::vector<int> expert_owner_;         // expert parallel: [layer * n_expert + e] -> rank
+  std::vector<uint64_t> expert_holders_;  // expert parallel: [layer * n_expert + e] -> rank bits
   std::vector<std::unique_ptr<float[]>> owned_;  // vectors expanded from f16/bf16
 };
 

@@ -24,6 +24,16 @@ struct Range {
 // largest remainders first, earlier ranks winning ties. Ranges may be empty.
 std::vector<Range> split_units(uint32_t n_units, int world, std::span<const double> weights = {});
 
+// Expert parallelism: which rank owns each expert of a mixture-of-experts layer (the whole
+// expert, all its columns). Ranks get a count of experts proportional to `weights` (their
+// memory shares; empty: equal; split_units' rounding), then experts go, heaviest expected
+// `load` first (empty: every expert the same; ties: the lowest id), to the rank whose owned
+// load relative to its share is lowest (ties: the lowest rank) among those with room. With
+// equal loads and shares this interleaves (expert e on rank e % world). The result is
+// owner[e] for e < n_expert, the same on every rank for the same arguments.
+std::vector<int> place_experts(uint32_t n_expert, int world, std::span<const double> weights = {},
+                               std::span<const double> load = {});
+
 // The tensor-parallel layout of one model over `world` ranks, per rank.
 struct ShardLayout {
   std::vector<Range> kv_heads;  // in KV heads (each with its group of query heads)
@@ -46,6 +56,18 @@ struct Shard {
   // are bound only by the shard holding the last layer; the embedding by every shard (the
   // first stage uses it, a later stage that takes over after a loss may need it).
   uint32_t layer_begin = 0, layer_end = 0;
+  // Expert parallel (mixture-of-experts files): each expert of a layer is bound whole by the
+  // rank that owns it and by no other (the others' bytes are not touched). expert_owner holds
+  // a rank per expert (every layer alike) or per layer and expert ([layer * n_expert + e]);
+  // empty: place_experts(n_expert, world, weights). Attention, dense FFNs (shared experts
+  // included) and the vocabulary stay tensor-parallel by `weights`.
+  bool expert_parallel = false;
+  std::vector<int> expert_owner{};
+  // Expert parallel: the share of the other ranks' experts each rank also holds as replicas
+  // (0: none, 1: every expert on every rank; at most 64 ranks with replicas). Each step then
+  // gives every chosen expert to its least busy holder (Forward), which evens out the rows per
+  // rank that a static placement leaves uneven. Replicas are taken from the next ranks first.
+  double expert_spare = 0;
 };
 
 }  // namespace lattice::engine

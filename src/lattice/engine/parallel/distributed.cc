@@ -1,6 +1,9 @@
 #include "lattice/engine/parallel/distributed.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <string>
 
 #include "lattice/engine/parallel/recovery.h"
 
@@ -9,6 +12,61 @@ namespace lattice::engine::parallel {
 namespace {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+// MemTotal of /proc/meminfo (stable over the run, unlike MemAvailable); 0 if unreadable.
+uint64_t machine_memory_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key, unit;
+  uint64_t kb = 0;
+  while (f >> key >> kb >> unit)
+    if (key == "MemTotal:") return kb * 1024;
+  return 0;
+}
+
+// b - a, for the counters of one placement's Forward (same shapes).
+void add_diff(ExpertLoad& sum, const ExpertLoad& a, const ExpertLoad& b) {
+  if (sum.tokens.size() != b.tokens.size()) sum.tokens.assign(b.tokens.size(), 0);
+  if (sum.rank_rows.size() != b.rank_rows.size()) sum.rank_rows.assign(b.rank_rows.size(), 0);
+  for (size_t i = 0; i < b.tokens.size() && i < a.tokens.size(); ++i) sum.tokens[i] += b.tokens[i] - a.tokens[i];
+  for (size_t i = 0; i < b.rank_rows.size() && i < a.rank_rows.size(); ++i)
+    sum.rank_rows[i] += b.rank_rows[i] - a.rank_rows[i];
+  sum.busiest_rows += b.busiest_rows - a.busiest_rows;
+}
+
+// Per rank: the experts it owns (ids, any layer) and the decode rows routed to each, summed
+// over layers; plus the rows per rank and the balance.
+nlohmann::json expert_load_json(const Model& m, const ExpertLoad& load) {
+  const Hparams& hp = m.hparams();
+  if (!hp.moe()) return nullptr;
+  const uint32_t X = hp.n_expert;
+  std::vector<uint64_t> per_expert(X, 0);
+  for (size_t i = 0; i < load.tokens.size(); ++i) per_expert[i % X] += load.tokens[i];
+  nlohmann::json ranks = nlohmann::json::array();
+  const int W = m.expert_parallel() ? m.world() : 1;
+  for (int r = 0; r < W; ++r) {
+    nlohmann::json ids = nlohmann::json::array(), tokens = nlohmann::json::array();
+    for (uint32_t e = 0; e < X; ++e) {
+      uint64_t n = 0;
+      bool owns = false;
+      for (uint32_t l = m.layer_begin(); l < m.layer_end(); ++l)
+        if (!m.expert_parallel() || m.expert_owner(l, e) == r) {
+          owns = true;
+          const size_t i = size_t{l - m.layer_begin()} * X + e;
+          if (i < load.tokens.size()) n += load.tokens[i];
+        }
+      if (owns) ids.push_back(e), tokens.push_back(n);
+    }
+    nlohmann::json one = {{"rank", r}, {"experts", ids}, {"tokens", tokens}};
+    if (m.expert_parallel() && static_cast<size_t>(r) < load.rank_rows.size()) one["rows"] = load.rank_rows[r];
+    ranks.push_back(std::move(one));
+  }
+  return {{"mode", m.expert_parallel() ? "ep" : "tp"},
+          {"n_expert", X},
+          {"n_expert_used", hp.n_expert_used},
+          {"tokens_per_expert", per_expert},
+          {"per_rank", ranks},
+          {"balance", m.expert_parallel() ? load.balance() : 1.0}};
+}
 }  // namespace
 
 nlohmann::json RecoveryEvent::to_json() const {
@@ -53,6 +111,11 @@ Result<std::unique_ptr<Placement>> place(const DistOptions& a, cluster::Cluster&
     lo.shard.rank = c.rank();
     lo.shard.world = c.world_size();
     lo.shard.weights = std::move(weights);
+    // Expert parallel: the placement is a function of the shares and the world, so every
+    // rank computes the same one, and after a loss the survivors re-place the lost rank's
+    // experts among themselves from their own mappings of the file.
+    lo.shard.expert_parallel = a.parallel == Parallelism::kExpert;
+    lo.shard.expert_spare = a.expert_spare;
   }
   LATTICE_ASSIGN_OR_RETURN(pl->model, Model::bind(std::move(file), lo));
   pl->load_s = std::chrono::duration<double>(Clock::now() - t_load).count();
@@ -88,10 +151,18 @@ Result<DistResult> generate_distributed(cluster::Cluster& c, const DistOptions& 
   // First-epoch ranks of the current members, by current rank (shrink renumbers in order).
   std::vector<int> members(static_cast<size_t>(world0));
   for (int r = 0; r < world0; ++r) members[static_cast<size_t>(r)] = r;
+  // Expert parallel without --split: every rank's memory is its share.
+  std::vector<double> split = a.split;
+  if (split.empty() && a.parallel == Parallelism::kExpert && world0 > 1) {
+    const uint64_t mine = a.memory_bytes ? a.memory_bytes : machine_memory_bytes();
+    auto all = c.allgather(std::to_string(mine), Deadline::after(a.recovery_timeout));
+    if (!all.ok()) return all.status().with_context("expert parallel: gathering the ranks' memory");
+    for (const std::string& m : *all) split.push_back(std::max(std::strtod(m.c_str(), nullptr), 1.0));
+  }
   auto shares = [&] {
     std::vector<double> w;
-    if (!a.split.empty())
-      for (int m : members) w.push_back(a.split[static_cast<size_t>(m)]);
+    if (!split.empty())
+      for (int m : members) w.push_back(split[static_cast<size_t>(m)]);
     return w;
   };
   const uint32_t n_ctx = a.n_ctx ? a.n_ctx : static_cast<uint32_t>(request.prompt.size() + request.n_predict);
@@ -110,6 +181,7 @@ Result<DistResult> generate_distributed(cluster::Cluster& c, const DistOptions& 
   LATTICE_ASSIGN_OR_RETURN(int id, gen->submit(request, on_piece));
 
   CollStats decode_cs;  // collectives of decode steps only, summed over placements
+  ExpertLoad load0;     // the expert load before a decode step
   double first_prefill_s = -1;
   Clock::time_point t_start = Clock::now(), t_first{};
   bool have_first = false;
@@ -120,6 +192,7 @@ Result<DistResult> generate_distributed(cluster::Cluster& c, const DistOptions& 
     if (hooks.before_token) LATTICE_RETURN_IF_ERROR(hooks.before_token(before));
     const CollStats cs0 = pl->coll_stats();
     const bool decoding = before > 0;
+    if (decoding && pl->forward) load0 = pl->forward->expert_load();
     Status st = gen->step();
     if (st.ok()) {
       LATTICE_ASSIGN_OR_RETURN(const size_t after, gen->n_generated(id));
@@ -135,6 +208,7 @@ Result<DistResult> generate_distributed(cluster::Cluster& c, const DistOptions& 
         decode_cs.calls += cs1.calls - cs0.calls;
         decode_cs.bytes += cs1.bytes - cs0.bytes;
         decode_cs.seconds += cs1.seconds - cs0.seconds;
+        if (pl->forward) add_diff(R.decode_load, load0, pl->forward->expert_load());
         ++R.steps;
       }
       continue;
@@ -150,6 +224,7 @@ Result<DistResult> generate_distributed(cluster::Cluster& c, const DistOptions& 
     Progress mine{std::move(before_loss.tokens), before_loss.draws};
     gen.reset();
     pl.reset();
+    R.decode_load = {};  // the load is reported for the last placement (its owners)
     LATTICE_ASSIGN_OR_RETURN(auto shrunk, shrink_and_agree(c, members, mine, a.recovery_timeout));
     members = shrunk.members;
     const auto t_place = Clock::now();
@@ -191,7 +266,9 @@ Result<DistResult> generate_distributed(cluster::Cluster& c, const DistOptions& 
   // Per decode token: this rank's collective payload and time.
   const double denom = std::max<uint32_t>(R.steps, 1);
   const Model& m = pl->stepper().model();
+  R.expert_load = expert_load_json(m, R.decode_load);
   nlohmann::json mine = {{"rank", c.rank()},
+                         {"experts_per_layer", double(m.n_owned_experts()) / std::max<uint32_t>(m.n_local_layers(), 1)},
                          {"first_rank", rank0},
                          {"layers", {m.layer_begin(), m.layer_end()}},
                          {"kv_heads", {m.kv_heads().begin, m.kv_heads().end}},

@@ -36,12 +36,19 @@
 
 namespace lattice::engine::parallel {
 
-enum class Parallelism : uint8_t { kTensor, kPipeline };
+// kExpert: mixture-of-experts layers expert-parallel (each expert whole on one rank, placed
+// by the ranks' shares), everything else tensor-parallel; on a file without experts it is
+// tensor parallel.
+enum class Parallelism : uint8_t { kTensor, kPipeline, kExpert };
 
 struct DistOptions {
   std::string model_path;
   Parallelism parallel = Parallelism::kTensor;
-  std::vector<double> split;  // share per first-epoch rank (empty: equal)
+  // Share per first-epoch rank (empty: equal; expert parallel: each rank's memory, as
+  // memory_bytes or the machine's total, gathered at the start).
+  std::vector<double> split;
+  uint64_t memory_bytes = 0;  // this rank's memory for expert placement (0: the machine's MemTotal)
+  double expert_spare = 0;    // expert parallel: replicas of the others' experts (Shard::expert_spare)
   uint32_t n_threads = 1;     // per rank
   uint32_t n_ctx = 0;         // positions of the sequence (0: prompt + n_predict)
   uint32_t max_seqs = 1;      // sequences a step (tensor parallel)
@@ -94,7 +101,11 @@ struct DistResult {
   int rank = 0;                  // this rank, now
   double decode_s = 0;           // first chosen token to the last
   uint32_t steps = 0;            // decode steps in decode_s
+  ExpertLoad decode_load;        // mixture of experts: the decode steps' expert load (last placement)
   nlohmann::json ranks;          // every rank's report, by current rank (on every rank)
+  // Mixture of experts: tokens per expert (summed over layers) per rank that owns it, the
+  // rows per rank and the balance of the decode steps (null for a dense model).
+  nlohmann::json expert_load;
 };
 
 Result<DistResult> generate_distributed(cluster::Cluster& cluster, const DistOptions& options,

@@ -36,7 +36,12 @@ Result<Placement> plan_placement(const GgufFile& file, const std::vector<NodeSpe
   std::vector<double> mem(W);
   for (int i = 0; i < W; ++i) mem[i] = static_cast<double>(nodes[i].memory_bytes);
 
-  if (mode == ParallelMode::kAuto) {
+  if (mode == ParallelMode::kAuto && hp.moe() && W > 1 && W <= static_cast<int>(hp.n_expert) &&
+      W <= static_cast<int>(hp.n_head_kv)) {
+    mode = ParallelMode::kExpert;
+    p.why = "auto: expert parallel (" + std::to_string(hp.n_expert) + " experts over " + std::to_string(W) +
+            " nodes by memory, attention tensor parallel)";
+  } else if (mode == ParallelMode::kAuto) {
     // Tensor parallel streams 1/W of the weights per token on every node at once (the fastest
     // decode) as long as every node owns at least one KV head; beyond that, pipeline stages.
     mode = W <= static_cast<int>(hp.n_head_kv) ? ParallelMode::kTensor : ParallelMode::kPipeline;
@@ -44,14 +49,21 @@ Result<Placement> plan_placement(const GgufFile& file, const std::vector<NodeSpe
                 ? "auto: tensor parallel (every node owns >= 1 of " + std::to_string(hp.n_head_kv) + " KV heads)"
                 : "auto: pipeline (" + std::to_string(W) + " nodes > " + std::to_string(hp.n_head_kv) + " KV heads)";
   } else {
-    p.why = mode == ParallelMode::kTensor ? "--parallel tp" : "--parallel pp";
+    p.why = mode == ParallelMode::kTensor ? "--parallel tp" : mode == ParallelMode::kExpert ? "--parallel ep" : "--parallel pp";
   }
-  p.mode = mode;
   const uint64_t kv_per_head_layer = 2ull * p.n_ctx * hp.head_dim * sizeof(float);
   const uint64_t scratch = 64ull * (hp.n_embd * 4 + hp.n_ff * 2) * sizeof(float);
   const uint64_t layer_norms = 2ull * hp.n_embd * sizeof(float);
 
-  if (mode == ParallelMode::kTensor) {
+  if (mode == ParallelMode::kExpert && !hp.moe()) {
+    mode = ParallelMode::kTensor;
+    p.why += " (no experts in this model: tensor parallel)";
+  }
+  p.mode = mode;
+  if (mode == ParallelMode::kExpert) {
+    LATTICE_ASSIGN_OR_RETURN(p.nodes, plan_experts(file, hp, nodes, p.n_ctx));
+    p.tp = W;
+  } else if (mode == ParallelMode::kTensor) {
     p.tp = W;
     auto layout = make_shard_layout(hp, 1, 1, W, mem);
     if (!layout.ok()) return layout.status();

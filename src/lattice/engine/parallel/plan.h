@@ -1,4 +1,5 @@
-// Placement: how a model is laid out over a set of nodes (tensor parallel, pipeline stages),
+// Placement: how a model is laid out over a set of nodes (tensor parallel, pipeline stages,
+// expert parallel: each expert of a mixture-of-experts layer whole on one node, by memory),
 // what each node holds and sends per token, and whether it fits at all. Computed from the
 // GGUF tensor table (nothing is loaded) and the nodes' memory.
 #pragma once
@@ -13,7 +14,7 @@
 
 namespace lattice::engine::parallel {
 
-enum class ParallelMode : uint8_t { kAuto, kTensor, kPipeline };
+enum class ParallelMode : uint8_t { kAuto, kTensor, kPipeline, kExpert };
 
 struct NodeSpec {
   std::string name;
@@ -28,6 +29,8 @@ struct NodePlacement {
   uint64_t memory_bytes = 0;
   uint64_t sent_per_token = 0; // bytes this node sends per decoded token
   std::string part;            // "kv heads [0,2) ffn [0,2816) vocab [0,16000)" or "layers [0,11)"
+  uint32_t experts = 0;        // expert parallel: experts this node owns in every MoE layer
+  uint64_t expert_bytes = 0;   // of weight_bytes: its experts' weights
 };
 
 struct Placement {
@@ -40,6 +43,13 @@ struct Placement {
   uint64_t missing_bytes = 0;  // when !fits: memory short in total (or on the worst node)
   std::string why;             // one line: why this mode
 };
+
+// Expert parallel: per node, its experts whole (place_experts by memory), its share of the
+// attention heads, of the dense FFNs (shared experts too) and of the vocabulary, the routers
+// everywhere. Generic over architectures: tensors are told apart by name ("*_exps" experts,
+// "ffn_gate_inp"/"exp_probs_b" routers, "attn_*", "ffn_*", norms).
+Result<std::vector<NodePlacement>> plan_experts(const GgufFile& file, const Hparams& hp,
+                                                const std::vector<NodeSpec>& nodes, uint32_t n_ctx);
 
 // kInvalidArgument for no nodes; the model's hyper-parameters must be readable.
 Result<Placement> plan_placement(const GgufFile& file, const std::vector<NodeSpec>& nodes, ParallelMode mode,

@@ -67,7 +67,9 @@ Result<std::unique_ptr<Forward>> Forward::create(const Model& model, Group& grou
   f->pool_ = std::make_unique<ThreadPool>(o.n_threads);
   const size_t B = o.n_batch, E = hp.n_embd, HD = hp.head_dim;
   const size_t nkv = model.kv_heads().size();
-  const size_t QL = nkv * hp.group() * HD, KL = nkv * HD, FL = model.ff().size();
+  const size_t QL = nkv * hp.group() * HD, KL = nkv * HD;
+  // Expert parallel: an owned expert runs whole, wider than this rank's dense FFN slice.
+  const size_t FL = std::max<size_t>(model.ff().size(), model.expert_parallel() ? hp.n_ff_exp : 0);
   struct Want {
     FloatBuffer* buf;
     size_t n;
@@ -86,6 +88,8 @@ Result<std::unique_ptr<Forward>> Forward::create(const Model& model, Group& grou
   }
   if (model.has_head()) f->logits_.assign(size_t{o.max_items} * model.vocab().size(), 0.0f);
   f->expert_rows_.resize(hp.n_expert);
+  f->load_.tokens.assign(size_t{model.n_local_layers()} * hp.n_expert, 0);
+  f->load_.rank_rows.assign(model.world(), 0);
   f->order_.resize(hp.n_expert);
   ops::rope_inv_freq(f->inv_freq_.get(), hp.rope, model.rope_freq_factors());
   return f;
@@ -159,9 +163,9 @@ void Forward::attention(uint32_t l, std::span<const StepItem> items) {
   });
 }
 
-void Forward::moe_ffn(const LayerWeights& L, uint32_t R) {
+void Forward::moe_ffn(uint32_t l, const LayerWeights& L, uint32_t R) {
   const Hparams& hp = model_->hparams();
-  const size_t E = hp.n_embd, X = hp.n_expert, K = hp.n_expert_used, FL = model_->ff().size();
+  const size_t E = hp.n_embd, X = hp.n_expert, K = hp.n_expert_used;
   float* xb = xb_.get();
   // The router runs on every rank over the whole expert set, so every rank picks the same
   // experts for every token.
@@ -175,13 +179,18 @@ void Forward::moe_ffn(const LayerWeights& L, uint32_t R) {
                        order_.data());
     for (size_t k = 0; k < K; ++k) expert_rows_[ids[k]].emplace_back(r, w[k]);
   }
+  count_expert_load(l);
+  const bool ep = model_->expert_parallel();
   float* acc = acc_.get();
   std::memset(acc, 0, size_t{R} * E * sizeof(float));
-  if (FL > 0) {
+  {
     // Each chosen expert once, over the rows that chose it: its weights are read once a step.
+    // A rank runs the experts it holds (tensor parallel: its columns of each; expert
+    // parallel: the ones it owns); the caller's all-reduce sums the partial outputs.
     for (size_t e = 0; e < X; ++e) {
       const auto& rows = expert_rows_[e];
-      if (rows.empty()) continue;
+      const size_t FL = L.gate_exps[e].n_rows();
+      if (rows.empty() || FL == 0 || (ep && runner_[e] != model_->rank())) continue;
       const size_t n = rows.size();
       for (size_t j = 0; j < n; ++j) std::memcpy(xe_.get() + j * E, xb + rows[j].first * E, E * sizeof(float));
       const MatmulOut gate_up[] = {{&L.gate_exps[e], gate_.get()}, {&L.up_exps[e], up_.get()}};
@@ -193,6 +202,39 @@ void Forward::moe_ffn(const LayerWeights& L, uint32_t R) {
     }
   }
   std::memcpy(xb, acc, size_t{R} * E * sizeof(float));
+}
+
+void Forward::count_expert_load(uint32_t layer) {
+  const uint32_t X = model_->hparams().n_expert;
+  uint64_t* tokens = load_.tokens.data() + size_t{layer - model_->layer_begin()} * X;
+  for (uint32_t e = 0; e < X; ++e) tokens[e] += expert_rows_[e].size();
+  if (!model_->expert_parallel()) return;
+  // Every rank routes every row the same way, so each knows every rank's share of the work
+  // and makes the same choice of runner: its owner, or with replicas (Shard::expert_spare)
+  // the least busy holder, the experts with the most rows first (ties: the lowest id; then
+  // the owner, then the lowest rank).
+  const int W = model_->world();
+  rank_rows_now_.assign(W, 0);
+  runner_.assign(X, -1);
+  order_.resize(X);
+  std::iota(order_.begin(), order_.end(), 0u);
+  std::stable_sort(order_.begin(), order_.end(),
+                   [&](uint32_t a, uint32_t b) { return expert_rows_[a].size() > expert_rows_[b].size(); });
+  for (uint32_t e : order_) {
+    const size_t n = expert_rows_[e].size();
+    if (n == 0) break;
+    const int owner = model_->expert_owner(layer, e);
+    const uint64_t holders = model_->expert_holders(layer, e);
+    int best = owner;
+    for (int r = 0; r < W && r < 64; ++r)
+      if ((holders >> r & 1) && rank_rows_now_[r] < rank_rows_now_[best]) best = r;
+    runner_[e] = best;
+    rank_rows_now_[best] += n;
+  }
+  uint64_t busiest = 0;
+  for (size_t r = 0; r < rank_rows_now_.size(); ++r)
+    load_.rank_rows[r] += rank_rows_now_[r], busiest = std::max(busiest, rank_rows_now_[r]);
+  load_.busiest_rows += busiest;
 }
 
 Status Forward::step(std::span<const StepItem> items) {
@@ -272,7 +314,7 @@ Status Forward::step(std::span<const StepItem> items) {
 
     for (uint32_t r = 0; r < R; ++r) ops::rmsnorm(xb + r * E, x + r * E, L.ffn_norm, E, hp.rms_eps);
     if (hp.moe()) {
-      moe_ffn(L, R);
+      moe_ffn(m.layer_begin() + l, L, R);
     } else if (FL > 0) {
       const MatmulOut gate_up[] = {{&L.w_gate, gate_.get()}, {&L.w_up, up_.get()}};
       matmul_multi(gate_up, xb, R, pool);

@@ -4,7 +4,9 @@
 // A Forward runs the layers a Model shard holds (model/model.h) over a Group (group.h): on a
 // group of one its collectives are no-ops; over N ranks it sums the attention and FFN partial
 // products (two all_reduces of n_embd floats per token per layer) and agrees on next tokens
-// through one all_gather. A pipeline stage is a shard over a layer range; its items take
+// through one all_gather. Expert parallel (Model::expert_parallel), attention is split as in
+// tensor parallel and each rank runs only the chosen experts it owns, over their rows; the
+// FFN's all_reduce then sums the experts' outputs: still two collectives a layer. A pipeline stage is a shard over a layer range; its items take
 // hidden states in and give hidden states out.
 //
 // A step carries several items, each a Sequence (its own KV cache and position) with one or
@@ -87,6 +89,21 @@ struct StepItem {
   uint32_t rows() const { return x_in ? n_in : static_cast<uint32_t>(tokens.size()); }
 };
 
+// Mixture of experts: how the steps so far used the experts. Every rank routes every row the
+// same way, so every rank holds the same figures, for every rank.
+struct ExpertLoad {
+  std::vector<uint64_t> tokens;     // rows routed to each expert, [local layer * n_expert + e]
+  std::vector<uint64_t> rank_rows;  // expert parallel: rows each rank's experts ran, per rank
+  uint64_t busiest_rows = 0;        // expert parallel: the busiest rank's rows, summed per (layer, step)
+  // Expert parallel: the mean rank's rows over the busiest's, per (layer, step) summed; 1 is a
+  // perfect split, and a step takes about 1/balance of a perfect split's expert time.
+  double balance() const {
+    uint64_t sum = 0;
+    for (uint64_t r : rank_rows) sum += r;
+    return busiest_rows && !rank_rows.empty() ? double(sum) / rank_rows.size() / double(busiest_rows) : 1.0;
+  }
+};
+
 struct ForwardOptions {
   uint32_t n_threads = 1;  // threads of the pool (counting the caller)
   uint32_t n_batch = 256;  // rows (tokens, over all items) per step: bounds the scratch buffers
@@ -142,6 +159,7 @@ class Forward final : public Stepper {
   // Weight bytes the steps so far streamed: every matrix once a step (each chosen expert once),
   // plus the embedding rows looked up. Per decoded token on one sequence: what decode costs.
   uint64_t weight_bytes_read() const { return bytes_read_; }
+  const ExpertLoad& expert_load() const { return load_; }
 
  private:
   Forward() = default;
@@ -149,7 +167,8 @@ class Forward final : public Stepper {
   void attention(uint32_t layer, std::span<const StepItem> items);
   // The mixture-of-experts FFN of one layer over the step's R rows: xb in, xb out (this rank's
   // partial sum over its columns of the chosen experts).
-  void moe_ffn(const LayerWeights& L, uint32_t R);
+  void moe_ffn(uint32_t layer, const LayerWeights& L, uint32_t R);
+  void count_expert_load(uint32_t layer);
 
   const Model* model_ = nullptr;
   Group* group_ = nullptr;
@@ -162,6 +181,9 @@ class Forward final : public Stepper {
   std::vector<uint32_t> order_;
   size_t scratch_floats_ = 0;
   uint64_t bytes_read_ = 0;
+  ExpertLoad load_;
+  std::vector<uint64_t> rank_rows_now_;
+  std::vector<int> runner_;  // expert parallel: the rank that runs each expert this layer step
   std::vector<float> logits_;        // max_items x local vocabulary
   size_t n_logit_items_ = 0;         // items of the last step with logits
   std::vector<uint32_t> item_row0_;  // first row of each item in the last step
