@@ -209,7 +209,14 @@ void Server::Impl::complete(Endpoint endpoint, const std::string& body, std::sha
     };
   }
   auto job = loop->submit(std::move(*gr), std::move(sink));
-  if (!job.ok()) return out->reply(error_reply(503, job.status().message(), "server_busy"));
+  if (!job.ok()) {
+    // A full queue is the client's to retry (429, as OpenAI's rate limit: its client libraries
+    // wait Retry-After and try again); a stopping server is unavailable (503).
+    const bool full = job.status().code() == ErrorCode::kResourceExhausted;
+    HttpReply r = error_reply(full ? 429 : 503, job.status().message(), full ? "rate_limit_exceeded" : "server_stopping");
+    r.retry_after = "1";
+    return out->reply(std::move(r));
+  }
   // Pieces the engine made before this is carried out are held; the opening chunk goes first.
   if (cr.stream) out->stream_begin(200, "text/event-stream", sse_open(*meta));
   out->on_abort([loop = loop.get(), id = *job] { loop->cancel(id); });
