@@ -21,13 +21,12 @@ namespace {
 using nlohmann::json;
 using testing::curl;
 
-bool have_curl() { return std::system("curl --version >/dev/null 2>&1") == 0; }
 
 class ServeProcess : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!std::filesystem::exists(cluster::testing::lattice_bin())) GTEST_SKIP() << "lattice not built";
-    if (!have_curl()) GTEST_SKIP() << "curl absent (scripts/setup.sh installs it)";
+    if (!testing::have_curl()) GTEST_SKIP() << "curl absent (scripts/setup.sh installs it)";
     ASSERT_TRUE(model_.ok());
   }
   void start(std::vector<std::string> args) {
