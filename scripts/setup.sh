@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs what lattice needs to build and test, from Debian's packages (and, for the
 # llama.cpp cross-check tests and the serve tests, node-llama-cpp and openai from the npm registry). Idempotent.
+# chromium: the serve dashboard's test loads GET / in headless Chromium (tests/serve/dashboard_process_test.cc).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 pkgs=(build-essential cmake ninja-build ccache pkg-config git
       libgtest-dev libgmock-dev libbenchmark-dev
       nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libsodium-dev libssl-dev
-      libibverbs-dev iproute2 procps libboost-dev curl)
+      libibverbs-dev iproute2 procps libboost-dev curl chromium)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then

@@ -262,7 +262,17 @@ void EngineLoop::run() {
       }
     }
     reap_finished();
+    uint64_t running_tokens = 0;
+    for (const auto& job : running_)
+      if (auto n = gen_->n_generated(job->gen_id); n.ok()) running_tokens += *n;
     std::lock_guard lk(mu_);
+    stats_.tokens_running = running_tokens;
+    const auto now = std::chrono::steady_clock::now();
+    const uint64_t total = stats_.tokens_generated + running_tokens;
+    if (rate_samples_.empty() || now - rate_samples_.back().first >= 250ms) rate_samples_.emplace_back(now, total);
+    while (rate_samples_.size() > 1 && now - rate_samples_.front().first > 3s) rate_samples_.pop_front();
+    const double span = std::chrono::duration<double>(now - rate_samples_.front().first).count();
+    stats_.tokens_per_second = span > 0.2 ? (total - rate_samples_.front().second) / span : 0;
     stats_.active = gen_->n_active();
     stats_.queued = gen_->n_queued() + incoming_.size();
   }

@@ -21,6 +21,7 @@
 #include <mutex>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "lattice/core/status.h"
@@ -97,6 +98,8 @@ class EngineLoop {
     uint64_t failed = 0;       // refused by the Generator or lost to a failed step
     uint64_t tokens_generated = 0;
     uint64_t recoveries = 0;   // lost ranks the loop re-placed the model after
+    uint64_t tokens_running = 0;  // generated so far by the requests still running (live rates)
+    double tokens_per_second = 0;  // generated over the last few seconds
   };
   Stats stats() const;
 
@@ -135,6 +138,8 @@ class EngineLoop {
 
   std::vector<std::unique_ptr<Job>> running_;  // engine thread only: submitted to gen_
   std::vector<StepOp> ops_;                    // engine thread only: calls since the last exchange
+  // Engine thread only: (time, tokens generated in all) about every 250 ms over the last 3 s.
+  std::deque<std::pair<std::chrono::steady_clock::time_point, uint64_t>> rate_samples_;
   std::atomic<uint64_t> next_id_{1};
   std::thread thread_;
 };

@@ -136,8 +136,10 @@ Status ClusterEngine::recover(const Status& cause) {
   ev.cause = cause.to_string();
   LATTICE_LOG_WARN("serve: rank {}: lost rank(s) {}; the model is re-placed on {} rank(s) in {:.0f} ms", first_rank_,
                    json(ev.lost_ranks).dump(), ev.world_after, ev.recover_ms);
+  const int64_t unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch()).count();
   std::lock_guard lk(mu_);
-  recoveries_.push_back(std::move(ev));
+  recoveries_.push_back({std::move(ev), unix_ms});
   return Status::Ok();
 }
 
@@ -193,7 +195,7 @@ std::vector<RankReport> ClusterEngine::reports() const {
   return reports_;
 }
 
-std::vector<par::RecoveryEvent> ClusterEngine::recoveries() const {
+std::vector<Recovery> ClusterEngine::recoveries() const {
   std::lock_guard lk(mu_);
   return recoveries_;
 }

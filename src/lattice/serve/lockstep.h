@@ -49,6 +49,11 @@ std::string encode_step(const StepMessage& m);
 // kCorrupt for anything malformed (the bytes come from another process).
 Result<StepMessage> decode_step(const std::string& text);
 
+struct Recovery {
+  engine::parallel::RecoveryEvent event;
+  int64_t unix_ms = 0;  // when it ended (wall clock)
+};
+
 class ClusterEngine {
  public:
   // Maps this rank's shard and prepares its Generators (go: slots, context, queue).
@@ -70,7 +75,7 @@ class ClusterEngine {
   uint32_t n_ctx() const;
   uint32_t n_vocab() const;
   std::vector<RankReport> reports() const;
-  std::vector<engine::parallel::RecoveryEvent> recoveries() const;
+  std::vector<Recovery> recoveries() const;
 
  private:
   ClusterEngine(cluster::Cluster& c, const engine::Tokenizer& t) : cluster_(c), tokenizer_(t) {}
@@ -87,7 +92,7 @@ class ClusterEngine {
   uint64_t coll_bytes_before_ = 0, coll_calls_before_ = 0;  // of earlier placements
   mutable std::mutex mu_;
   std::vector<RankReport> reports_;                            // guarded by mu_
-  std::vector<engine::parallel::RecoveryEvent> recoveries_;    // guarded by mu_
+  std::vector<Recovery> recoveries_;                           // guarded by mu_
 };
 
 // Rank 0's side of the channel, for its EngineLoop.

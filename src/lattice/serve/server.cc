@@ -18,6 +18,7 @@
 #include "lattice/engine/runtime/forward.h"
 #include "lattice/engine/runtime/generator.h"
 #include "lattice/engine/tokenizer/from_gguf.h"
+#include "lattice/serve/dashboard.h"
 #include "lattice/serve/engine_loop.h"
 #include "lattice/serve/http_server.h"
 #include "lattice/serve/lockstep.h"
@@ -28,6 +29,7 @@ namespace lattice::serve {
 
 struct Server::Impl {
   uint32_t n_vocab = 0;
+  const engine::Model* model = nullptr;   // on one node
   const engine::Tokenizer* tokenizer = nullptr;
   ClusterEngine* cluster = nullptr;       // over N ranks (rank 0), else null
   std::unique_ptr<LeaderChannel> channel;  // over N ranks
@@ -46,6 +48,8 @@ struct Server::Impl {
   void complete(Endpoint endpoint, const std::string& body, std::shared_ptr<Responder> out);
   std::string health() const;
   std::string metrics_text() const;
+  std::string status_json() const;
+  RankReport solo_report(uint64_t resident) const;
   static Status finish_start(Impl& im, EngineLoop::MakeGenerator make);
 };
 
@@ -107,7 +111,9 @@ std::optional<HttpReply> Server::Impl::screen(const HttpRequest& head) const {
     const char* path;
     const char* method;
   };
-  static constexpr Route kRoutes[] = {{"/health", "GET"},
+  static constexpr Route kRoutes[] = {{"/", "GET"},
+                                      {"/status", "GET"},
+                                      {"/health", "GET"},
                                       {"/metrics", "GET"},
                                       {"/v1/models", "GET"},
                                       {"/v1/chat/completions", "POST"},
@@ -119,10 +125,11 @@ std::optional<HttpReply> Server::Impl::screen(const HttpRequest& head) const {
   if (head.method != route->method)
     return error_reply(405, head.target + " takes " + route->method + ", not " + head.method, "method_not_allowed");
   // The API key, when one is set, guards everything but /health (a liveness probe that tells
-  // nothing about the requests). /metrics needs it too, as in llama-server: its counts
+  // nothing about the requests) and / (the dashboard's static page; its figures come from
+  // /status, which needs the key). /metrics needs it too, as in llama-server: its counts
   // describe the traffic, so with a key set they are for the key's holders only; with no
   // key every endpoint, /metrics included, is open.
-  if (!opt.api_key.empty() && head.target != "/health") {
+  if (!opt.api_key.empty() && head.target != "/health" && head.target != "/") {
     constexpr std::string_view kBearer = "Bearer ";
     std::string_view auth = head.authorization;
     if (auth.substr(0, kBearer.size()) != kBearer)
@@ -162,19 +169,74 @@ std::string Server::Impl::metrics_text() const {
   if (cluster) {
     s.ranks = cluster->reports();
     s.world = s.ranks.empty() ? 1 : s.ranks.size();
-    for (const auto& ev : cluster->recoveries()) s.recovery_seconds_total += ev.recover_ms / 1e3;
+    for (const auto& r : cluster->recoveries()) s.recovery_seconds_total += r.event.recover_ms / 1e3;
   } else {
-    RankReport me;
-    me.resident_bytes = s.resident_bytes;
-    s.ranks = {me};
+    s.ranks = {solo_report(s.resident_bytes)};
   }
   return render_metrics(s);
+}
+
+RankReport Server::Impl::solo_report(uint64_t resident) const {
+  RankReport me;
+  me.resident_bytes = resident;
+  me.layer_end = static_cast<int>(model->hparams().n_layer);
+  me.kv_head_end = static_cast<int>(model->hparams().n_head_kv);
+  me.shard_bytes = model->shard_bytes();
+  return me;
+}
+
+// What the dashboard polls: the engine's counts, the latency sums, every rank, the recoveries.
+std::string Server::Impl::status_json() const {
+  const EngineLoop::Stats st = loop->stats();
+  const Metrics::Snapshot m = metrics.snapshot();
+  auto count = [](const Histogram::Snapshot& h) {
+    uint64_t n = 0;
+    for (uint64_t c : h.counts) n += c;
+    return n;
+  };
+  std::vector<RankReport> ranks = cluster ? cluster->reports() : std::vector<RankReport>{solo_report(resident_memory_bytes())};
+  nlohmann::json jr = nlohmann::json::array();
+  for (const RankReport& r : ranks)
+    jr.push_back({{"rank", r.rank},
+                  {"first_rank", r.first_rank},
+                  {"layers", {r.layer_begin, r.layer_end}},
+                  {"kv_heads", {r.kv_head_begin, r.kv_head_end}},
+                  {"shard_bytes", r.shard_bytes},
+                  {"resident_bytes", r.resident_bytes},
+                  {"coll_bytes", r.coll_bytes}});
+  nlohmann::json rec = nlohmann::json::array();
+  if (cluster)
+    for (const Recovery& r : cluster->recoveries()) {
+      nlohmann::json e = r.event.to_json();
+      e["unix_ms"] = r.unix_ms;
+      rec.push_back(std::move(e));
+    }
+  return nlohmann::json{{"model", opt.model_name},
+                        {"world", ranks.size()},
+                        {"slots", opt.slots},
+                        {"active", st.active},
+                        {"queued", st.queued},
+                        {"in_flight", st.in_flight},
+                        {"requests_completed", st.completed},
+                        {"requests_cancelled", st.cancelled},
+                        {"requests_failed", st.failed},
+                        {"tokens_generated", st.tokens_generated + st.tokens_running},
+                        {"tokens_per_second", st.tokens_per_second},
+                        {"ttft_sum", m.ttft.sum},
+                        {"ttft_count", count(m.ttft)},
+                        {"itl_sum", m.inter_token.sum},
+                        {"itl_count", count(m.inter_token)},
+                        {"ranks", jr},
+                        {"recoveries", rec}}
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 void Server::Impl::handle(HttpRequest req, std::shared_ptr<Responder> out) {
   out = std::make_shared<CountingResponder>(std::move(out), &metrics, endpoint_of(req.target));
   if (req.target == "/metrics") return out->reply({200, "text/plain; version=0.0.4; charset=utf-8", metrics_text()});
   if (req.target == "/health") return out->reply({200, "application/json", health()});
+  if (req.target == "/") return out->reply({200, "text/html; charset=utf-8", std::string(dashboard_html())});
+  if (req.target == "/status") return out->reply({200, "application/json", status_json()});
   if (req.target == "/v1/models") return out->reply({200, "application/json", models_body(opt.model_name, created)});
   complete(req.target == "/v1/chat/completions" ? Endpoint::kChat : Endpoint::kCompletion, req.body, std::move(out));
 }
@@ -256,6 +318,7 @@ Result<std::unique_ptr<Server>> Server::start(const engine::Model& model, const 
   s->impl_ = std::make_unique<Impl>();
   Impl& im = *s->impl_;
   im.n_vocab = model.hparams().n_vocab;
+  im.model = &model;
   im.tokenizer = &tokenizer;
   im.opt = options;
 
