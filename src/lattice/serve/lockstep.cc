@@ -1,6 +1,7 @@
 #include "lattice/serve/lockstep.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include <nlohmann/json.hpp>
 
@@ -57,7 +58,7 @@ std::string encode_step(const StepMessage& m) {
     if (op.kind == StepOp::Kind::kCancel) ops.push_back({{"cancel", op.gen_id}});
     else ops.push_back({{"submit", op.gen_id}, {"request", request_json(op.request)}});
   }
-  return json{{"ops", ops}, {"step", m.step}, {"stop", m.stop}}.dump();
+  return json{{"ops", ops}, {"step", m.step}, {"stop", m.stop}, {"report", m.report}}.dump();
 }
 
 Result<StepMessage> decode_step(const std::string& text) {
@@ -68,6 +69,7 @@ Result<StepMessage> decode_step(const std::string& text) {
   StepMessage m;
   m.step = j["step"].get<bool>();
   m.stop = j["stop"].get<bool>();
+  m.report = j.value("report", false) == true;
   for (const json& o : j["ops"]) {
     StepOp op;
     if (o.is_object() && o.contains("cancel") && o["cancel"].is_number_integer()) {
@@ -116,6 +118,7 @@ Status ClusterEngine::recover(const Status& cause) {
     coll_calls_before_ += pl_->coll_stats().calls;
   }
   pl_.reset();
+  data_plane_ = false;  // after a recovery the next message comes on the control plane
   if (world_before <= 1) return Status(cause.code(), cause.message() + " (no survivors left to take the work)", cause.peer());
   // rank 0 schedules: its state is the truth, so the agreement carries nothing.
   LATTICE_ASSIGN_OR_RETURN(auto shrunk, par::shrink_and_agree(cluster_, members_, par::Progress{}, opt_.recovery_timeout));
@@ -161,33 +164,101 @@ RankReport ClusterEngine::my_report() const {
   return r;
 }
 
-Result<StepMessage> ClusterEngine::exchange(const StepMessage* mine, std::chrono::milliseconds timeout) {
-  const RankReport me = my_report();
-  json report = {me.first_rank, me.resident_bytes, me.coll_bytes, me.coll_calls, me.layer_begin,
-                 me.layer_end,  me.kv_head_begin,  me.kv_head_end, me.shard_bytes};
-  // rank 0's contribution is the message; the others' their report. Rank 0 reports its own
-  // figures locally.
-  std::string data = mine ? encode_step(*mine) : report.dump();
-  LATTICE_ASSIGN_OR_RETURN(auto all, cluster_.allgather(data, Deadline::after(timeout)));
-  if (all.empty()) return Corrupt("step exchange: no contributions");
-  std::vector<RankReport> reports{me};
-  if (cluster_.rank() == 0) {
-    for (size_t r = 1; r < all.size(); ++r) {
-      json j = json::parse(all[r], nullptr, false);
-      RankReport rr;
-      rr.rank = static_cast<int>(r);
-      if (j.is_array() && j.size() == 9 && std::all_of(j.begin(), j.end(), [](const json& v) { return v.is_number_integer(); })) {
-        rr.first_rank = j[0].get<int>(), rr.resident_bytes = j[1].get<uint64_t>(), rr.coll_bytes = j[2].get<uint64_t>();
-        rr.coll_calls = j[3].get<uint64_t>(), rr.layer_begin = j[4].get<int>(), rr.layer_end = j[5].get<int>();
-        rr.kv_head_begin = j[6].get<int>(), rr.kv_head_end = j[7].get<int>(), rr.shard_bytes = j[8].get<uint64_t>();
-      }
-      reports.push_back(rr);
-    }
-    std::lock_guard lk(mu_);
-    reports_ = std::move(reports);
-    return *mine;
+namespace {
+json report_json(const RankReport& me) {
+  return {me.first_rank, me.resident_bytes, me.coll_bytes, me.coll_calls, me.layer_begin,
+          me.layer_end,  me.kv_head_begin,  me.kv_head_end, me.shard_bytes};
+}
+RankReport report_from(const std::string& text, int rank) {
+  json j = json::parse(text, nullptr, false);
+  RankReport rr;
+  rr.rank = rank;
+  if (j.is_array() && j.size() == 9 && std::all_of(j.begin(), j.end(), [](const json& v) { return v.is_number_integer(); })) {
+    rr.first_rank = j[0].get<int>(), rr.resident_bytes = j[1].get<uint64_t>(), rr.coll_bytes = j[2].get<uint64_t>();
+    rr.coll_calls = j[3].get<uint64_t>(), rr.layer_begin = j[4].get<int>(), rr.layer_end = j[5].get<int>();
+    rr.kv_head_begin = j[6].get<int>(), rr.kv_head_end = j[7].get<int>(), rr.shard_bytes = j[8].get<uint64_t>();
   }
-  return decode_step(all[0]);
+  return rr;
+}
+// A data-plane message: its length and up to kInline bytes in one broadcast, the rest (rare:
+// a long prompt) in a second one.
+constexpr size_t kInlineWords = 63;
+}  // namespace
+
+Status ClusterEngine::broadcast(std::string* text) {
+  std::vector<uint32_t> head(1 + kInlineWords, 0);
+  const bool root = cluster_.rank() == 0;
+  if (root) {
+    head[0] = static_cast<uint32_t>(text->size());
+    std::memcpy(head.data() + 1, text->data(), std::min(text->size(), kInlineWords * 4));
+  }
+  LATTICE_RETURN_IF_ERROR(pl_->group->broadcast32(head.data(), head.size(), 0));
+  const size_t n = head[0];
+  if (n > (64u << 20)) return Corrupt("step message: " + std::to_string(n) + " bytes");
+  if (root) {
+    if (n > kInlineWords * 4) {
+      std::vector<uint32_t> rest((n - kInlineWords * 4 + 3) / 4, 0);
+      std::memcpy(rest.data(), text->data() + kInlineWords * 4, n - kInlineWords * 4);
+      LATTICE_RETURN_IF_ERROR(pl_->group->broadcast32(rest.data(), rest.size(), 0));
+    }
+    return Status::Ok();
+  }
+  text->assign(reinterpret_cast<const char*>(head.data() + 1), std::min(n, kInlineWords * 4));
+  if (n > kInlineWords * 4) {
+    std::vector<uint32_t> rest((n - kInlineWords * 4 + 3) / 4, 0);
+    LATTICE_RETURN_IF_ERROR(pl_->group->broadcast32(rest.data(), rest.size(), 0));
+    text->append(reinterpret_cast<const char*>(rest.data()), n - kInlineWords * 4);
+  }
+  return Status::Ok();
+}
+
+Status ClusterEngine::gather_reports(std::chrono::milliseconds timeout) {
+  const RankReport me = my_report();
+  LATTICE_ASSIGN_OR_RETURN(auto all, cluster_.allgather(report_json(me).dump(), Deadline::after(timeout)));
+  if (cluster_.rank() != 0) return Status::Ok();
+  std::vector<RankReport> reports{me};
+  for (size_t r = 1; r < all.size(); ++r) reports.push_back(report_from(all[r], static_cast<int>(r)));
+  std::lock_guard lk(mu_);
+  reports_ = std::move(reports);
+  return Status::Ok();
+}
+
+Result<StepMessage> ClusterEngine::exchange(const StepMessage* mine, std::chrono::milliseconds timeout) {
+  if (!pl_) return Unavailable("serve: no placement (a recovery failed)");
+  const bool root = cluster_.rank() == 0;
+  StepMessage msg;
+  if (data_plane_) {
+    if (root) {
+      msg = *mine;
+      const auto now = std::chrono::steady_clock::now();
+      msg.report = now - last_report_ >= std::chrono::seconds(1);
+      if (msg.report) last_report_ = now;
+    }
+    std::string text = root ? encode_step(msg) : std::string();
+    LATTICE_RETURN_IF_ERROR(broadcast(&text));
+    if (!root) {
+      LATTICE_ASSIGN_OR_RETURN(msg, decode_step(text));
+    }
+    if (msg.report) LATTICE_RETURN_IF_ERROR(gather_reports(timeout));
+  } else {
+    // rank 0's contribution is the message; the others' their report.
+    const RankReport me = my_report();
+    LATTICE_ASSIGN_OR_RETURN(auto all, cluster_.allgather(root ? encode_step(*mine) : report_json(me).dump(),
+                                                          Deadline::after(timeout)));
+    if (all.empty()) return Corrupt("step exchange: no contributions");
+    if (root) {
+      msg = *mine;
+      std::vector<RankReport> reports{me};
+      for (size_t r = 1; r < all.size(); ++r) reports.push_back(report_from(all[r], static_cast<int>(r)));
+      std::lock_guard lk(mu_);
+      reports_ = std::move(reports);
+      last_report_ = std::chrono::steady_clock::now();
+    } else {
+      LATTICE_ASSIGN_OR_RETURN(msg, decode_step(all[0]));
+    }
+  }
+  data_plane_ = msg.step && !msg.stop;
+  return msg;
 }
 
 std::vector<RankReport> ClusterEngine::reports() const {

@@ -4,11 +4,15 @@
 // rank (the collectives inside it are the engine's, through engine/parallel's CommGroup).
 //
 // Before each step rank 0 hands the followers the calls it made since the last one (submits,
-// with the whole request, sampler seed included, and cancels) in one allgather over the
-// cluster's control plane; the followers contribute their own report to it (resident memory,
-// collective bytes), which is how rank 0 knows every rank's figures for /metrics. An idle
-// rank 0 ticks every EngineLoopOptions::idle_tick, so the followers' wait has a deadline and
-// they sleep in a socket read instead of spinning in a collective.
+// with the whole request, sampler seed included, and cancels). While the ranks are stepping,
+// that message is a broadcast on the data plane (the step's own collectives' path: one more
+// small collective a step); after a message without a step (rank 0 went idle) the next one
+// comes in an allgather over the cluster's control plane, where the followers sleep in a
+// socket read instead of spinning. An idle rank 0 ticks every EngineLoopOptions::idle_tick,
+// so the followers' wait has a deadline. The followers report their figures (resident
+// memory, collective bytes) in the control-plane allgathers, and about once a second while
+// stepping (the message asks for it), which is how rank 0 knows every rank's figures for
+// /metrics.
 //
 // A lost rank fails a step's collective or the allgather on every survivor; they shrink the
 // cluster (engine/parallel/recovery.h), re-place the model over themselves, and rank 0
@@ -44,6 +48,7 @@ struct StepMessage {
   std::vector<StepOp> ops;
   bool step = false;
   bool stop = false;
+  bool report = false;  // after a data-plane message: every rank reports (control plane)
 };
 std::string encode_step(const StepMessage& m);
 // kCorrupt for anything malformed (the bytes come from another process).
@@ -80,6 +85,8 @@ class ClusterEngine {
  private:
   ClusterEngine(cluster::Cluster& c, const engine::Tokenizer& t) : cluster_(c), tokenizer_(t) {}
   RankReport my_report() const;
+  Status gather_reports(std::chrono::milliseconds timeout);
+  Status broadcast(std::string* text);
 
   cluster::Cluster& cluster_;
   const engine::Tokenizer& tokenizer_;
@@ -89,6 +96,8 @@ class ClusterEngine {
   std::unique_ptr<engine::parallel::Placement> pl_;
   std::vector<int> members_;  // first-epoch ranks of the current members, by current rank
   int first_rank_ = 0;
+  bool data_plane_ = false;  // the last message had a step: the next comes on the data plane
+  std::chrono::steady_clock::time_point last_report_{};  // rank 0
   uint64_t coll_bytes_before_ = 0, coll_calls_before_ = 0;  // of earlier placements
   mutable std::mutex mu_;
   std::vector<RankReport> reports_;                            // guarded by mu_
