@@ -87,7 +87,13 @@ TEST_F(ServeCluster, TwoRanksAnswerWhatOneProcessAnswers) {
     ASSERT_EQ(g.status, 200) << g.body;
     EXPECT_EQ(json::parse(g.body)["choices"][0]["text"], json::parse(ref.body)["choices"][0]["text"]);
   }
-  auto m = curl(two.base_url() + "/metrics");
+  // The followers report at rank 0's next control-plane exchange (an idle tick: 500 ms).
+  testing::HttpResult m;
+  for (int i = 0; i < 50; ++i) {
+    m = curl(two.base_url() + "/metrics");
+    if (metric(m.body, "lattice_rank_collective_bytes_total{rank=\"1\"}") > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   ASSERT_EQ(m.status, 200);
   EXPECT_EQ(metric(m.body, "lattice_world_size"), 2);
   EXPECT_EQ(metric(m.body, "lattice_recoveries_total"), 0);

@@ -47,6 +47,10 @@ int launch_ranks(const ServeArgs& a, const std::string& key) {
               "--max-body-mib", std::to_string(a.max_body_mib)};
   job.provider = a.provider;
   job.host_coordinator = true;
+  // A server must not take a busy host's scheduling delays for a lost rank (each costs the
+  // streams a re-placement): silence counts as death after 3 s, not the default 750 ms. A
+  // killed rank is still noticed at once (its connections close).
+  job.failure_timeout_ms = 3000;
   if (!key.empty()) job.env = {{kKeyEnv, key}};
   job.launch.prefix = false;     // rank 0's "listening on" line as it is
   job.launch.keep_going = true;  // the survivors of a lost follower go on; rank 0's status is the job's
