@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what lattice needs to build and test, from Debian's packages (and, for the
 # llama.cpp cross-check tests and the serve tests, node-llama-cpp and openai from the npm registry). Idempotent.
+# chromium: the serve dashboard's test loads GET / in headless Chromium (tests/serve/dashboard_process_test.cc).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 pkgs=(build-essential cmake ninja-build ccache pkg-config git
@@ -10,7 +11,9 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config git
       # lattice train: PyTorch (CPU) as the gradient oracle of tests/train (capability "torch")
       # and the peer of bench/train_vs_torch.sh, with OpenBLAS so its matmuls are not the
       # reference BLAS; the King James Bible as the training corpus (scripts/kjv_corpus.sh).
-      python3-torch python3-numpy libopenblas0-pthread bible-kjv bible-kjv-text)
+      python3-torch python3-numpy libopenblas0-pthread bible-kjv bible-kjv-text
+      # serve: the dashboard's browser test (tests/serve/dashboard_process_test.cc, capability "browser")
+      chromium)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then

@@ -2,6 +2,8 @@
 //   node openai_client.mjs basic BASE_URL KEY        chat and completions, streamed and not; models; a bad key
 //   node openai_client.mjs concurrent BASE_URL KEY N N streamed chats alone, then all at once (temperature 0)
 //   node openai_client.mjs abort BASE_URL KEY        a stream dropped after 3 chunks; /health afterwards
+//   node openai_client.mjs streams BASE_URL KEY N T  N streamed chats of T tokens at once (ignore_eos): each one's
+//                                                    text, finish, usage and longest pause between chunks
 // Prints one JSON object on stdout; exits 1 with the error on stderr if a call throws.
 import OpenAI from "openai";
 
@@ -94,11 +96,34 @@ async function abort() {
   return { chunks, freed_ms, health: h, after };
 }
 
+async function streams(n, tokens) {
+  const one = async (i) => {
+    const stream = await client.chat.completions.create({
+      model, messages: [{ role: "user", content: `stream ${i} goes on` }], stream: true, temperature: 0,
+      max_tokens: tokens, ignore_eos: true, stream_options: { include_usage: true },
+    });
+    let text = "", finish = null, usage = null, last = null, max_gap_ms = 0;
+    for await (const chunk of stream) {
+      const now = Date.now();
+      if (last !== null) max_gap_ms = Math.max(max_gap_ms, now - last);
+      last = now;
+      if (chunk.usage) usage = chunk.usage;
+      for (const c of chunk.choices) {
+        if (c.delta?.content) text += c.delta.content;
+        if (c.finish_reason) finish = c.finish_reason;
+      }
+    }
+    return { text, finish, usage, max_gap_ms };
+  };
+  return { streams: await Promise.all(Array.from({ length: n }, (_, i) => one(i))) };
+}
+
 try {
   let out;
   if (mode === "basic") out = await basic();
   else if (mode === "concurrent") out = await concurrent(Number(arg ?? 8));
   else if (mode === "abort") out = await abort();
+  else if (mode === "streams") out = await streams(Number(arg ?? 4), Number(process.argv[6] ?? 64));
   else throw new Error("unknown mode " + mode);
   process.stdout.write(JSON.stringify(out) + "\n");
 } catch (e) {

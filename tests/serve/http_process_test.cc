@@ -21,13 +21,12 @@ namespace {
 using nlohmann::json;
 using testing::curl;
 
-bool have_curl() { return std::system("curl --version >/dev/null 2>&1") == 0; }
 
 class ServeProcess : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!std::filesystem::exists(cluster::testing::lattice_bin())) GTEST_SKIP() << "lattice not built";
-    if (!have_curl()) GTEST_SKIP() << "curl absent (scripts/setup.sh installs it)";
+    if (!testing::have_curl()) GTEST_SKIP() << "curl absent (scripts/setup.sh installs it)";
     ASSERT_TRUE(model_.ok());
   }
   void start(std::vector<std::string> args) {
@@ -196,22 +195,38 @@ TEST_F(ServeProcess, StreamsEndWithDoneAndStopStringsCut) {
   EXPECT_EQ(sj["choices"][0]["finish_reason"], "stop");
 }
 
-TEST_F(ServeProcess, AFullQueueAnswers503) {
-  // One slot, one place in the queue: a third long request at once is refused.
+TEST_F(ServeProcess, AFullQueueAnswers429WithRetryAfter) {
+  // One slot, one place in the queue: of four long requests at once, two are refused with
+  // 429 and a Retry-After header, in OpenAI's error shape; the others complete.
   start({"-t", "1", "--slots", "1", "--queue", "1", "--ctx", "8000"});
   const std::string body = R"({"prompt":"x","max_tokens":7000,"ignore_eos":true})";
-  std::vector<int> statuses(4);
+  std::vector<testing::HttpResult> res(4);
   std::vector<std::thread> ts;
-  for (int i = 0; i < 4; ++i) ts.emplace_back([&, i] { statuses[i] = curl(url("/v1/completions"), {"-d", body}).status; });
+  for (int i = 0; i < 4; ++i)
+    ts.emplace_back([&, i] { res[i] = curl(url("/v1/completions"), {"-d", body, "-w", "\n%header{retry-after}\n%{http_code}"}); });
   for (auto& t : ts) t.join();
-  int n503 = 0, n200 = 0;
-  for (int s : statuses) {
-    if (s == 503) ++n503;
-    if (s == 200) ++n200;
+  int n429 = 0, n200 = 0;
+  for (const testing::HttpResult& r : res) {
+    // The last -w wins: it puts the Retry-After value on the body's last line.
+    const auto nl = r.body.rfind('\n');
+    const std::string retry_after = nl == std::string::npos ? "" : r.body.substr(nl + 1);
+    const std::string text = nl == std::string::npos ? r.body : r.body.substr(0, nl);
+    if (r.status == 429) {
+      ++n429;
+      EXPECT_EQ(retry_after, "1");
+      json e = json::parse(text, nullptr, false);
+      ASSERT_TRUE(e.is_object()) << text;
+      EXPECT_EQ(e["error"]["code"], "rate_limit_exceeded") << text;
+      EXPECT_NE(e["error"]["message"].get<std::string>().find("busy"), std::string::npos) << text;
+    }
+    if (r.status == 200) {
+      ++n200;
+      EXPECT_EQ(retry_after, "");
+    }
   }
-  EXPECT_GE(n503, 1);
+  EXPECT_GE(n429, 1);
   EXPECT_GE(n200, 2);
-  EXPECT_EQ(n503 + n200, 4);
+  EXPECT_EQ(n429 + n200, 4);
 }
 
 TEST_F(ServeProcess, IdleAndHalfSentConnectionsDoNotBlockOthers) {

@@ -126,6 +126,26 @@ TEST(ServeMetrics, RendersPrometheusTextWithCumulativeBuckets) {
   EXPECT_EQ(v.at(R"(lattice_time_to_first_token_seconds_bucket{le="+Inf"})"), 5);
 }
 
+TEST(ServeMetrics, EveryRankAndTheRecoveriesAreShown) {
+  Metrics::Snapshot s = Metrics().snapshot();
+  s.world = 2;
+  s.recoveries = 1;
+  s.recovery_seconds_total = 0.25;
+  RankReport a, b;
+  a.first_rank = 0, a.resident_bytes = 1000, a.coll_bytes = 77, a.shard_bytes = 5;
+  b.rank = 1, b.first_rank = 2, b.resident_bytes = 2000, b.coll_bytes = 88, b.coll_calls = 9;
+  s.ranks = {a, b};
+  const std::string text = render_metrics(s);
+  for (const char* line : {"lattice_world_size 2\n", "lattice_recoveries_total 1\n", "lattice_recovery_seconds_total 0.25\n",
+                           "lattice_rank_resident_memory_bytes{rank=\"0\"} 1000\n",
+                           // labelled by the rank it started as: rank 2, now rank 1
+                           "lattice_rank_resident_memory_bytes{rank=\"2\"} 2000\n",
+                           "lattice_rank_collective_bytes_total{rank=\"2\"} 88\n",
+                           "lattice_rank_collective_calls_total{rank=\"2\"} 9\n", "lattice_rank_shard_bytes{rank=\"0\"} 5\n",
+                           "# TYPE lattice_rank_collective_bytes_total counter\n"})
+    EXPECT_NE(text.find(line), std::string::npos) << line << " not in\n" << text;
+}
+
 TEST(ServeMetrics, CountsFromManyThreadsAddUp) {
   Metrics m;
   std::vector<std::thread> ts;

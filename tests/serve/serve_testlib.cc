@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "lattice/engine/gguf/make_model.h"
@@ -57,6 +58,8 @@ Result<int> ServeProc::stop() {
 ServeProc::~ServeProc() {
   if (running_) (void)stop();
 }
+
+bool have_curl() { return std::system("curl --version >/dev/null 2>&1") == 0; }
 
 HttpResult curl(const std::string& url, const std::vector<std::string>& args) {
   std::vector<std::string> argv = {"curl", "-s", "--max-time", "30", "-o", "-", "-w", "\n%{http_code}"};

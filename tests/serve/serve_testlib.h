@@ -44,6 +44,7 @@ struct HttpResult {
   int status = 0;  // 0: curl failed
   std::string body;
 };
+bool have_curl();
 // curl -s ARGS... URL; the status and body. Every call has a 30 s deadline.
 HttpResult curl(const std::string& url, const std::vector<std::string>& args = {});
 

@@ -56,6 +56,7 @@ class Session : public std::enable_shared_from_this<Session> {
     auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(r.status), 11);
     res->set(http::field::server, "lattice");
     res->set(http::field::content_type, r.content_type);
+    if (!r.retry_after.empty()) res->set(http::field::retry_after, r.retry_after);
     res->keep_alive(keep_alive_);
     res->body() = std::move(r.body);
     res->prepare_payload();

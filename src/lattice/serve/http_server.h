@@ -37,9 +37,13 @@ struct HttpRequest {
 };
 
 struct HttpReply {
+  HttpReply() = default;
+  HttpReply(int s, std::string ct, std::string b, std::string retry = {})
+      : status(s), content_type(std::move(ct)), body(std::move(b)), retry_after(std::move(retry)) {}
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
+  std::string retry_after;  // a Retry-After header (seconds) when not empty: 429, 503
 };
 
 // One request's answer: reply() once, or stream_begin() + stream_write()* + stream_end().

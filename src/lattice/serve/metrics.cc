@@ -160,6 +160,28 @@ std::string render_metrics(const Metrics::Snapshot& s) {
   sample(out, "lattice_queue_depth", {}, s.queued);
   family(out, "lattice_process_resident_memory_bytes", "gauge", "Resident set size of the process.");
   sample(out, "lattice_process_resident_memory_bytes", {}, s.resident_bytes);
+  family(out, "lattice_world_size", "gauge", "Ranks serving the model now.");
+  sample(out, "lattice_world_size", {}, s.world);
+  family(out, "lattice_recoveries_total", "counter", "Lost ranks the survivors re-placed the model after.");
+  sample(out, "lattice_recoveries_total", {}, s.recoveries);
+  family(out, "lattice_recovery_seconds_total", "counter", "Time the streams were paused by recoveries.");
+  out += "lattice_recovery_seconds_total " + num(s.recovery_seconds_total) + "\n";
+  if (!s.ranks.empty()) {
+    // Labelled by the rank a process started as (stable across recoveries).
+    auto per_rank = [&](const char* name, const char* type, const char* help, auto field) {
+      family(out, name, type, help);
+      for (const RankReport& r : s.ranks) sample(out, name, "rank=\"" + std::to_string(r.first_rank) + "\"", field(r));
+    };
+    per_rank("lattice_rank_resident_memory_bytes", "gauge", "Resident set size of each rank's process.",
+             [](const RankReport& r) { return r.resident_bytes; });
+    per_rank("lattice_rank_shard_bytes", "gauge", "Weight bytes of each rank's shard of the model.",
+             [](const RankReport& r) { return r.shard_bytes; });
+    per_rank("lattice_rank_collective_bytes_total", "counter",
+             "Payload each rank handed to collectives (tensor parallel all-reduces and gathers) over its links.",
+             [](const RankReport& r) { return r.coll_bytes; });
+    per_rank("lattice_rank_collective_calls_total", "counter", "Collective calls of each rank.",
+             [](const RankReport& r) { return r.coll_calls; });
+  }
   return out;
 }
 

@@ -38,6 +38,18 @@ class Histogram {
 enum class MetricsEndpoint { kHealth, kMetrics, kModels, kChat, kCompletion, kOther, kCount };
 std::string_view endpoint_label(MetricsEndpoint e);
 
+// One rank's figures (over N ranks each rank reports them to rank 0 at every step: lockstep.h).
+struct RankReport {
+  int rank = 0;             // current rank
+  int first_rank = 0;       // its rank when the cluster started
+  uint64_t resident_bytes = 0;
+  uint64_t coll_bytes = 0;  // payload this rank handed to collectives, over every placement
+  uint64_t coll_calls = 0;
+  int layer_begin = 0, layer_end = 0;
+  int kv_head_begin = 0, kv_head_end = 0;
+  uint64_t shard_bytes = 0;
+};
+
 class Metrics {
  public:
   Metrics();
@@ -57,6 +69,11 @@ class Metrics {
     Histogram::Snapshot ttft, inter_token;
     uint64_t in_flight = 0, queued = 0;  // filled in by the caller (the engine loop's stats)
     uint64_t resident_bytes = 0;         // filled in by the caller (resident_memory_bytes())
+    // Filled in by the caller over N ranks: each rank's report, the recoveries from lost ranks
+    // and how long the last one paused the streams.
+    std::vector<RankReport> ranks;
+    uint64_t world = 1, recoveries = 0;
+    double recovery_seconds_total = 0;
   };
   Snapshot snapshot() const;
 

@@ -7,23 +7,32 @@
 #include <ctime>
 #include <filesystem>
 #include <random>
+#include <optional>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "lattice/cluster/cluster.h"
+#include "lattice/engine/gguf/gguf.h"
+#include "lattice/engine/parallel/distributed.h"
 #include "lattice/engine/runtime/forward.h"
 #include "lattice/engine/runtime/generator.h"
 #include "lattice/engine/tokenizer/from_gguf.h"
+#include "lattice/serve/dashboard.h"
 #include "lattice/serve/engine_loop.h"
 #include "lattice/serve/http_server.h"
+#include "lattice/serve/lockstep.h"
 #include "lattice/serve/metrics.h"
 #include "lattice/serve/openai.h"
 
 namespace lattice::serve {
 
 struct Server::Impl {
-  const engine::Model* model = nullptr;
+  uint32_t n_vocab = 0;
+  const engine::Model* model = nullptr;   // on one node
   const engine::Tokenizer* tokenizer = nullptr;
+  ClusterEngine* cluster = nullptr;       // over N ranks (rank 0), else null
+  std::unique_ptr<LeaderChannel> channel;  // over N ranks
   ServeOptions opt;
   uint32_t n_ctx = 0;
   int64_t created = 0;
@@ -39,6 +48,9 @@ struct Server::Impl {
   void complete(Endpoint endpoint, const std::string& body, std::shared_ptr<Responder> out);
   std::string health() const;
   std::string metrics_text() const;
+  std::string status_json() const;
+  RankReport solo_report(uint64_t resident) const;
+  static Status finish_start(Impl& im, EngineLoop::MakeGenerator make);
 };
 
 namespace {
@@ -99,7 +111,9 @@ std::optional<HttpReply> Server::Impl::screen(const HttpRequest& head) const {
     const char* path;
     const char* method;
   };
-  static constexpr Route kRoutes[] = {{"/health", "GET"},
+  static constexpr Route kRoutes[] = {{"/", "GET"},
+                                      {"/status", "GET"},
+                                      {"/health", "GET"},
                                       {"/metrics", "GET"},
                                       {"/v1/models", "GET"},
                                       {"/v1/chat/completions", "POST"},
@@ -111,10 +125,11 @@ std::optional<HttpReply> Server::Impl::screen(const HttpRequest& head) const {
   if (head.method != route->method)
     return error_reply(405, head.target + " takes " + route->method + ", not " + head.method, "method_not_allowed");
   // The API key, when one is set, guards everything but /health (a liveness probe that tells
-  // nothing about the requests). /metrics needs it too, as in llama-server: its counts
+  // nothing about the requests) and / (the dashboard's static page; its figures come from
+  // /status, which needs the key). /metrics needs it too, as in llama-server: its counts
   // describe the traffic, so with a key set they are for the key's holders only; with no
   // key every endpoint, /metrics included, is open.
-  if (!opt.api_key.empty() && head.target != "/health") {
+  if (!opt.api_key.empty() && head.target != "/health" && head.target != "/") {
     constexpr std::string_view kBearer = "Bearer ";
     std::string_view auth = head.authorization;
     if (auth.substr(0, kBearer.size()) != kBearer)
@@ -150,13 +165,78 @@ std::string Server::Impl::metrics_text() const {
   s.in_flight = st.in_flight;
   s.queued = st.queued;
   s.resident_bytes = resident_memory_bytes();
+  s.recoveries = st.recoveries;
+  if (cluster) {
+    s.ranks = cluster->reports();
+    s.world = s.ranks.empty() ? 1 : s.ranks.size();
+    for (const auto& r : cluster->recoveries()) s.recovery_seconds_total += r.event.recover_ms / 1e3;
+  } else {
+    s.ranks = {solo_report(s.resident_bytes)};
+  }
   return render_metrics(s);
+}
+
+RankReport Server::Impl::solo_report(uint64_t resident) const {
+  RankReport me;
+  me.resident_bytes = resident;
+  me.layer_end = static_cast<int>(model->hparams().n_layer);
+  me.kv_head_end = static_cast<int>(model->hparams().n_head_kv);
+  me.shard_bytes = model->shard_bytes();
+  return me;
+}
+
+// What the dashboard polls: the engine's counts, the latency sums, every rank, the recoveries.
+std::string Server::Impl::status_json() const {
+  const EngineLoop::Stats st = loop->stats();
+  const Metrics::Snapshot m = metrics.snapshot();
+  auto count = [](const Histogram::Snapshot& h) {
+    uint64_t n = 0;
+    for (uint64_t c : h.counts) n += c;
+    return n;
+  };
+  std::vector<RankReport> ranks = cluster ? cluster->reports() : std::vector<RankReport>{solo_report(resident_memory_bytes())};
+  nlohmann::json jr = nlohmann::json::array();
+  for (const RankReport& r : ranks)
+    jr.push_back({{"rank", r.rank},
+                  {"first_rank", r.first_rank},
+                  {"layers", {r.layer_begin, r.layer_end}},
+                  {"kv_heads", {r.kv_head_begin, r.kv_head_end}},
+                  {"shard_bytes", r.shard_bytes},
+                  {"resident_bytes", r.resident_bytes},
+                  {"coll_bytes", r.coll_bytes}});
+  nlohmann::json rec = nlohmann::json::array();
+  if (cluster)
+    for (const Recovery& r : cluster->recoveries()) {
+      nlohmann::json e = r.event.to_json();
+      e["unix_ms"] = r.unix_ms;
+      rec.push_back(std::move(e));
+    }
+  return nlohmann::json{{"model", opt.model_name},
+                        {"world", ranks.size()},
+                        {"slots", opt.slots},
+                        {"active", st.active},
+                        {"queued", st.queued},
+                        {"in_flight", st.in_flight},
+                        {"requests_completed", st.completed},
+                        {"requests_cancelled", st.cancelled},
+                        {"requests_failed", st.failed},
+                        {"tokens_generated", st.tokens_generated + st.tokens_running},
+                        {"tokens_per_second", st.tokens_per_second},
+                        {"ttft_sum", m.ttft.sum},
+                        {"ttft_count", count(m.ttft)},
+                        {"itl_sum", m.inter_token.sum},
+                        {"itl_count", count(m.inter_token)},
+                        {"ranks", jr},
+                        {"recoveries", rec}}
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 void Server::Impl::handle(HttpRequest req, std::shared_ptr<Responder> out) {
   out = std::make_shared<CountingResponder>(std::move(out), &metrics, endpoint_of(req.target));
   if (req.target == "/metrics") return out->reply({200, "text/plain; version=0.0.4; charset=utf-8", metrics_text()});
   if (req.target == "/health") return out->reply({200, "application/json", health()});
+  if (req.target == "/") return out->reply({200, "text/html; charset=utf-8", std::string(dashboard_html())});
+  if (req.target == "/status") return out->reply({200, "application/json", status_json()});
   if (req.target == "/v1/models") return out->reply({200, "application/json", models_body(opt.model_name, created)});
   complete(req.target == "/v1/chat/completions" ? Endpoint::kChat : Endpoint::kCompletion, req.body, std::move(out));
 }
@@ -170,7 +250,7 @@ void Server::Impl::complete(Endpoint endpoint, const std::string& body, std::sha
   if (!gr.ok()) return out->reply(error_reply(400, gr.status().message(), "context_length_exceeded"));
   // Token ids given by the client are checked here, where the answer can still be a 400.
   for (int32_t t : gr->prompt)
-    if (static_cast<uint32_t>(t) >= model->hparams().n_vocab)
+    if (static_cast<uint32_t>(t) >= n_vocab)
       return out->reply(error_reply(400, "prompt token " + std::to_string(t) + " is outside the vocabulary"));
 
   auto meta = std::make_shared<ResponseMeta>();
@@ -209,25 +289,38 @@ void Server::Impl::complete(Endpoint endpoint, const std::string& body, std::sha
     };
   }
   auto job = loop->submit(std::move(*gr), std::move(sink));
-  if (!job.ok()) return out->reply(error_reply(503, job.status().message(), "server_busy"));
+  if (!job.ok()) {
+    // A full queue is the client's to retry (429, as OpenAI's rate limit: its client libraries
+    // wait Retry-After and try again); a stopping server is unavailable (503).
+    const bool full = job.status().code() == ErrorCode::kResourceExhausted;
+    HttpReply r = error_reply(full ? 429 : 503, job.status().message(), full ? "rate_limit_exceeded" : "server_stopping");
+    r.retry_after = "1";
+    return out->reply(std::move(r));
+  }
   // Pieces the engine made before this is carried out are held; the opening chunk goes first.
   if (cr.stream) out->stream_begin(200, "text/event-stream", sse_open(*meta));
   out->on_abort([loop = loop.get(), id = *job] { loop->cancel(id); });
 }
 
-Result<std::unique_ptr<Server>> Server::start(const engine::Model& model, const engine::Tokenizer& tokenizer,
-                                              const ServeOptions& options) {
+namespace {
+Status check_options(const ServeOptions& options) {
   if (options.slots == 0 || options.slots > 256) return InvalidArgument("serve: --slots must be in 1..256");
   if (options.threads > 1024) return InvalidArgument("serve: -t must be in 0..1024");
   if (options.max_queue == 0) return InvalidArgument("serve: the queue must hold at least one request");
+  return Status::Ok();
+}
+}  // namespace
+
+Result<std::unique_ptr<Server>> Server::start(const engine::Model& model, const engine::Tokenizer& tokenizer,
+                                              const ServeOptions& options) {
+  LATTICE_RETURN_IF_ERROR(check_options(options));
   std::unique_ptr<Server> s(new Server());
   s->impl_ = std::make_unique<Impl>();
   Impl& im = *s->impl_;
+  im.n_vocab = model.hparams().n_vocab;
   im.model = &model;
   im.tokenizer = &tokenizer;
   im.opt = options;
-  if (im.opt.model_name.empty()) im.opt.model_name = "lattice";
-  im.created = static_cast<int64_t>(std::time(nullptr));
 
   engine::ForwardOptions fo;
   fo.n_threads = options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
@@ -241,17 +334,42 @@ Result<std::unique_ptr<Server>> Server::start(const engine::Model& model, const 
   go.n_ctx = im.n_ctx;
   go.prefill_chunk = im.forward->options().n_batch;
   go.max_queue = options.max_queue;
+  LATTICE_RETURN_IF_ERROR(
+      Impl::finish_start(im, [&im, go]() { return engine::Generator::create(*im.forward, *im.tokenizer, go); }));
+  return s;
+}
+
+Result<std::unique_ptr<Server>> Server::start(ClusterEngine& engine, const engine::Tokenizer& tokenizer,
+                                              const ServeOptions& options) {
+  LATTICE_RETURN_IF_ERROR(check_options(options));
+  if (engine.rank() != 0) return InvalidArgument("serve: only rank 0 serves");
+  std::unique_ptr<Server> s(new Server());
+  s->impl_ = std::make_unique<Impl>();
+  Impl& im = *s->impl_;
+  im.n_vocab = engine.n_vocab();
+  im.tokenizer = &tokenizer;
+  im.opt = options;
+  im.cluster = &engine;
+  im.n_ctx = engine.n_ctx();
+  im.channel = std::make_unique<LeaderChannel>(engine);
+  LATTICE_RETURN_IF_ERROR(Impl::finish_start(im, [&engine]() { return engine.generator(); }));
+  return s;
+}
+
+Status Server::Impl::finish_start(Impl& im, EngineLoop::MakeGenerator make) {
+  if (im.opt.model_name.empty()) im.opt.model_name = "lattice";
+  im.created = static_cast<int64_t>(std::time(nullptr));
   EngineLoopOptions lo;
-  lo.max_jobs = size_t{options.slots} + options.max_queue;
+  lo.max_jobs = size_t{im.opt.slots} + im.opt.max_queue;
   lo.metrics = &im.metrics;
-  LATTICE_ASSIGN_OR_RETURN(im.loop, EngineLoop::start(
-                                        [&im, go]() { return engine::Generator::create(*im.forward, *im.tokenizer, go); }, lo));
+  lo.channel = im.channel.get();
+  LATTICE_ASSIGN_OR_RETURN(im.loop, EngineLoop::start(std::move(make), lo));
 
   HttpOptions ho;
-  ho.host = options.host;
-  ho.port = options.port;
-  ho.max_body_bytes = options.max_body_bytes;
-  ho.header_timeout = options.header_timeout;
+  ho.host = im.opt.host;
+  ho.port = im.opt.port;
+  ho.max_body_bytes = im.opt.max_body_bytes;
+  ho.header_timeout = im.opt.header_timeout;
   HttpHandler h;
   h.screen = [&im](const HttpRequest& head) {
     auto refused = im.screen(head);
@@ -264,7 +382,7 @@ Result<std::unique_ptr<Server>> Server::start(const engine::Model& model, const 
     return error_reply(status, message);
   };
   LATTICE_ASSIGN_OR_RETURN(im.http, HttpServer::start(ho, std::move(h)));
-  return s;
+  return Status::Ok();
 }
 
 Server::~Server() {
@@ -278,22 +396,43 @@ Server::~Server() {
 uint16_t Server::port() const { return impl_->http->port(); }
 const ServeOptions& Server::options() const { return impl_->opt; }
 
-Status serve_until_signal(const std::string& model_path, ServeOptions options) {
-  // SIGINT/SIGTERM are taken by this thread alone (sigtimedwait below): every thread started
-  // from here inherits the mask. SIGPIPE is ignored: a client gone mid-write is an error code.
+namespace {
+
+// SIGINT/SIGTERM are taken by the calling thread alone (sigtimedwait in wait_for_signal): every
+// thread started after this inherits the mask. SIGPIPE is ignored: a client gone mid-write is
+// an error code. Thousands of idle connections need descriptors: the soft limit goes up to the
+// hard one.
+sigset_t prepare_process() {
   sigset_t sigs;
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
-  // Thousands of idle connections need descriptors: the soft limit goes up to the hard one.
   rlimit nofile{};
   if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
     nofile.rlim_cur = nofile.rlim_max;
     setrlimit(RLIMIT_NOFILE, &nofile);
   }
+  return sigs;
+}
 
+void serve_until(std::unique_ptr<Server>& server, const ServeOptions& options, const sigset_t& sigs) {
+  std::printf("listening on http://%s:%u\n", options.host.c_str(), static_cast<unsigned>(server->port()));
+  std::fflush(stdout);
+  for (;;) {
+    const timespec second{1, 0};
+    const int sig = sigtimedwait(&sigs, nullptr, &second);
+    if (sig == SIGINT || sig == SIGTERM) break;
+  }
+  std::fprintf(stderr, "lattice serve: stopping\n");
+  server.reset();
+}
+
+}  // namespace
+
+Status serve_until_signal(const std::string& model_path, ServeOptions options) {
+  const sigset_t sigs = prepare_process();
   auto model = engine::Model::load(model_path);
   if (!model.ok()) return model.status();
   (*model)->prefault();
@@ -302,15 +441,45 @@ Status serve_until_signal(const std::string& model_path, ServeOptions options) {
   if (options.model_name.empty()) options.model_name = std::filesystem::path(model_path).filename().string();
   auto server = Server::start(**model, *tok, options);
   if (!server.ok()) return server.status();
-  std::printf("listening on http://%s:%u\n", options.host.c_str(), static_cast<unsigned>((*server)->port()));
-  std::fflush(stdout);
-  for (;;) {
-    const timespec second{1, 0};
-    const int sig = sigtimedwait(&sigs, nullptr, &second);
-    if (sig == SIGINT || sig == SIGTERM) break;
+  serve_until(*server, options, sigs);
+  return Status::Ok();
+}
+
+Status serve_rank(const std::string& model_path, ServeOptions options) {
+  auto copts = cluster::cluster_options_from_env();
+  if (!copts.ok()) return copts.status();
+  const bool leader = copts->rank == 0;
+  // Only rank 0 waits for a signal; a follower stops when rank 0 says so, and dies by the
+  // launcher's SIGTERM like any other process.
+  sigset_t sigs{};
+  if (leader) sigs = prepare_process();
+  std::optional<engine::Tokenizer> tok;
+  {
+    auto file = engine::GgufFile::open(model_path);
+    if (!file.ok()) return file.status();
+    auto t = engine::tokenizer_from_gguf(**file);
+    if (!t.ok()) return InvalidArgument("tokenizer: " + t.status().to_string());
+    tok.emplace(std::move(*t));
   }
-  std::fprintf(stderr, "lattice serve: stopping\n");
-  server->reset();
+  auto cl = cluster::join_cluster(*copts, Deadline::after(std::chrono::seconds(60)));
+  if (!cl.ok()) return cl.status().with_context("could not join the cluster");
+  engine::parallel::DistOptions d;
+  d.model_path = model_path;
+  d.n_threads = options.threads > 0 ? options.threads : 1;
+  d.n_ctx = options.n_ctx;
+  d.max_seqs = options.slots;
+  d.recover = true;
+  engine::GeneratorOptions go;
+  go.max_seqs = options.slots;
+  go.n_ctx = options.n_ctx;
+  go.max_queue = options.max_queue;
+  auto engine = ClusterEngine::create(**cl, d, *tok, go);
+  if (!engine.ok()) return engine.status().with_context("placing the model");
+  if (!leader) return follow(**engine, std::chrono::seconds(30));
+  if (options.model_name.empty()) options.model_name = std::filesystem::path(model_path).filename().string();
+  auto server = Server::start(**engine, *tok, options);
+  if (!server.ok()) return server.status();
+  serve_until(*server, options, sigs);
   return Status::Ok();
 }
 

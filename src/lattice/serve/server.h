@@ -40,11 +40,17 @@ struct ServeOptions {
   std::chrono::seconds header_timeout{60};
 };
 
+class ClusterEngine;
+
 class Server {
  public:
   // The model and tokenizer must outlive the Server. kInvalidArgument for bad options,
   // kIoError when the address cannot be bound, kResourceExhausted when the KV caches do not fit.
   static Result<std::unique_ptr<Server>> start(const engine::Model& model, const engine::Tokenizer& tokenizer,
+                                               const ServeOptions& options);
+  // Rank 0 of N (lockstep.h): the engine loop runs Generators over the cluster's placement
+  // and hands every step to the followers. The ClusterEngine must outlive the Server.
+  static Result<std::unique_ptr<Server>> start(ClusterEngine& engine, const engine::Tokenizer& tokenizer,
                                                const ServeOptions& options);
   ~Server();
 
@@ -62,5 +68,10 @@ class Server {
 // to stdout once it accepts connections, and runs until SIGINT or SIGTERM. Returns the
 // error that kept it from starting.
 Status serve_until_signal(const std::string& model_path, ServeOptions options);
+
+// One rank of `lattice serve --nodes N` (or under `lattice launch`): joins the cluster from the
+// environment (cluster/rank_env.h); rank 0 serves as serve_until_signal() does, the others
+// follow it (lockstep.h) until it stops.
+Status serve_rank(const std::string& model_path, ServeOptions options);
 
 }  // namespace lattice::serve
