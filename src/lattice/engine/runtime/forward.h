@@ -150,6 +150,11 @@ class Forward final : public Stepper {
   // The mixture-of-experts FFN of one layer over the step's R rows: xb in, xb out (this rank's
   // partial sum over its columns of the chosen experts).
   void moe_ffn(const LayerWeights& L, uint32_t R);
+  // Multi-head latent attention of one layer (attention_mla.cc): xb (normed rows) in, xb out
+  // (the attention output projected back to n_embd); appends the rows' latents to the caches.
+  void mla_attention(uint32_t layer, std::span<const StepItem> items, uint32_t R);
+  // The shared experts of a layer over xb, added to acc (attention_mla.cc).
+  void shared_experts(const LayerWeights& L, uint32_t R, float* acc);
 
   const Model* model_ = nullptr;
   Group* group_ = nullptr;
@@ -160,6 +165,10 @@ class Forward final : public Stepper {
   FloatBuffer router_, xe_, ye_, acc_;  // mixture of experts: router logits, gathered rows, sums
   std::vector<std::vector<std::pair<uint32_t, float>>> expert_rows_;  // per expert: (row, weight)
   std::vector<uint32_t> order_;
+  FloatBuffer route_sel_;                           // router selection scores and group scores
+  FloatBuffer mla_qa_, mla_kv_, mla_scratch_;       // MLA: q_a rows, latent rows, per-thread scratch
+  size_t mla_scratch_stride_ = 0;                   // floats of mla_scratch_ per thread
+  std::vector<std::unique_ptr<ThreadPool>> serial_;  // one single-thread pool per pool thread
   size_t scratch_floats_ = 0;
   uint64_t bytes_read_ = 0;
   std::vector<float> logits_;        // max_items x local vocabulary
