@@ -26,6 +26,7 @@ enum class FfnKind : uint8_t {
 // How a mixture-of-experts layer weighs its experts.
 enum class RouterKind : uint8_t {
   kSoftmaxTopK,  // softmax over all experts, the top k chosen (lowest id on ties), optionally renormalized
+  kGeneral,      // route_topk: softmax or sigmoid (expert_gating_func), selection bias, grouped top-k
 };
 // How router logits become expert probabilities ({arch}.expert_gating_func).
 enum class ExpertGating : uint8_t {

@@ -114,7 +114,7 @@ const ArchInfo kDeepseek2Arch{
     .qkv_bias = Presence::kAbsent,
     .qk_norm = false,
     .experts = Presence::kOptional,
-    .router = RouterKind::kSoftmaxTopK,
+    .router = RouterKind::kGeneral,
     .expert_weights_norm = false,
     .names = {},
     .read_hparams = &read_deepseek2,
