@@ -8,6 +8,7 @@
 #include "../require.h"
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <limits>
@@ -334,6 +335,43 @@ INSTANTIATE_TEST_SUITE_P(Files, Deepseek2LlamaCpp,
 // visible (run with --gtest_also_run_disabled_tests) until it is explained.
 INSTANTIATE_TEST_SUITE_P(DISABLED_OpenQ4, Deepseek2LlamaCpp, ::testing::Values(Variant{"q4_0", "q4_0", false, false}),
                          [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace lattice::engine
+
+namespace lattice::engine {
+namespace {
+
+// A file lattice did not write: tests/engine/deepseek2_gguf_py.py lays out a deepseek2 model
+// with llama.cpp's gguf-py as its converter does (split k_b / v_b from a kv_b, 3-D experts,
+// sigmoid groups, YaRN); greedy tokens must equal llama.cpp's for 32 tokens (F32).
+TEST(Deepseek2GgufPy, AFileWrittenByGgufPyAgreesWithLlamaCpp) {
+  if (!testing::oracle_available())
+    LATTICE_SKIP_OR_FAIL("oracle", "the llama.cpp oracle is missing: tests/node/node_modules absent (run scripts/setup.sh)");
+  const fs::path src(LATTICE_SOURCE_DIR);
+  if (!fs::exists(src / "scripts" / "gguf_py.sh"))
+    LATTICE_SKIP_OR_FAIL("oracle", "scripts/gguf_py.sh (gguf-py from the oracle's bundle) is absent");
+  const std::string path = (temp.dir / "gguf-py-deepseek2.gguf").string();
+  const std::string cmd = "PYTHONPATH=\"$('" + (src / "scripts" / "gguf_py.sh").string() + "' '" +
+                          std::string(LATTICE_BINARY_DIR) + "')\" /usr/bin/python3 '" +
+                          (src / "tests" / "engine" / "deepseek2_gguf_py.py").string() + "' '" + path + "' 2>&1";
+  std::string out;
+  int rc = -1;
+  if (FILE* p = ::popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    rc = ::pclose(p);
+  }
+  ASSERT_EQ(rc, 0) << out;
+  auto m = Model::load(path);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const std::vector<int32_t> prompt = {104, 101, 108, 108, 111, 32, 116, 104, 101, 114, 101};  // "hello there"
+  const auto ours = testing::session_greedy(**m, prompt, 32);
+  auto theirs = testing::oracle_greedy(path, prompt, 32);
+  ASSERT_TRUE(theirs.ok()) << theirs.status().to_string();
+  EXPECT_EQ(*theirs, ours);
+}
 
 }  // namespace
 }  // namespace lattice::engine

@@ -74,7 +74,7 @@ class Model {
  public:
   // Opens `path` and binds this rank's weights. Errors name the file, tensor or key:
   // kUnavailable for an unsupported architecture ("architecture 'gemma3' is not supported
-  // (supported: llama, qwen2, qwen3, qwen3moe)") or weight type, kNotFound for a missing tensor,
+  // (supported: llama, qwen2, qwen3, qwen3moe, deepseek2)") or weight type, kNotFound for a missing tensor,
   // kCorrupt for a wrong shape or a count the file cannot hold, kInvalidArgument for a shard
   // that is not one of the model (rank outside the world, layers outside the model).
   static Result<std::unique_ptr<Model>> load(const std::string& path, const LoadOptions& options = {});
