@@ -168,7 +168,7 @@ TEST(ModelLoad, UnsupportedArchitectureIsRefusedByName) {
   }, keep);
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), ErrorCode::kUnavailable);
-  EXPECT_EQ(m.status().message(), "architecture 'gemma3' is not supported (supported: llama, qwen2, qwen3, qwen3moe)");
+  EXPECT_EQ(m.status().message(), "architecture 'gemma3' is not supported (supported: llama, qwen2, qwen3, qwen3moe, deepseek2)");
 }
 
 // A block count the tensor table cannot hold is refused before anything is sized by it (it
@@ -196,10 +196,10 @@ TEST(ModelLoad, MissingKeyAndBadValuesAreNamed) {
   EXPECT_NE(m.status().message().find("head_count_kv"), std::string::npos) << m.status().to_string();
 
   m = bind_modified(tiny({"llama", "f32", 0}),
-                    [](GgufWriter& w) { w.metadata().set("llama.rope.scaling.type", std::string("yarn")); }, keep);
+                    [](GgufWriter& w) { w.metadata().set("llama.rope.scaling.type", std::string("longrope")); }, keep);
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), ErrorCode::kUnavailable);
-  EXPECT_NE(m.status().message().find("yarn"), std::string::npos);
+  EXPECT_NE(m.status().message().find("longrope"), std::string::npos);
 
   // A wrong feed-forward length makes the ffn tensors' shapes disagree: named.
   m = bind_modified(tiny({"llama", "f32", 0}),

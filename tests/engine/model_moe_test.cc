@@ -25,6 +25,7 @@
 #include "lattice/engine/runtime/session.h"
 #include "lattice/engine/tokenizer/from_gguf.h"
 #include "model_testlib.h"
+#include "oracle_testlib.h"
 
 namespace lattice::engine {
 namespace {
@@ -89,25 +90,12 @@ std::string file_of(const MakeModelOptions& o) {
 
 const std::vector<int32_t> kPrompt = {257, 306, 111, 393, 286};
 
-std::vector<int32_t> greedy_tokens(const Model& m, int n) {
-  auto s = Session::create(m, {.n_ctx = 64});
-  EXPECT_TRUE(s.ok());
-  EXPECT_TRUE((*s)->prefill(kPrompt).ok());
-  std::vector<int32_t> out;
-  for (int i = 0; i < n; ++i) {
-    auto t = (*s)->argmax();
-    EXPECT_TRUE(t.ok());
-    out.push_back(*t);
-    EXPECT_TRUE((*s)->decode(*t).ok());
-  }
-  return out;
-}
+std::vector<int32_t> greedy_tokens(const Model& m, int n) { return testing::session_greedy(m, kPrompt, n); }
 
 class MoeLlamaCpp : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
 
 TEST_P(MoeLlamaCpp, GreedyTokensAgreeFor32Tokens) {
-  const fs::path node_dir = fs::path(LATTICE_SOURCE_DIR) / "tests" / "node";
-  if (!fs::exists(node_dir / "node_modules" / "node-llama-cpp"))
+  if (!testing::oracle_available())
     LATTICE_SKIP_OR_FAIL("oracle", "the llama.cpp oracle is missing: tests/node/node_modules absent (run scripts/setup.sh)");
   const auto [arch, type] = GetParam();
   const std::string path = file_of(moe(arch, type));
@@ -115,20 +103,9 @@ TEST_P(MoeLlamaCpp, GreedyTokensAgreeFor32Tokens) {
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   EXPECT_TRUE((*m)->hparams().moe());
   const auto ours = greedy_tokens(**m, 32);
-  std::string list;
-  for (int32_t t : kPrompt) list += (list.empty() ? "" : ",") + std::to_string(t);
-  const std::string cmd = "cd '" + node_dir.string() + "' && node llamacpp_oracle.mjs greedy '" + path + "' " + list +
-                          " 32 2>&1";
-  std::string out;
-  if (FILE* p = ::popen(cmd.c_str(), "r")) {
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    ::pclose(p);
-  }
-  const auto j = nlohmann::json::parse(out.substr(out.find('{') == std::string::npos ? 0 : out.find('{')), nullptr, false);
-  ASSERT_TRUE(j.is_object() && j.contains("tokens")) << out;
-  const auto theirs = j["tokens"].get<std::vector<int32_t>>();
+  auto oracle = testing::oracle_greedy(path, kPrompt, 32);
+  ASSERT_TRUE(oracle.ok()) << oracle.status().to_string();
+  const std::vector<int32_t>& theirs = *oracle;
   if (std::string(type) == "f32") {
     EXPECT_EQ(theirs, ours) << arch << " " << type;
     return;

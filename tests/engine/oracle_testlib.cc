@@ -161,4 +161,16 @@ void expect_same_text_prefix(const Model& model, const std::vector<int32_t>& pro
                                     << "  ours:   " << a.substr(0, n_bytes) << "\n  theirs: " << b.substr(0, n_bytes);
 }
 
+bool oracle_available() { return oracle_missing().empty(); }
+
+Result<std::vector<int32_t>> oracle_greedy(const std::string& path, const std::vector<int32_t>& prompt, int n) {
+  const nlohmann::json j = llamacpp_oracle("greedy", path, prompt, n);
+  if (!j.is_object() || !j.contains("tokens")) return Internal("llama.cpp oracle gave no tokens for " + path);
+  return j["tokens"].get<std::vector<int32_t>>();
+}
+
+std::vector<int32_t> session_greedy(const Model& m, const std::vector<int32_t>& prompt, int n) {
+  return greedy_tokens(m, prompt, n);
+}
+
 }  // namespace lattice::engine::testing

@@ -12,12 +12,12 @@ namespace lattice::cli {
 namespace {
 
 Registrar make_model_cmd{
-    {"make-model", "write a GGUF model with random weights (llama, qwen2, qwen3, qwen3moe; llama with --experts: Mixtral)", [](CLI::App& app) {
+    {"make-model", "write a GGUF model with random weights (llama, qwen2, qwen3, qwen3moe, deepseek2; llama with --experts: Mixtral)", [](CLI::App& app) {
        auto o = std::make_shared<engine::MakeModelOptions>();
        auto out = std::make_shared<std::string>();
        auto preset = std::make_shared<std::string>();
        auto shape_only = std::make_shared<bool>(false);
-       app.add_option("--arch", o->arch, "llama | qwen2 | qwen3 | qwen3moe (llama with --experts: Mixtral)")
+       app.add_option("--arch", o->arch, "llama | qwen2 | qwen3 | qwen3moe | deepseek2 (llama with --experts: Mixtral)")
            ->capture_default_str();
        app.add_option("--dim", o->dim, "embedding length")->capture_default_str();
        app.add_option("--layers", o->layers, "number of blocks")->capture_default_str();
@@ -30,6 +30,21 @@ Registrar make_model_cmd{
        app.add_option("--experts-used", o->experts_used, "experts each token uses")->capture_default_str();
        app.add_option("--expert-ffn", o->expert_ffn, "each expert's feed-forward length (0: --ffn)")
            ->capture_default_str();
+       app.add_option("--q-lora", o->q_lora, "deepseek2: query lora rank (0: a plain attn_q)")->capture_default_str();
+       app.add_option("--kv-lora", o->kv_lora, "deepseek2: key/value latent rank (the cached latent)")
+           ->capture_default_str();
+       app.add_option("--rope-dim", o->rope_dim, "deepseek2: rotated dims per head")->capture_default_str();
+       app.add_option("--nope-dim", o->nope_dim, "deepseek2: unrotated query/key dims per head")->capture_default_str();
+       app.add_option("--v-dim", o->v_dim, "deepseek2: value dims per head (0: --nope-dim)")->capture_default_str();
+       app.add_option("--expert-groups", o->expert_groups, "deepseek2: expert groups (0: none)")->capture_default_str();
+       app.add_option("--groups-used", o->groups_used, "deepseek2: groups a token may choose from")
+           ->capture_default_str();
+       app.add_option("--shared-experts", o->shared_experts, "deepseek2: shared experts per layer")
+           ->capture_default_str();
+       app.add_option("--dense-layers", o->dense_layers, "deepseek2: leading blocks with a dense FFN of --ffn")
+           ->capture_default_str();
+       app.add_flag("--fused-kv-b", o->fused_kv_b, "deepseek2: the older fused attn_kv_b, not attn_k_b + attn_v_b");
+       app.add_flag("--fused-gate-up", o->fused_gate_up, "deepseek2: ffn_gate_up_exps, not ffn_gate_exps + ffn_up_exps");
        app.add_option("--ctx", o->context_length, "training context length")->capture_default_str();
        app.add_option("--type", o->type, "f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m q5_k_m")->capture_default_str();
        app.add_flag("--pure", o->pure, "every weight matrix in --type (no Q6_K output, no mixing)");
@@ -37,7 +52,7 @@ Registrar make_model_cmd{
        app.add_flag("--tied", o->tied, "no output.weight: the output reuses token_embd");
        app.add_option("--tokenizer", o->tokenizer, "llama (SentencePiece) or gpt2 (byte-level BPE); default by arch");
        app.add_option("--rope-theta", o->rope_theta, "RoPE base (0: 10000 llama, 1e6 qwen)");
-       app.add_option("--rope-scale", o->rope_scale, "linear RoPE scaling factor (0: none)");
+       app.add_option("--rope-scale", o->rope_scale, "RoPE scaling factor (0: none; linear, YaRN for deepseek2)");
        app.add_option("--rms-eps", o->rms_eps, "RMSNorm epsilon (0: 1e-5 llama, 1e-6 qwen)");
        app.add_option("--name", o->name, "general.name");
        app.add_option("--gguf-version", o->version, "2 or 3")->capture_default_str();

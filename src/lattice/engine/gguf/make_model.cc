@@ -86,11 +86,25 @@ struct Shape {
 };
 
 Status check_options(const MakeModelOptions& o, Shape& s) {
-  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3" && o.arch != "qwen3moe")
-    return InvalidArgument("--arch '" + o.arch + "': expected llama, qwen2, qwen3 or qwen3moe");
+  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3" && o.arch != "qwen3moe" && o.arch != "deepseek2")
+    return InvalidArgument("--arch '" + o.arch + "': expected llama, qwen2, qwen3, qwen3moe or deepseek2");
   if (o.arch == "qwen3moe" && o.experts == 0) return InvalidArgument("--experts: qwen3moe needs experts");
-  if (o.experts > 0 && o.arch != "llama" && o.arch != "qwen3moe")
-    return InvalidArgument("--experts: only llama (Mixtral) and qwen3moe have experts");
+  if (o.experts > 0 && o.arch != "llama" && o.arch != "qwen3moe" && o.arch != "deepseek2")
+    return InvalidArgument("--experts: only llama (Mixtral), qwen3moe and deepseek2 have experts");
+  if (o.arch == "deepseek2") {
+    if (o.dense_layers > o.layers) return InvalidArgument("--dense-layers must be at most --layers");
+    if (o.experts == 0 && o.dense_layers < o.layers)
+      return InvalidArgument("--experts: deepseek2 needs experts unless --dense-layers is --layers");
+    if (o.kv_lora == 0 || o.kv_lora > 8192) return InvalidArgument("--kv-lora must be 1 to 8192");
+    if (o.rope_dim == 0 || o.rope_dim % 2 != 0 || o.rope_dim > 1024) return InvalidArgument("--rope-dim must be even, 2 to 1024");
+    if (o.nope_dim == 0 || o.nope_dim > 1024) return InvalidArgument("--nope-dim must be 1 to 1024");
+    if (o.v_dim > 1024) return InvalidArgument("--v-dim must be at most 1024");
+    if (o.expert_groups > 1 && (o.experts % o.expert_groups != 0 || o.groups_used == 0 ||
+                                o.groups_used >= o.expert_groups ||
+                                o.groups_used * (o.experts / o.expert_groups) < o.experts_used))
+      return InvalidArgument("--expert-groups must divide --experts, and --groups-used (1 to groups - 1) hold "
+                             "at least --experts-used experts");
+  }
   if (o.experts > 4096) return InvalidArgument("--experts must be at most 4096");
   if (o.experts > 0 && (o.experts_used == 0 || o.experts_used > o.experts))
     return InvalidArgument("--experts-used must be 1 to --experts");
@@ -128,6 +142,7 @@ Result<ModelPlan> plan_model(const MakeModelOptions& o) {
   LATTICE_RETURN_IF_ERROR(check_options(o, s));
   LATTICE_ASSIGN_OR_RETURN(TypeChoice tc, parse_model_type(o.type));
   const bool qwen = s.arch != "llama";
+  const bool ds = s.arch == "deepseek2";
   std::string tok = o.tokenizer.empty() ? (qwen ? "gpt2" : "llama") : o.tokenizer;
   if (tok != "llama" && tok != "gpt2") return InvalidArgument("--tokenizer '" + tok + "': expected llama or gpt2");
   const ChatStyle style = qwen ? ChatStyle::kChatML : (tok == "gpt2" ? ChatStyle::kLlama3 : ChatStyle::kLlama2);
@@ -149,11 +164,19 @@ Result<ModelPlan> plan_model(const MakeModelOptions& o) {
   md.set(a + ".block_count", s.layers);
   md.set(a + ".feed_forward_length", s.ffn);
   md.set(a + ".attention.head_count", s.heads);
-  md.set(a + ".attention.head_count_kv", s.kv_heads);
+  const uint32_t v_dim = o.v_dim ? o.v_dim : o.nope_dim;
+  // deepseek2's converter writes MLA as one KV head (the latent); the older kv_b form as MHA.
+  md.set(a + ".attention.head_count_kv", ds ? (o.fused_kv_b ? s.heads : 1u) : s.kv_heads);
   md.set(a + ".attention.layer_norm_rms_epsilon", o.rms_eps > 0 ? o.rms_eps : (qwen ? 1e-6f : 1e-5f));
-  md.set(a + ".rope.freq_base", o.rope_theta > 0 ? o.rope_theta : (qwen ? 1e6f : 1e4f));
-  md.set(a + ".rope.dimension_count", s.head_dim);
-  if (o.rope_scale > 0) {
+  md.set(a + ".rope.freq_base", o.rope_theta > 0 ? o.rope_theta : (qwen && !ds ? 1e6f : 1e4f));
+  md.set(a + ".rope.dimension_count", ds ? o.rope_dim : s.head_dim);
+  if (o.rope_scale > 0 && ds) {
+    md.set(a + ".rope.scaling.type", "yarn");
+    md.set(a + ".rope.scaling.factor", o.rope_scale);
+    md.set(a + ".rope.scaling.original_context_length",
+           std::max<uint32_t>(1, static_cast<uint32_t>(o.context_length / o.rope_scale)));
+    md.set(a + ".rope.scaling.yarn_log_multiplier", 0.1f * o.yarn_mscale_all_dim);
+  } else if (o.rope_scale > 0) {
     md.set(a + ".rope.scaling.type", "linear");
     md.set(a + ".rope.scaling.factor", o.rope_scale);
     md.set(a + ".rope.scaling.original_context_length", o.context_length);
@@ -164,7 +187,32 @@ Result<ModelPlan> plan_model(const MakeModelOptions& o) {
     md.set(a + ".expert_used_count", s.experts_used);
     if (a == "qwen3moe") md.set(a + ".expert_feed_forward_length", s.expert_ffn);
   }
-  if (qk_norm || s.head_dim * s.heads != s.dim) {
+  if (ds) {
+    md.set(a + ".leading_dense_block_count", o.dense_layers);
+    md.set(a + ".attention.q_lora_rank", o.q_lora);  // llama.cpp wants it (0: plain attn_q) but in "lite" shapes
+    md.set(a + ".attention.kv_lora_rank", o.kv_lora);
+    if (o.fused_kv_b) {
+      md.set(a + ".attention.key_length", o.nope_dim + o.rope_dim);
+      md.set(a + ".attention.value_length", v_dim);
+    } else {
+      md.set(a + ".attention.key_length", o.kv_lora + o.rope_dim);
+      md.set(a + ".attention.value_length", o.kv_lora);
+      md.set(a + ".attention.key_length_mla", o.nope_dim + o.rope_dim);
+      md.set(a + ".attention.value_length_mla", v_dim);
+    }
+    // The converter writes these two even for a dense model (llama.cpp requires them).
+    md.set(a + ".expert_feed_forward_length", s.experts ? s.expert_ffn : s.ffn);
+    md.set(a + ".expert_shared_count", s.experts ? o.shared_experts : 0u);
+    if (s.experts) {
+      md.set(a + ".expert_weights_scale", o.expert_weights_scale);
+      md.set(a + ".expert_weights_norm", true);
+      md.set(a + ".expert_gating_func", uint32_t{2});  // sigmoid
+      if (o.expert_groups > 1) {
+        md.set(a + ".expert_group_count", o.expert_groups);
+        md.set(a + ".expert_group_used_count", o.groups_used);
+      }
+    }
+  } else if (qk_norm || s.head_dim * s.heads != s.dim) {
     md.set(a + ".attention.key_length", s.head_dim);
     md.set(a + ".attention.value_length", s.head_dim);
   }
@@ -219,7 +267,58 @@ Result<ModelPlan> plan_model(const MakeModelOptions& o) {
   matrix("token_embd.weight", Role::kEmbedding, 0, s.dim, s.vocab, inv_dim);
   vec("output_norm.weight", Role::kNorm, s.dim, 1.0f, 0.05f);
   if (!o.tied) matrix("output.weight", Role::kOutput, 0, s.dim, s.vocab, inv_dim);
-  for (uint32_t l = 0; l < s.layers; ++l) {
+  auto tensor3 = [&](const std::string& name, Role role, uint32_t layer, uint64_t n_in, uint64_t n_out, uint64_t n3,
+                     float std) {
+    if (!st.ok()) return;
+    st = w.add_tensor(name, pick(role, layer, n_in), {n_in, n_out, n3});
+    gens->push_back({role, 0.0f, std});
+  };
+  for (uint32_t l = 0; l < s.layers && ds; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    const uint64_t H = s.heads, KD = o.nope_dim + o.rope_dim, C = o.kv_lora;
+    const auto inv = [](uint64_t n) { return 1.0f / std::sqrt(static_cast<float>(n)); };
+    vec(b + "attn_norm.weight", Role::kNorm, s.dim, 1.0f, 0.05f);
+    if (o.q_lora) {
+      matrix(b + "attn_q_a.weight", Role::kAttnQ, l, s.dim, o.q_lora, inv_dim);
+      vec(b + "attn_q_a_norm.weight", Role::kNorm, o.q_lora, 1.0f, 0.05f);
+      matrix(b + "attn_q_b.weight", Role::kAttnQ, l, o.q_lora, H * KD, inv(o.q_lora));
+    } else {
+      matrix(b + "attn_q.weight", Role::kAttnQ, l, s.dim, H * KD, inv_dim);
+    }
+    matrix(b + "attn_kv_a_mqa.weight", Role::kAttnK, l, s.dim, C + o.rope_dim, inv_dim);
+    vec(b + "attn_kv_a_norm.weight", Role::kNorm, C, 1.0f, 0.05f);
+    if (o.fused_kv_b) {
+      matrix(b + "attn_kv_b.weight", Role::kAttnV, l, C, H * (o.nope_dim + v_dim), inv(C));
+    } else {
+      tensor3(b + "attn_k_b.weight", Role::kAttnK, l, o.nope_dim, C, H, inv(C));
+      tensor3(b + "attn_v_b.weight", Role::kAttnV, l, C, v_dim, H, inv(C));
+    }
+    matrix(b + "attn_output.weight", Role::kAttnOut, l, H * v_dim, s.dim, inv(H * v_dim));
+    vec(b + "ffn_norm.weight", Role::kNorm, s.dim, 1.0f, 0.05f);
+    if (l < o.dense_layers) {
+      matrix(b + "ffn_gate.weight", Role::kFfnGate, l, s.dim, s.ffn, inv_dim);
+      matrix(b + "ffn_up.weight", Role::kFfnUp, l, s.dim, s.ffn, inv_dim);
+      matrix(b + "ffn_down.weight", Role::kFfnDown, l, s.ffn, s.dim, inv(s.ffn));
+      continue;
+    }
+    const uint64_t X = s.experts, F = s.expert_ffn, FS = uint64_t{s.expert_ffn} * o.shared_experts;
+    if (st.ok()) st = w.add_tensor(b + "ffn_gate_inp.weight", TensorType::kF32, {s.dim, X});
+    gens->push_back({Role::kFfnGate, 0.0f, 4.0f * inv_dim});
+    vec(b + "exp_probs_b.bias", Role::kBias, X, 0.0f, 0.05f);
+    if (o.fused_gate_up) {
+      tensor3(b + "ffn_gate_up_exps.weight", Role::kFfnGate, l, s.dim, 2 * F, X, inv_dim);
+    } else {
+      tensor3(b + "ffn_gate_exps.weight", Role::kFfnGate, l, s.dim, F, X, inv_dim);
+      tensor3(b + "ffn_up_exps.weight", Role::kFfnUp, l, s.dim, F, X, inv_dim);
+    }
+    tensor3(b + "ffn_down_exps.weight", Role::kFfnDown, l, F, s.dim, X, inv(F));
+    if (FS) {
+      matrix(b + "ffn_gate_shexp.weight", Role::kFfnGate, l, s.dim, FS, inv_dim);
+      matrix(b + "ffn_up_shexp.weight", Role::kFfnUp, l, s.dim, FS, inv_dim);
+      matrix(b + "ffn_down_shexp.weight", Role::kFfnDown, l, FS, s.dim, inv(FS));
+    }
+  }
+  for (uint32_t l = 0; l < s.layers && !ds; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     vec(b + "attn_norm.weight", Role::kNorm, s.dim, 1.0f, 0.05f);
     matrix(b + "attn_q.weight", Role::kAttnQ, l, s.dim, q_dim, inv_dim);

@@ -21,7 +21,7 @@
 namespace lattice::engine {
 
 struct MakeModelOptions {
-  std::string arch = "llama";  // llama | qwen2 | qwen3 | qwen3moe (llama with experts: Mixtral)
+  std::string arch = "llama";  // llama | qwen2 | qwen3 | qwen3moe | deepseek2 (llama with experts: Mixtral)
   uint32_t dim = 256;          // embedding length
   uint32_t layers = 2;
   uint32_t heads = 4;
@@ -36,6 +36,19 @@ struct MakeModelOptions {
   uint32_t experts = 0;
   uint32_t experts_used = 0;
   uint32_t expert_ffn = 0;
+  // deepseek2 (multi-head latent attention; needs --experts unless every layer is dense):
+  // q_lora 0 writes a plain attn_q; kv_lora the cached latent; rope / nope / v the per-head
+  // sizes (v 0: nope); expert groups (0: none) and the groups a token may use; shared experts
+  // of expert_ffn each; the first dense_layers blocks have a dense FFN of --ffn. fused_kv_b
+  // writes the older attn_kv_b instead of attn_k_b + attn_v_b; fused_gate_up writes
+  // ffn_gate_up_exps instead of ffn_gate_exps + ffn_up_exps. With --rope-scale, YaRN keys
+  // (original context = ctx / scale, yarn_log_multiplier = 0.1 * yarn_mscale_all_dim, as the
+  // converter writes it).
+  uint32_t q_lora = 0, kv_lora = 64, rope_dim = 16, nope_dim = 32, v_dim = 0;
+  uint32_t expert_groups = 0, groups_used = 0, shared_experts = 1, dense_layers = 1;
+  bool fused_kv_b = false, fused_gate_up = false;
+  float expert_weights_scale = 2.5f;
+  float yarn_mscale_all_dim = 0.707f;
   uint32_t context_length = 2048;
   std::string type = "f16";    // f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m q5_k_m
   bool pure = false;           // every weight matrix in `type` (no Q6_K output, no mixing)

@@ -5,7 +5,7 @@
 namespace lattice::engine {
 
 namespace {
-const std::array<const ArchInfo*, 4> kArchs{&kLlamaArch, &kQwen2Arch, &kQwen3Arch, &kQwen3MoeArch};
+const std::array<const ArchInfo*, 5> kArchs{&kLlamaArch, &kQwen2Arch, &kQwen3Arch, &kQwen3MoeArch, &kDeepseek2Arch};
 }
 
 std::span<const ArchInfo* const> supported_archs() { return kArchs; }

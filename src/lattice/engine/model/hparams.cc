@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 namespace lattice::engine {
 
@@ -13,7 +14,63 @@ std::string key(const ArchInfo& a, std::string_view suffix) {
   return k;
 }
 Status bad(const std::string& k, const std::string& why) { return Corrupt("model key '" + k + "': " + why); }
+
+// A scalar, or a per-layer array (n_layer entries) whose non-zero entries agree (layers that
+// do not use the value, such as leading dense blocks, may hold 0).
+Result<uint32_t> read_u32_or_per_layer(const Metadata& md, const std::string& k, uint32_t n_layer, uint32_t fallback) {
+  const Value* v = md.find(k);
+  if (!v || !v->is_array()) return md.get_u32_or(k, fallback);
+  std::vector<int64_t> vals;
+  if (auto a = md.get_array<uint32_t>(k); a.ok()) {
+    vals.assign((*a)->begin(), (*a)->end());
+  } else if (auto b = md.get_array<int32_t>(k); b.ok()) {
+    vals.assign((*b)->begin(), (*b)->end());
+  } else {
+    return bad(k, "expected a number or an array of 32-bit integers");
+  }
+  if (vals.size() != n_layer)
+    return bad(k, "an array of " + std::to_string(vals.size()) + " entries for " + std::to_string(n_layer) + " layers");
+  int64_t value = 0;
+  for (int64_t x : vals) {
+    if (x < 0 || x > int64_t{1} << 24) return bad(k, "entry " + std::to_string(x) + " is out of range");
+    if (x == 0) continue;
+    if (value != 0 && x != value)
+      return Unavailable("model key '" + k + "': layers of different widths (" + std::to_string(value) + ", " +
+                         std::to_string(x) + ") are not supported");
+    value = x;
+  }
+  return static_cast<uint32_t>(value);
+}
 }  // namespace
+
+void derive_yarn(Hparams& h, bool log_mul_is_mscale) {
+  // llama.cpp (llama_context): ext_factor 1 for YaRN; the attention factor from the log
+  // multiplier, then divided by YaRN's own magnitude term, which ggml's rope multiplies back.
+  const bool yarn = h.rope_scaling == "yarn";
+  float attn = 1.0f;
+  const float factor = 1.0f / h.rope.pos_scale;
+  const auto get_mscale = [](float scale, float mscale) {
+    return scale <= 1.0f ? 1.0f : 0.1f * mscale * std::log(scale) + 1.0f;
+  };
+  h.rope.ext_factor = yarn ? 1.0f : 0.0f;
+  if (yarn) {
+    if (h.yarn_log_mul != 0.0f) {
+      float mscale = 1.0f;
+      const float mscale_all_dims = h.yarn_log_mul;
+      if (log_mul_is_mscale && mscale_all_dims != 1.0f) mscale = mscale_all_dims;
+      attn = get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dims);
+    } else {
+      attn = get_mscale(factor, 1.0f);
+    }
+    attn *= 1.0f / (1.0f + 0.1f * std::log(factor));
+    ops::rope_yarn_corr_dims(h.rope.n_rot, h.yarn_orig_ctx, h.rope.freq_base, 32.0f, 1.0f, &h.rope.corr_low,
+                             &h.rope.corr_high);
+  }
+  attn *= h.rope_attn_factor;
+  h.yarn_attn_factor = attn;
+  // ggml's rope: cos and sin times attn_factor, and times 1 + 0.1 ln(1/freq_scale) under YaRN.
+  h.rope.mscale = yarn ? attn * (1.0f + 0.1f * std::log(1.0f / h.rope.pos_scale)) : attn;
+}
 
 Result<Hparams> read_hparams(const Metadata& md, const ArchInfo& arch) {
   Hparams h;
@@ -66,7 +123,7 @@ Result<Hparams> read_hparams(const Metadata& md, const ArchInfo& arch) {
     if (h.n_expert_used > h.n_expert)
       return bad(key(arch, "expert_used_count"), std::to_string(h.n_expert_used) + " is more than the " +
                                                      std::to_string(h.n_expert) + " experts");
-    LATTICE_ASSIGN_OR_RETURN(h.n_ff_exp, md.get_u32_or(key(arch, "expert_feed_forward_length"), h.n_ff));
+    LATTICE_ASSIGN_OR_RETURN(h.n_ff_exp, read_u32_or_per_layer(md, key(arch, "expert_feed_forward_length"), h.n_layer, h.n_ff));
     if (h.n_ff_exp == 0) return bad(key(arch, "expert_feed_forward_length"), "must be > 0");
     LATTICE_ASSIGN_OR_RETURN(h.expert_weights_norm, md.get_bool_or(key(arch, "expert_weights_norm"), arch.expert_weights_norm));
     LATTICE_ASSIGN_OR_RETURN(h.expert_weights_scale, md.get_f32_or(key(arch, "expert_weights_scale"), 0.0f));
@@ -98,9 +155,29 @@ Result<Hparams> read_hparams(const Metadata& md, const ArchInfo& arch) {
   } else if (h.rope_scaling == "linear") {
     if (!(factor > 0.0f) || !std::isfinite(factor)) return bad(key(arch, "rope.scaling.factor"), "must be > 0");
     h.rope.pos_scale = 1.0f / factor;
+  } else if (h.rope_scaling == "yarn") {
+    if (!(factor > 0.0f) || !std::isfinite(factor)) return bad(key(arch, "rope.scaling.factor"), "must be > 0");
+    h.rope.pos_scale = 1.0f / factor;
+    LATTICE_ASSIGN_OR_RETURN(h.yarn_orig_ctx, md.get_u32_or(key(arch, "rope.scaling.original_context_length"), h.n_ctx_train));
+    if (h.yarn_orig_ctx == 0) return bad(key(arch, "rope.scaling.original_context_length"), "must be > 0");
+    LATTICE_ASSIGN_OR_RETURN(h.yarn_log_mul, md.get_f32_or(key(arch, "rope.scaling.yarn_log_multiplier"), 0.0f));
+    if (!std::isfinite(h.yarn_log_mul) || h.yarn_log_mul < 0)
+      return bad(key(arch, "rope.scaling.yarn_log_multiplier"), "must be a finite number >= 0");
   } else {
     return Unavailable("model key '" + key(arch, "rope.scaling.type") + "': RoPE scaling '" + h.rope_scaling +
-                       "' is not supported (supported: none, linear, and llama3-style rope_freqs)");
+                       "' is not supported (supported: none, linear, yarn, and llama3-style rope_freqs)");
+  }
+  LATTICE_ASSIGN_OR_RETURN(h.rope_attn_factor, md.get_f32_or(key(arch, "rope.scaling.attn_factor"), 1.0f));
+  if (!(h.rope_attn_factor > 0.0f) || !std::isfinite(h.rope_attn_factor))
+    return bad(key(arch, "rope.scaling.attn_factor"), "must be a finite number > 0");
+  if (arch.read_hparams) LATTICE_RETURN_IF_ERROR(arch.read_hparams(md, h));
+  derive_yarn(h, arch.yarn_log_mul_is_mscale);
+  if (arch.attention == AttentionKind::kMla) {
+    // llama.cpp's deepseek2 graph: undo the context's division, then mscale^2 / sqrt(k_dim).
+    const float l = std::log(1.0f / h.rope.pos_scale);
+    const float attn_org = h.yarn_attn_factor * (1.0f + 0.1f * l);
+    const float mscale = attn_org * (1.0f + 0.1f * h.yarn_log_mul * l);
+    h.attn_scale = mscale * mscale / std::sqrt(static_cast<float>(h.mla_k_dim));
   }
   return h;
 }

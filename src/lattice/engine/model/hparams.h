@@ -30,6 +30,23 @@ struct Hparams {
   uint32_t n_ff_exp = 0;          // {arch}.expert_feed_forward_length (default feed_forward_length)
   bool expert_weights_norm = true;   // {arch}.expert_weights_norm: renormalize the chosen k
   float expert_weights_scale = 1.0f; // {arch}.expert_weights_scale (0 in the file means 1)
+  ExpertGating expert_gating = ExpertGating::kSoftmax;  // {arch}.expert_gating_func
+  uint32_t n_expert_shared = 0;   // {arch}.expert_shared_count: shared experts, n_ff_exp wide each
+  uint32_t n_expert_groups = 0;   // {arch}.expert_group_count (0 or 1: no groups)
+  uint32_t n_group_used = 0;      // {arch}.expert_group_used_count
+  uint32_t n_layer_dense_lead = 0;  // {arch}.leading_dense_block_count: layers with a dense FFN
+  // Multi-head latent attention (AttentionKind::kMla; 0 otherwise).
+  uint32_t q_lora_rank = 0;   // {arch}.attention.q_lora_rank (0: a plain attn_q)
+  uint32_t kv_lora_rank = 0;  // {arch}.attention.kv_lora_rank: the cached latent
+  uint32_t mla_k_dim = 0;     // per-head query/key size: nope + rope (key_length_mla)
+  uint32_t mla_v_dim = 0;     // per-head value size (value_length_mla)
+  bool mla_split_kv_b = true; // attn_k_b + attn_v_b (the _mla keys present); false: attn_kv_b
+  // YaRN (rope_scaling "yarn"): the keys as read; rope holds the derived angles' parameters.
+  uint32_t yarn_orig_ctx = 0;     // {arch}.rope.scaling.original_context_length
+  float yarn_log_mul = 0.0f;      // {arch}.rope.scaling.yarn_log_multiplier (after arch quirks)
+  float rope_attn_factor = 1.0f;  // {arch}.rope.scaling.attn_factor
+  float yarn_attn_factor = 1.0f;  // llama.cpp's context attn_factor (rope.mscale before YaRN's own term)
+  float attn_scale = 0.0f;        // softmax scale of q.k (0: 1/sqrt(head_dim))
 
   uint32_t q_dim() const { return n_head * head_dim; }
   uint32_t kv_dim() const { return n_head_kv * head_dim; }
@@ -38,7 +55,14 @@ struct Hparams {
   uint32_t group() const { return n_head / n_head_kv; }  // query heads per KV head
   bool moe() const { return n_expert > 0; }
   uint32_t ffn_width() const { return moe() ? n_ff_exp : n_ff; }  // the FFN columns a layout splits
+  bool moe_layer(uint32_t layer) const { return moe() && layer >= n_layer_dense_lead; }
+  uint32_t nope_dim() const { return mla_k_dim - rope.n_rot; }
 };
+
+// Fills rope.mscale, yarn_attn_factor and the YaRN correction range from the scaling keys
+// already read, as llama.cpp's context does; `log_mul_is_mscale`: the deepseek2 special case
+// (mscale = mscale_all_dims = yarn_log_mul when it is not 1).
+void derive_yarn(Hparams& h, bool log_mul_is_mscale);
 
 // Reads and checks the hyper-parameters. Errors name the key and the reason (kNotFound for a
 // required key that is missing, kCorrupt for a value out of range or inconsistent,

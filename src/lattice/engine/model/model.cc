@@ -227,10 +227,17 @@ Status Model::bind_all(const LoadOptions& options) {
   }
   LATTICE_ASSIGN_OR_RETURN(rope_freqs_, vec(global(nm.rope_freqs), hp_.rope.n_rot / 2, false));
 
+  const bool mla = arch_->attention == AttentionKind::kMla;
+  if (mla && shard_.world > 1)
+    return Unavailable("tensor parallel: " + std::string(arch_->name) +
+                       " (multi-head latent attention) runs on one node only for now");
   layers_.resize(layer_end_ - layer_begin_);
   for (uint32_t i = layer_begin_; i < layer_end_; ++i) {
     LayerWeights& L = layers_[i - layer_begin_];
     LATTICE_ASSIGN_OR_RETURN(L.attn_norm, vec(blk(i, nm.attn_norm), E, true));
+    if (mla) {
+      LATTICE_RETURN_IF_ERROR(bind_mla(L, i, pack));
+    } else {
     LATTICE_ASSIGN_OR_RETURN(const TensorInfo* tq, matrix_info(blk(i, nm.wq), E, hp_.q_dim()));
     LATTICE_ASSIGN_OR_RETURN(const TensorInfo* tk, matrix_info(blk(i, nm.wk), E, hp_.kv_dim()));
     LATTICE_ASSIGN_OR_RETURN(const TensorInfo* tv, matrix_info(blk(i, nm.wv), E, hp_.v_dim()));
@@ -252,17 +259,21 @@ Status Model::bind_all(const LoadOptions& options) {
       LATTICE_ASSIGN_OR_RETURN(L.q_norm, vec(blk(i, nm.q_norm), HD, true));
       LATTICE_ASSIGN_OR_RETURN(L.k_norm, vec(blk(i, nm.k_norm), HD, true));
     }
+    }
     LATTICE_ASSIGN_OR_RETURN(L.ffn_norm, vec(blk(i, nm.ffn_norm), E, true));
-    if (hp_.moe()) {
+    if (hp_.moe_layer(i)) {
       LATTICE_RETURN_IF_ERROR(bind_experts(L, i, pack));
+      if (hp_.n_expert_shared > 0) LATTICE_RETURN_IF_ERROR(bind_shared_experts(L, i, pack));
       continue;
     }
+    // A leading dense block of a mixture-of-experts model is n_ff wide (one node only).
+    const Range fd = hp_.moe() ? Range{0, hp_.n_ff} : f;
     LATTICE_ASSIGN_OR_RETURN(const TensorInfo* tg, matrix_info(blk(i, nm.gate), E, hp_.n_ff));
     LATTICE_ASSIGN_OR_RETURN(const TensorInfo* tu, matrix_info(blk(i, nm.up), E, hp_.n_ff));
     LATTICE_ASSIGN_OR_RETURN(const TensorInfo* td, matrix_info(blk(i, nm.down), hp_.n_ff, E));
-    LATTICE_ASSIGN_OR_RETURN(L.w_gate, rows(*tg, f, pack));
-    LATTICE_ASSIGN_OR_RETURN(L.w_up, rows(*tu, f, pack));
-    LATTICE_ASSIGN_OR_RETURN(L.w_down, cols(*td, f, pack));
+    LATTICE_ASSIGN_OR_RETURN(L.w_gate, rows(*tg, fd, pack));
+    LATTICE_ASSIGN_OR_RETURN(L.w_up, rows(*tu, fd, pack));
+    LATTICE_ASSIGN_OR_RETURN(L.w_down, cols(*td, fd, pack));
   }
   return Status::Ok();
 }
@@ -344,8 +355,16 @@ Status Model::bind_experts(LayerWeights& L, uint32_t i, bool pack) {
   };
   LATTICE_ASSIGN_OR_RETURN(const TensorInfo* router, matrix_info(name(nm.gate_inp), E, X));
   LATTICE_ASSIGN_OR_RETURN(L.router, rows(*router, {0, X}, false));
-  LATTICE_ASSIGN_OR_RETURN(const TensorInfo* tg, experts3(nm.gate_exps, E, FX));
-  LATTICE_ASSIGN_OR_RETURN(const TensorInfo* tu, experts3(nm.up_exps, E, FX));
+  LATTICE_ASSIGN_OR_RETURN(L.exp_probs_b, vec("blk." + std::to_string(i) + "." + std::string(nm.exp_probs_b) + ".bias", X, false));
+  // ffn_gate_up_exps [n_embd, 2 * n_ff_exp, n_expert] (gate rows, then up rows) or the pair.
+  const TensorInfo* tgu = file_->find_tensor(name(nm.gate_up_exps));
+  const TensorInfo *tg = nullptr, *tu = nullptr;
+  if (tgu) {
+    LATTICE_ASSIGN_OR_RETURN(tgu, experts3(nm.gate_up_exps, E, 2 * uint64_t{FX}));
+  } else {
+    LATTICE_ASSIGN_OR_RETURN(tg, experts3(nm.gate_exps, E, FX));
+    LATTICE_ASSIGN_OR_RETURN(tu, experts3(nm.up_exps, E, FX));
+  }
   LATTICE_ASSIGN_OR_RETURN(const TensorInfo* td, experts3(nm.down_exps, FX, E));
   // Tensor parallel: every expert's columns [f0, f1); expert parallel: the owned experts whole.
   const bool ep = expert_parallel();
@@ -353,13 +372,14 @@ Status Model::bind_experts(LayerWeights& L, uint32_t i, bool pack) {
   L.gate_exps.resize(X), L.up_exps.resize(X), L.down_exps.resize(X);
   for (uint32_t e = 0; e < X; ++e) {
     if (ep && !(expert_holders(i, e) >> shard_.rank & 1)) continue;  // another rank's: unbound, untouched
-    const TensorInfo g = expert_slice(*tg, e);
-    const TensorInfo u = expert_slice(*tu, e);
+    const TensorInfo g = expert_slice(tgu ? *tgu : *tg, e);
+    const TensorInfo u = tgu ? g : expert_slice(*tu, e);
     const TensorInfo d = expert_slice(*td, e);
+    const uint32_t u0 = tgu ? FX : 0;
     // Each expert is a 2-D tensor of its own; a packed copy drops its mapped pages (a shared
     // boundary page is read back from the file if still needed).
     LATTICE_ASSIGN_OR_RETURN(L.gate_exps[e], rows(g, f, pack));
-    LATTICE_ASSIGN_OR_RETURN(L.up_exps[e], rows(u, f, pack));
+    LATTICE_ASSIGN_OR_RETURN(L.up_exps[e], rows(u, {u0 + f.begin, u0 + f.end}, pack));
     LATTICE_ASSIGN_OR_RETURN(L.down_exps[e], cols(d, f, pack));
   }
   return Status::Ok();
@@ -376,10 +396,11 @@ uint64_t Model::weight_bytes() const { return file_->total_tensor_bytes(); }
 uint64_t Model::shard_bytes() const {
   uint64_t n = output_.n_rows() ? output_.bytes() : 0;
   for (const LayerWeights& L : layers_)
-    for (const Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.router})
+    for (const Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.router, &L.wq_a, &L.wq_b,
+                            &L.wkv_a, &L.gate_shexp, &L.up_shexp, &L.down_shexp})
       if (w->n_rows()) n += w->bytes();
   for (const LayerWeights& L : layers_)
-    for (const auto* list : {&L.gate_exps, &L.up_exps, &L.down_exps})
+    for (const auto* list : {&L.gate_exps, &L.up_exps, &L.down_exps, &L.k_b, &L.v_b})
       for (const Weight& w : *list)
         if (w.n_rows()) n += w.bytes();
   return n;

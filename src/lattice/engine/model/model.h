@@ -50,6 +50,18 @@ struct LayerWeights {
   // of it), and per expert the same slices as the dense FFN's, of the expert's own matrices.
   Weight router;
   std::vector<Weight> gate_exps, up_exps, down_exps;
+  const float* exp_probs_b = nullptr;       // [n_expert] selection bias (optional)
+  Weight gate_shexp, up_shexp, down_shexp;  // shared experts: [n_ff_exp * n_shared x n_embd] (down transposed)
+  // Multi-head latent attention (AttentionKind::kMla): wq_a [q_lora x n_embd] + q_a_norm +
+  // wq_b [n_head * k_dim x q_lora], or wq [n_head * k_dim x n_embd] when q_lora_rank is 0;
+  // wkv_a [kv_lora + rope x n_embd] + kv_a_norm [kv_lora]; per head k_b [kv_lora x nope]
+  // (absorbs a query's nope part into latent space) and v_b [v_dim x kv_lora] (expands the
+  // attended latent); wo [n_embd x n_head * v_dim].
+  Weight wq_a, wq_b, wkv_a;
+  const float* q_a_norm = nullptr;
+  const float* kv_a_norm = nullptr;
+  std::vector<Weight> k_b, v_b;
+  bool moe() const { return router.n_rows() > 0; }
 };
 
 struct LoadOptions {
@@ -65,7 +77,7 @@ class Model {
  public:
   // Opens `path` and binds this rank's weights. Errors name the file, tensor or key:
   // kUnavailable for an unsupported architecture ("architecture 'gemma3' is not supported
-  // (supported: llama, qwen2, qwen3, qwen3moe)") or weight type, kNotFound for a missing tensor,
+  // (supported: llama, qwen2, qwen3, qwen3moe, deepseek2)") or weight type, kNotFound for a missing tensor,
   // kCorrupt for a wrong shape or a count the file cannot hold, kInvalidArgument for a shard
   // that is not one of the model (rank outside the world, layers outside the model).
   static Result<std::unique_ptr<Model>> load(const std::string& path, const LoadOptions& options = {});
@@ -131,6 +143,8 @@ class Model {
   TensorInfo expert_slice(const TensorInfo& t, uint32_t e) const;
   Status bind_experts(LayerWeights& L, uint32_t layer, bool pack);
   Status set_expert_owners();
+  Status bind_mla(LayerWeights& L, uint32_t layer, bool pack);  // model_mla.cc
+  Status bind_shared_experts(LayerWeights& L, uint32_t layer, bool pack);  // model_mla.cc
   Result<const float*> vec(const std::string& name, uint64_t n, bool required);
 
   std::unique_ptr<GgufFile> file_;

@@ -1,5 +1,6 @@
 #include "lattice/engine/ops/ops.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -119,8 +120,33 @@ void rope_inv_freq(float* inv_freq, const RopeParams& p, const float* freq_facto
   }
 }
 
+void rope_yarn_corr_dims(uint32_t n_rot, uint32_t n_ctx_orig, float freq_base, float beta_fast, float beta_slow,
+                         float* low, float* high) {
+  const auto dim = [&](float b) {
+    return static_cast<float>(n_rot) * std::log(static_cast<float>(n_ctx_orig) / (b * 2.0f * static_cast<float>(M_PI))) /
+           (2.0f * std::log(freq_base));
+  };
+  *low = std::max(0.0f, std::floor(dim(beta_fast)));
+  *high = std::min(static_cast<float>(n_rot) - 1.0f, std::ceil(dim(beta_slow)));
+}
+
 void rope_angles(float* cos_sin, const float* inv_freq, const RopeParams& p, int64_t pos) {
   const uint32_t half = p.n_rot / 2;
+  if (p.ext_factor != 0.0f || p.mscale != 1.0f) {
+    for (uint32_t i = 0; i < half; ++i) {
+      const float extrap = static_cast<float>(pos) * inv_freq[i];
+      const float interp = p.pos_scale * extrap;
+      float theta = interp;
+      if (p.ext_factor != 0.0f) {
+        const float y = (static_cast<float>(i) - p.corr_low) / std::max(0.001f, p.corr_high - p.corr_low);
+        const float mix = (1.0f - std::min(1.0f, std::max(0.0f, y))) * p.ext_factor;
+        theta = interp * (1.0f - mix) + extrap * mix;
+      }
+      cos_sin[2 * i] = std::cos(theta) * p.mscale;
+      cos_sin[2 * i + 1] = std::sin(theta) * p.mscale;
+    }
+    return;
+  }
   const double scaled_pos = static_cast<double>(pos) * p.pos_scale;
   for (uint32_t i = 0; i < half; ++i) {
     const double a = scaled_pos * inv_freq[i];

@@ -38,12 +38,27 @@ enum class RopeLayout : uint8_t {
 // p * pos_scale * inv_freq[i]; inv_freq[i] = freq_base^(-2i/n_rot) / freq_factor[i]
 // (freq factors: llama3-style rope_freqs tensor, 1 when absent); pos_scale = 1/factor for
 // linear scaling.
+//
+// YaRN (ext_factor > 0, as ggml's rope computes it): pair i mixes the interpolated angle
+// (p * pos_scale * inv_freq[i]) with the extrapolated one (p * inv_freq[i]) by a ramp that is
+// 1 below pair corr_low and 0 above corr_high, times ext_factor. cos and sin are multiplied
+// by `mscale` (1 unless YaRN or a rope attention factor: the caller folds ggml's
+// attn_factor * (1 + 0.1 ln(1/pos_scale)) into it).
 struct RopeParams {
   RopeLayout layout = RopeLayout::kNormal;
   uint32_t n_rot = 0;        // rotated dimensions per head (<= head_dim, even)
   float freq_base = 10000.0f;
   float pos_scale = 1.0f;
+  float ext_factor = 0.0f;   // YaRN extrapolation mix (0: none)
+  float corr_low = 0.0f, corr_high = 0.0f;  // YaRN correction range, in pairs
+  float mscale = 1.0f;       // magnitude of cos/sin
 };
+
+// ggml's YaRN correction range for n_rot rotated dims, the original context and beta_fast /
+// beta_slow: {max(0, floor(d(beta_fast))), min(n_rot - 1, ceil(d(beta_slow)))} with
+// d(b) = n_rot * ln(n_ctx_orig / (b * 2 pi)) / (2 ln freq_base).
+void rope_yarn_corr_dims(uint32_t n_rot, uint32_t n_ctx_orig, float freq_base, float beta_fast, float beta_slow,
+                         float* low, float* high);
 
 // Fills cos_sin[2*i], cos_sin[2*i+1] with cos and sin of the angle of pair i at `pos`
 // (n_rot/2 pairs). inv_freq has n_rot/2 entries.

@@ -54,7 +54,8 @@ Result<std::unique_ptr<Forward>> Forward::create(const Model& model, Group& grou
   if (hp.n_expert_used > kMaxExpertsUsed)
     return Unavailable("forward: " + std::to_string(hp.n_expert_used) + " experts a token, at most " +
                        std::to_string(kMaxExpertsUsed));
-  if (hp.head_dim_v != hp.head_dim)
+  const bool mla = model.arch().attention == AttentionKind::kMla;
+  if (!mla && hp.head_dim_v != hp.head_dim)
     return Unavailable("forward: value head size " + std::to_string(hp.head_dim_v) + " != key head size " +
                        std::to_string(hp.head_dim));
   o.n_batch = static_cast<uint32_t>(std::min<uint64_t>(o.n_batch, uint64_t{o.n_ctx} * o.max_items));
@@ -68,14 +69,22 @@ Result<std::unique_ptr<Forward>> Forward::create(const Model& model, Group& grou
   const size_t B = o.n_batch, E = hp.n_embd, HD = hp.head_dim;
   const size_t nkv = model.kv_heads().size();
   const size_t QL = nkv * hp.group() * HD, KL = nkv * HD;
-  // Expert parallel: an owned expert runs whole, wider than this rank's dense FFN slice.
-  const size_t FL = std::max<size_t>(model.ff().size(), model.expert_parallel() ? hp.n_ff_exp : 0);
+  // The widest FFN a layer has (dense, shared expert, or under expert parallelism an owned
+  // expert, which runs whole, wider than this rank's dense FFN slice).
+  size_t FL = std::max<size_t>(model.ff().size(), model.expert_parallel() ? hp.n_ff_exp : 0);
+  for (const LayerWeights& L : model.layers()) FL = std::max({FL, L.w_gate.n_rows(), L.gate_shexp.n_rows()});
+  const size_t AL = mla ? std::max<size_t>(QL, size_t{hp.n_head} * std::max(hp.mla_v_dim, hp.mla_k_dim)) : QL;
+  const size_t C = hp.kv_lora_rank;
+  f->mla_scratch_stride_ = mla ? B * (hp.nope_dim() + 2 * C + hp.mla_v_dim) : 0;
   struct Want {
     FloatBuffer* buf;
     size_t n;
   } wants[] = {
-      {&f->x_, B * E},         {&f->xb_, B * E},        {&f->q_, B * QL},   {&f->k_, B * KL},
-      {&f->v_, B * KL},        {&f->att_, B * QL},      {&f->gate_, B * FL}, {&f->up_, B * FL},
+      {&f->x_, B * E},         {&f->xb_, B * E},        {&f->q_, B * AL},   {&f->k_, B * KL},
+      {&f->v_, B * KL},        {&f->att_, B * AL},      {&f->gate_, B * FL}, {&f->up_, B * FL},
+      {&f->route_sel_, hp.n_expert + hp.n_expert_groups},
+      {&f->mla_qa_, mla ? B * hp.q_lora_rank : 0},      {&f->mla_kv_, mla ? B * (C + hp.rope.n_rot) : 0},
+      {&f->mla_scratch_, size_t{o.n_threads} * f->mla_scratch_stride_},
       {&f->scores_, size_t{o.n_threads} * ((o.n_ctx + 15) / 16 * 16)},
       {&f->cos_sin_, B * hp.rope.n_rot},                {&f->inv_freq_, hp.rope.n_rot / 2},
       {&f->router_, hp.moe() ? B * hp.n_expert : 0},    {&f->xe_, hp.moe() ? B * E : 0},
@@ -87,6 +96,8 @@ Result<std::unique_ptr<Forward>> Forward::create(const Model& model, Group& grou
     f->scratch_floats_ += w.n;
   }
   if (model.has_head()) f->logits_.assign(size_t{o.max_items} * model.vocab().size(), 0.0f);
+  if (mla)
+    for (uint32_t t = 0; t < o.n_threads; ++t) f->serial_.push_back(std::make_unique<ThreadPool>(1));
   f->expert_rows_.resize(hp.n_expert);
   f->load_.tokens.assign(size_t{model.n_local_layers()} * hp.n_expert, 0);
   f->load_.rank_rows.assign(model.world(), 0);
@@ -103,6 +114,11 @@ Result<std::unique_ptr<Sequence>> Forward::new_sequence(uint32_t n_ctx) const {
   const Hparams& hp = model_->hparams();
   std::unique_ptr<Sequence> s(new Sequence());
   s->owner_ = this;
+  if (model_->arch().attention == AttentionKind::kMla) {
+    LATTICE_ASSIGN_OR_RETURN(s->cache_, KvCache::create_latent(model_->n_local_layers(), hp.kv_lora_rank + hp.rope.n_rot,
+                                                               n_ctx));
+    return s;
+  }
   LATTICE_ASSIGN_OR_RETURN(s->cache_, KvCache::create(model_->n_local_layers(),
                                                       std::max<uint32_t>(model_->kv_heads().size(), 1), hp.head_dim,
                                                       n_ctx));
@@ -174,9 +190,16 @@ void Forward::moe_ffn(uint32_t l, const LayerWeights& L, uint32_t R) {
   for (auto& rows : expert_rows_) rows.clear();
   uint32_t ids[kMaxExpertsUsed];
   float w[kMaxExpertsUsed];
+  const RouteParams rp{hp.expert_gating, hp.n_expert, hp.n_expert_used, hp.n_expert_groups, hp.n_group_used,
+                       hp.expert_weights_norm, hp.expert_weights_scale};
+  const bool general = model_->arch().router != RouterKind::kSoftmaxTopK;
   for (uint32_t r = 0; r < R; ++r) {
-    route_softmax_topk(router_.get() + size_t{r} * X, X, K, hp.expert_weights_norm, hp.expert_weights_scale, ids, w,
-                       order_.data());
+    if (general)
+      route_topk(rp, router_.get() + size_t{r} * X, L.exp_probs_b, ids, w, order_.data(), route_sel_.get(),
+                 route_sel_.get() + X);
+    else
+      route_softmax_topk(router_.get() + size_t{r} * X, X, K, hp.expert_weights_norm, hp.expert_weights_scale, ids, w,
+                         order_.data());
     for (size_t k = 0; k < K; ++k) expert_rows_[ids[k]].emplace_back(r, w[k]);
   }
   count_expert_load(l);
@@ -201,6 +224,7 @@ void Forward::moe_ffn(uint32_t l, const LayerWeights& L, uint32_t R) {
       for (size_t j = 0; j < n; ++j) ops::axpy(acc + rows[j].first * E, rows[j].second, ye_.get() + j * E, E);
     }
   }
+  if (L.gate_shexp.n_rows()) shared_experts(L, R, acc);
   std::memcpy(xb, acc, size_t{R} * E * sizeof(float));
 }
 
@@ -245,7 +269,7 @@ Status Forward::step(std::span<const StepItem> items) {
   ThreadPool& pool = *pool_;
   const size_t E = hp.n_embd, HD = hp.head_dim;
   const uint32_t nkv = m.kv_heads().size(), G = hp.group(), nqh = nkv * G;
-  const size_t QL = size_t{nqh} * HD, KL = size_t{nkv} * HD, FL = m.ff().size();
+  const size_t QL = size_t{nqh} * HD, KL = size_t{nkv} * HD;
   const uint32_t n_rot = hp.rope.n_rot;
   float* x = x_.get();
   float* xb = xb_.get();
@@ -275,7 +299,9 @@ Status Forward::step(std::span<const StepItem> items) {
   for (uint32_t l = 0; l < m.n_local_layers(); ++l) {  // l: index in this shard's layers and caches
     const LayerWeights& L = m.layers()[l];
     for (uint32_t r = 0; r < R; ++r) ops::rmsnorm(xb + r * E, x + r * E, L.attn_norm, E, hp.rms_eps);
-    if (nkv > 0) {
+    if (m.arch().attention == AttentionKind::kMla) {
+      mla_attention(l, items, R);
+    } else if (nkv > 0) {
       const MatmulOut qkv[] = {{&L.wq, q_.get()}, {&L.wk, k_.get()}, {&L.wv, v_.get()}};
       matmul_multi(qkv, xb, R, pool);
       bytes_read_ += L.wq.bytes() + L.wk.bytes() + L.wv.bytes();
@@ -313,12 +339,12 @@ Status Forward::step(std::span<const StepItem> items) {
     for (uint32_t r = 0; r < R; ++r) ops::add(x + r * E, xb + r * E, E);
 
     for (uint32_t r = 0; r < R; ++r) ops::rmsnorm(xb + r * E, x + r * E, L.ffn_norm, E, hp.rms_eps);
-    if (hp.moe()) {
+    if (L.moe()) {
       moe_ffn(m.layer_begin() + l, L, R);
-    } else if (FL > 0) {
+    } else if (L.w_gate.n_rows() > 0) {
       const MatmulOut gate_up[] = {{&L.w_gate, gate_.get()}, {&L.w_up, up_.get()}};
       matmul_multi(gate_up, xb, R, pool);
-      ops::swiglu(gate_.get(), gate_.get(), up_.get(), size_t{R} * FL);
+      ops::swiglu(gate_.get(), gate_.get(), up_.get(), size_t{R} * L.w_gate.n_rows());
       matmul(L.w_down, gate_.get(), R, xb, pool);
       bytes_read_ += L.w_gate.bytes() + L.w_up.bytes() + L.w_down.bytes();
     } else {

@@ -169,6 +169,11 @@ class Forward final : public Stepper {
   // partial sum over its columns of the chosen experts).
   void moe_ffn(uint32_t layer, const LayerWeights& L, uint32_t R);
   void count_expert_load(uint32_t layer);
+  // Multi-head latent attention of one layer (attention_mla.cc): xb (normed rows) in, xb out
+  // (the attention output projected back to n_embd); appends the rows' latents to the caches.
+  void mla_attention(uint32_t layer, std::span<const StepItem> items, uint32_t R);
+  // The shared experts of a layer over xb, added to acc (attention_mla.cc).
+  void shared_experts(const LayerWeights& L, uint32_t R, float* acc);
 
   const Model* model_ = nullptr;
   Group* group_ = nullptr;
@@ -179,6 +184,10 @@ class Forward final : public Stepper {
   FloatBuffer router_, xe_, ye_, acc_;  // mixture of experts: router logits, gathered rows, sums
   std::vector<std::vector<std::pair<uint32_t, float>>> expert_rows_;  // per expert: (row, weight)
   std::vector<uint32_t> order_;
+  FloatBuffer route_sel_;                           // router selection scores and group scores
+  FloatBuffer mla_qa_, mla_kv_, mla_scratch_;       // MLA: q_a rows, latent rows, per-thread scratch
+  size_t mla_scratch_stride_ = 0;                   // floats of mla_scratch_ per thread
+  std::vector<std::unique_ptr<ThreadPool>> serial_;  // one single-thread pool per pool thread
   size_t scratch_floats_ = 0;
   uint64_t bytes_read_ = 0;
   ExpertLoad load_;

@@ -33,4 +33,21 @@ Result<KvCache> KvCache::create(uint32_t n_layer, uint32_t n_kv_head, uint32_t h
   return c;
 }
 
+Result<KvCache> KvCache::create_latent(uint32_t n_layer, uint32_t width, uint32_t n_ctx) {
+  if (n_layer == 0 || width == 0 || n_ctx == 0)
+    return InvalidArgument("kv cache: zero size (layers " + std::to_string(n_layer) + ", latent width " +
+                           std::to_string(width) + ", context " + std::to_string(n_ctx) + ")");
+  KvCache c;
+  c.n_layer_ = n_layer;
+  c.n_kv_head_ = 1;
+  c.head_dim_ = width;
+  c.n_ctx_ = n_ctx;
+  c.ctx_stride_ = n_ctx;
+  c.n_elems_ = static_cast<size_t>(n_layer) * width * n_ctx;
+  const size_t bytes = (c.n_elems_ * sizeof(float) + 63) / 64 * 64;
+  c.k_.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+  if (!c.k_) return ResourceExhausted("kv cache: cannot allocate " + std::to_string(bytes) + " bytes");
+  return c;
+}
+
 }  // namespace lattice::engine

@@ -24,6 +24,15 @@ class KvCache {
  public:
   // Fails with kResourceExhausted if the allocation fails, kInvalidArgument on zero sizes.
   static Result<KvCache> create(uint32_t n_layer, uint32_t n_kv_head, uint32_t head_dim, uint32_t n_ctx);
+  // Multi-head latent attention: one row of `width` floats per layer and position (the
+  // compressed latent, then the rope key), [layer][position][width], and no values.
+  static Result<KvCache> create_latent(uint32_t n_layer, uint32_t width, uint32_t n_ctx);
+  float* latent(uint32_t layer, uint32_t pos) {
+    return k_.get() + (static_cast<size_t>(layer) * ctx_stride_ + pos) * head_dim_;
+  }
+  const float* latent(uint32_t layer, uint32_t pos) const {
+    return k_.get() + (static_cast<size_t>(layer) * ctx_stride_ + pos) * head_dim_;
+  }
 
   KvCache() = default;
   KvCache(KvCache&&) = default;
@@ -47,7 +56,7 @@ class KvCache {
 
   uint32_t n_ctx() const { return n_ctx_; }
   uint32_t head_dim() const { return head_dim_; }
-  size_t n_bytes() const { return 2 * n_elems_ * sizeof(float); }
+  size_t n_bytes() const { return (v_ ? 2 : 1) * n_elems_ * sizeof(float); }
 
  private:
   size_t head_offset(uint32_t layer, uint32_t kv_head) const {
