@@ -22,6 +22,7 @@
 #include "lattice/cluster/launcher.h"
 #include "lattice/coll/coll.h"
 #include "lattice/cluster/rank_env.h"
+#include "lattice/engine/gguf/presets.h"
 #include "lattice/engine/model/arch.h"
 #include "lattice/engine/model/hparams.h"
 #include "lattice/engine/parallel/distributed.h"
