@@ -245,7 +245,11 @@ TEST(Bootstrap, ADuplicateRankIsRefused) {
   ASSERT_TRUE(c.ok());
   std::string addr = "127.0.0.1:" + std::to_string((*c)->port());
   auto first = std::async(std::launch::async, [&] { return join_cluster(options_for(addr, 1, 3, "tcp"), Deadline::after(2s)); });
-  std::this_thread::sleep_for(300ms);
+  // The duplicate must come second: wait until the coordinator holds the first rank 1.
+  for (auto until = Deadline::after(kJoin); (*c)->stats().alive != std::vector<int>{1};) {
+    ASSERT_FALSE(until.expired()) << "the first rank 1 never joined";
+    std::this_thread::sleep_for(5ms);
+  }
   auto second = join_cluster(options_for(addr, 1, 3, "tcp"), Deadline::after(kJoin));
   ASSERT_FALSE(second.ok());
   EXPECT_NE(second.status().message().find("already joined"), std::string::npos) << second.status().to_string();

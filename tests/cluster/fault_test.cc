@@ -103,7 +103,7 @@ double cpu_seconds(pid_t pid) {
 // 64): it must neither spin on its readable listener (it used to, once accept() failed with
 // EMFILE) nor starve its own rank of descriptors (pending handshakes are capped at a quarter
 // of the limit), and once they go a real member joins.
-TEST(Coordinator, IdleStrangersAndExhaustedDescriptorsCostNoCpuAndAMemberStillJoins) {
+TEST(CoordinatorProcess, IdleStrangersAndExhaustedDescriptorsStayWithinCpuBudgetAndAMemberStillJoins) {
   auto port = pick_free_port();
   ASSERT_TRUE(port.ok());
   const std::string coord = "127.0.0.1:" + std::to_string(*port);

@@ -209,17 +209,46 @@ TEST(LaunchProcess, AKilledRankIsNamedWithItsSignal) {
   EXPECT_NE(r.err.find("rank 2 was killed by signal 9"), std::string::npos) << r.err;
 }
 
+// Orders the ranks of a shell job without sleeping: rank `first` records its pid in a file of
+// `dir` before it acts (exits, kills or stops itself), and `after` (shell) runs in the other
+// ranks once that rank is gone (or stopped, with `stopped`): the event the test is about
+// happens first on any machine, loaded or not. Each wait is bounded (30 s) by the launcher's
+// own run deadline kRun and by the loop count.
+std::string after_rank(const std::filesystem::path& dir, int first, const std::string& acts, const std::string& after,
+                       bool stopped = false) {
+  const std::string f = (dir / ("pid." + std::to_string(first))).string();
+  const std::string gone = stopped ? "[ \"$(ps -o stat= -p $p 2>/dev/null | cut -c1)\" = T ]"
+                                   : "! kill -0 $p 2>/dev/null";
+  return "if [ \"$LATTICE_RANK\" = " + std::to_string(first) + " ]; then echo $$ > " + f + ".tmp && mv " + f + ".tmp " +
+         f + "; " + acts + "; fi; i=0; while [ $i -lt 600 ]; do if [ -s " + f + " ]; then p=$(cat " + f + "); if " +
+         gone + "; then break; fi; fi; i=$((i+1)); sleep 0.05; done; " + after;
+}
+
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    char t[] = "/tmp/lattice-launch-order-XXXXXX";
+    path = ::mkdtemp(t);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
 TEST(LaunchProcess, KeepGoingReportsALostRankAndLetsTheOthersFinish) {
+  TempDir dir;
   auto r = run_cmd({lattice_bin(), "launch", "-n", "3", "--keep-going", "--grace-ms", "500", "--", "sh", "-c",
-                    "if [ \"$LATTICE_RANK\" = 2 ]; then kill -9 $$; fi; sleep 0.5; echo done $LATTICE_RANK"},
+                    after_rank(dir.path, 2, "kill -9 $$", "echo done $LATTICE_RANK")},
                    {}, Deadline::after(kRun));
   EXPECT_TRUE(exited_with(r.status, 0)) << r.status << r.err;
   EXPECT_NE(r.err.find("rank 2 was killed by signal 9 (Killed); the others carry on"), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("[rank 0] done 0"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("[rank 1] done 1"), std::string::npos) << r.out;
   // No rank completed: the first failure's status.
+  TempDir dir0;
   auto r0 = run_cmd({lattice_bin(), "launch", "-n", "2", "--keep-going", "--", "sh", "-c",
-                     "if [ \"$LATTICE_RANK\" = 0 ]; then exit 4; fi; sleep 0.5; exit 5"},
+                     after_rank(dir0.path, 0, "exit 4", "exit 5")},
                     {}, Deadline::after(kRun));
   EXPECT_TRUE(exited_with(r0.status, 4)) << r0.status << r0.err;
   EXPECT_NE(r0.err.find("no rank completed it"), std::string::npos) << r0.err;
@@ -227,8 +256,9 @@ TEST(LaunchProcess, KeepGoingReportsALostRankAndLetsTheOthersFinish) {
 
 TEST(LaunchProcess, KeepGoingKillsARankLeftStoppedOnceTheJobCompleted) {
   auto start = Clock::now();
+  TempDir dir;
   auto r = run_cmd({lattice_bin(), "launch", "-n", "3", "--keep-going", "--", "sh", "-c",
-                    "if [ \"$LATTICE_RANK\" = 1 ]; then kill -STOP $$; fi; sleep 0.3; echo done $LATTICE_RANK"},
+                    after_rank(dir.path, 1, "kill -STOP $$", "echo done $LATTICE_RANK", /*stopped=*/true)},
                    {}, Deadline::after(kRun));
   EXPECT_TRUE(exited_with(r.status, 0)) << r.status << r.err;
   EXPECT_NE(r.err.find("rank 1 is stopped (SIGSTOP) and the job completed; killing it"), std::string::npos) << r.err;
