@@ -334,11 +334,10 @@ int run_rank(DistRunArgs a) {
   std::fflush(stdout);
   std::fprintf(stderr,
                "\nprompt: %zu tokens in %.1f ms, %.2f tok/s | generation: %zu tokens, %.2f tok/s "
-               "(%d ranks x %u threads, %s parallel over %s, %s)\n",
+               "(%d ranks x %u thread%s, %s parallel over %s, %s)\n",
                R.gen.prompt_tokens.size(), R.gen.prefill_seconds * 1e3, prefill_tok_s, R.gen.tokens.size(),
-               decode_tok_s, R.world, d.n_threads, pp ? "pipeline" : a.parallel == "ep" ? "expert" : "tensor",
-               opts->provider.c_str(),
-               R.gen.stop_reason.c_str());
+               decode_tok_s, R.world, d.n_threads, d.n_threads == 1 ? "" : "s", pp ? "pipeline" : a.parallel == "ep" ? "expert" : "tensor",
+               opts->provider.c_str(), R.gen.stop_reason == "length" ? "stopped at -n" : R.gen.stop_reason.c_str());
   if (!R.recoveries.empty())
     std::fprintf(stderr, "recovered from %zu loss(es): started on %d ranks, finished on %d (epoch %llu)\n",
                  R.recoveries.size(), R.world_at_start, R.world, static_cast<unsigned long long>(R.epoch));
