@@ -345,7 +345,7 @@ namespace {
 // A file lattice did not write: tests/engine/deepseek2_gguf_py.py lays out a deepseek2 model
 // with llama.cpp's gguf-py as its converter does (split k_b / v_b from a kv_b, 3-D experts,
 // sigmoid groups, YaRN); greedy tokens must equal llama.cpp's for 32 tokens (F32).
-TEST(Deepseek2GgufPy, AFileWrittenByGgufPyAgreesWithLlamaCpp) {
+TEST(Deepseek2GgufPyLlamaCpp, AFileWrittenByGgufPyAgreesWithLlamaCpp) {
   if (!testing::oracle_available())
     LATTICE_SKIP_OR_FAIL("oracle", "the llama.cpp oracle is missing: tests/node/node_modules absent (run scripts/setup.sh)");
   const fs::path src(LATTICE_SOURCE_DIR);

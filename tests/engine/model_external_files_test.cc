@@ -44,9 +44,9 @@ struct QuantizedFile {
   std::vector<TensorType> must_hold;  // the types this file is here to test
 };
 
-class LlamaQuantizeFiles : public ::testing::TestWithParam<QuantizedFile> {};
+class LlamaQuantizeFilesLlamaCpp : public ::testing::TestWithParam<QuantizedFile> {};
 
-TEST_P(LlamaQuantizeFiles, LoadsAndGreedyTextMatchesLlamaCpp) {
+TEST_P(LlamaQuantizeFilesLlamaCpp, LoadsAndGreedyTextMatchesLlamaCpp) {
   const QuantizedFile c = GetParam();
   const std::string path = (kData / c.file).string();
   ASSERT_TRUE(fs::exists(path)) << path << " (tests/data/make_quantized.sh makes it)";
@@ -65,7 +65,7 @@ TEST_P(LlamaQuantizeFiles, LoadsAndGreedyTextMatchesLlamaCpp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    TestsData, LlamaQuantizeFiles,
+    TestsData, LlamaQuantizeFilesLlamaCpp,
     ::testing::Values(QuantizedFile{"llama-q2_k.gguf", {TensorType::kQ2_K, TensorType::kQ3_K, TensorType::kQ6_K}},
                       QuantizedFile{"llama-q3_k_m.gguf",
                                     {TensorType::kQ3_K, TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K}},
@@ -88,7 +88,7 @@ struct GgufPyCase {
   const char* type;  // f32 | q8_0 | q4_0
 };
 
-class GgufPyFiles : public ::testing::TestWithParam<GgufPyCase> {
+class GgufPyFilesLlamaCpp : public ::testing::TestWithParam<GgufPyCase> {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("lattice-gguf-py-" + std::to_string(::getpid()));
@@ -101,7 +101,7 @@ class GgufPyFiles : public ::testing::TestWithParam<GgufPyCase> {
   fs::path dir_;
 };
 
-TEST_P(GgufPyFiles, LoadsAndGreedyTokensMatchLlamaCpp) {
+TEST_P(GgufPyFilesLlamaCpp, LoadsAndGreedyTokensMatchLlamaCpp) {
   const GgufPyCase c = GetParam();
   std::string why;
   const testing::GgufPy py = testing::gguf_py(&why);
@@ -133,7 +133,7 @@ TEST_P(GgufPyFiles, LoadsAndGreedyTokensMatchLlamaCpp) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Converters, GgufPyFiles,
+INSTANTIATE_TEST_SUITE_P(Converters, GgufPyFilesLlamaCpp,
                          ::testing::Values(GgufPyCase{"llama", "f32"}, GgufPyCase{"llama", "q8_0"},
                                            GgufPyCase{"llama", "q4_0"}, GgufPyCase{"mixtral", "f32"},
                                            GgufPyCase{"mixtral", "q4_0"}, GgufPyCase{"qwen3moe", "f32"},

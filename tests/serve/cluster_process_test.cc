@@ -57,7 +57,7 @@ double metric(const std::string& text, const std::string& name) {
   return -1;
 }
 
-class ServeCluster : public ::testing::Test {
+class ServeClusterProcess : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!fs::exists(cluster::testing::lattice_bin())) GTEST_SKIP() << "lattice not built";
@@ -67,7 +67,7 @@ class ServeCluster : public ::testing::Test {
   testing::TinyModel model_{true};
 };
 
-TEST_F(ServeCluster, TwoRanksAnswerWhatOneProcessAnswers) {
+TEST_F(ServeClusterProcess, TwoRanksAnswerWhatOneProcessAnswers) {
   const json req{{"prompt", "abc def"}, {"max_tokens", 24}, {"temperature", 0}, {"ignore_eos", true}};
   testing::ServeProc one;
   ASSERT_TRUE(one.start(model_.path(), {"-t", "1", "--slots", "2", "--ctx", "512"}).ok());
@@ -110,7 +110,7 @@ TEST_F(ServeCluster, TwoRanksAnswerWhatOneProcessAnswers) {
   EXPECT_EQ(two.proc().err().find("rank 1:"), std::string::npos) << two.proc().err();
 }
 
-TEST_F(ServeCluster, AFollowerKilledDuringFourStreamsOnThreeRanks) {
+TEST_F(ServeClusterProcess, AFollowerKilledDuringFourStreamsOnThreeRanks) {
   if (!fs::exists(kNodeDir / "node_modules" / "openai"))
     LATTICE_SKIP_OR_FAIL("oracle", "tests/node/node_modules/openai absent (run scripts/setup.sh)");
   const std::vector<std::string> client = {"node", (kNodeDir / "openai_client.mjs").string(), "streams"};
@@ -170,7 +170,7 @@ TEST_F(ServeCluster, AFollowerKilledDuringFourStreamsOnThreeRanks) {
   RecordProperty("longest_pause_ms", longest_pause_ms);
 }
 
-TEST_F(ServeCluster, LosingRankZeroEndsTheJobWithAnError) {
+TEST_F(ServeClusterProcess, LosingRankZeroEndsTheJobWithAnError) {
   testing::ServeProc two;
   ASSERT_TRUE(two.start(model_.path(), {"--nodes", "2", "-t", "1", "--slots", "1", "--ctx", "256"}).ok());
   const pid_t leader = rank_pid(two.proc().pid(), 0);

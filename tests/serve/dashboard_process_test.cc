@@ -46,7 +46,7 @@ std::string by_id(const std::string& dom, const std::string& id) {
   return "";
 }
 
-TEST(ServeDashboard, ChromiumShowsTheRanksTheRequestsAndALiveRate) {
+TEST(ServeDashboardProcess, ChromiumShowsTheRanksTheRequestsAndALiveRate) {
   if (!fs::exists(cluster::testing::lattice_bin())) GTEST_SKIP() << "lattice not built";
   if (!testing::have_curl()) GTEST_SKIP() << "curl absent (scripts/setup.sh installs it)";
   const std::string browser = chromium();

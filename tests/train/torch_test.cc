@@ -80,11 +80,11 @@ void compare_with_torch(const LlamaConfig& cfg, size_t batch, size_t seq) {
   fs::remove_all(dir);
 }
 
-TEST(TrainTorch, GradientsMatchPytorchPerTensor) {
+TEST(TrainTorchProcess, GradientsMatchPytorchPerTensor) {
   compare_with_torch({.vocab = 97, .dim = 64, .layers = 2, .heads = 4, .kv_heads = 2, .ffn = 96}, 3, 80);
 }
 
-TEST(TrainTorch, GradientsMatchPytorchAtTheBenchmarkWidth) {
+TEST(TrainTorchProcess, GradientsMatchPytorchAtTheBenchmarkWidth) {
   compare_with_torch({.vocab = 512, .dim = 256, .layers = 1, .heads = 8, .kv_heads = 8, .ffn = 768}, 2, 128);
 }
 

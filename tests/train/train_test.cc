@@ -133,7 +133,7 @@ TEST_F(TrainFixture, ResumeContinuesBitForBit) {
   EXPECT_EQ(a->header.at("history"), b->header.at("history"));
 }
 
-TEST_F(TrainFixture, CheckpointSurvivesAKillMidWriteAndDamageIsCaught) {
+TEST_F(TrainFixture, CheckpointSurvivesAKilledWriterProcessAndDamageIsCaught) {
   const std::string path = (dir_ / "c.ckpt").string();
   Checkpoint c{{{"generation", 0}}, std::vector<float>(1 << 21, 0.0f), std::vector<float>(1 << 21, 0.0f),
                std::vector<float>(1 << 21, 0.0f)};
@@ -202,7 +202,7 @@ std::pair<int, std::string> run_lattice(const std::string& args) {
   return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, out};
 }
 
-TEST(TrainCli, BadFlagsGetAClearErrorAndAnExitCode) {
+TEST(TrainCliProcess, BadFlagsGetAClearErrorAndAnExitCode) {
   auto [rc, out] = run_lattice("--steps 3");
   EXPECT_EQ(rc, 2);
   EXPECT_NE(out.find("--data"), std::string::npos) << out;
