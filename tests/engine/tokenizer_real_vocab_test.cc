@@ -8,8 +8,8 @@
 // ids (with and without special-token parsing) and detokenized text must be identical, and
 // decode(encode(s)) == s where the vocabulary does no space clean-up.
 //
-// gguf-py comes from LATTICE_GGUF_PY, or scripts/gguf_py.sh, or else is taken out of the
-// llama.cpp source bundle that node-llama-cpp ships (once per build directory). Skipped,
+// gguf-py comes from LATTICE_GGUF_PY, or else scripts/gguf_py.sh (through oracle_testlib's
+// gguf_py()), which takes it out of the llama.cpp source bundle node-llama-cpp ships. Skipped,
 // or failed under LATTICE_REQUIRE=oracle, when node, the npm modules or python3 are missing.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -30,6 +30,7 @@
 #include "../require.h"
 #include "lattice/engine/tokenizer/from_gguf.h"
 #include "lattice/engine/tokenizer/unicode.h"
+#include "oracle_testlib.h"
 
 namespace lattice::engine {
 namespace {
@@ -125,32 +126,12 @@ std::vector<std::string> texts() {
   return s;
 }
 
-// A directory whose gguf/ package is llama.cpp's gguf-py; "" with `why` set if there is none.
-fs::path gguf_py(const fs::path& node_dir, std::string& why) {
+// A directory whose gguf/ package is llama.cpp's gguf-py (LATTICE_GGUF_PY, else what
+// scripts/gguf_py.sh extracts, through the oracle test library); "" with `why` set if none.
+fs::path gguf_py(std::string& why) {
   if (const char* env = std::getenv("LATTICE_GGUF_PY")) return env;
-  int status = 0;
-  const fs::path script = fs::path(LATTICE_SOURCE_DIR) / "scripts" / "gguf_py.sh";
-  if (fs::exists(script)) {
-    std::string out = run("sh " + quote(script) + " 2>&1", status);
-    while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-    if (status == 0 && fs::exists(fs::path(out) / "gguf" / "__init__.py")) return out;
-    why = "scripts/gguf_py.sh failed: " + out;
-    return {};
-  }
-  const fs::path dir = fs::path(LATTICE_BINARY_DIR) / "gguf-py-from-node";
-  if (fs::exists(dir / "gguf-py" / "gguf" / "__init__.py")) return dir / "gguf-py";
-  const fs::path bundle = node_dir / "node_modules" / "node-llama-cpp" / "llama" / "gitRelease.bundle";
-  const fs::path repo = fs::path(LATTICE_BINARY_DIR) / ("gguf-py-bundle-" + std::to_string(::getpid()));
-  const std::string out =
-      run("set -e; rm -rf " + quote(repo) + "; git init -q " + quote(repo) + "; git -C " + quote(repo) +
-              " fetch -q " + quote(bundle) + " HEAD; mkdir -p " + quote(dir) + "; git -C " + quote(repo) +
-              " archive FETCH_HEAD gguf-py | tar -x -C " + quote(dir) + "; rm -rf " + quote(repo) + " 2>&1",
-          status);
-  if (status != 0 || !fs::exists(dir / "gguf-py" / "gguf" / "__init__.py")) {
-    why = "cannot take gguf-py out of " + bundle.string() + ": " + out;
-    return {};
-  }
-  return dir / "gguf-py";
+  const testing::GgufPy g = testing::gguf_py(&why);
+  return g.ok() ? fs::path(g.path) : fs::path();
 }
 
 std::string base64(std::string_view bytes) {
@@ -247,7 +228,7 @@ Prerequisites prerequisites() {
     p.missing = "python3 with numpy is not installed (python3-numpy)";
     return p;
   }
-  p.py_path = gguf_py(p.node_dir, p.broken);
+  p.py_path = gguf_py(p.broken);
   return p;
 }
 
