@@ -139,7 +139,7 @@ int run(const RunArgs& a) {
   return 0;
 }
 
-Registrar run_cmd{{"run", "generate text from a GGUF model (llama, qwen2, qwen3, qwen3moe, Mixtral) on this node", [](CLI::App& app) {
+Registrar run_cmd{{"run", "generate text from a GGUF model (llama, qwen2, qwen3, qwen3moe, Mixtral, deepseek2: DeepSeek V2/V3, Kimi K2) on this node or over --nodes ranks", [](CLI::App& app) {
                      auto a = std::make_shared<RunArgs>();
                      app.add_option("-m,--model", a->model, "GGUF file (the first file of a split set)");
                      app.add_option("-p,--prompt", a->prompt, "prompt text");
