@@ -53,7 +53,9 @@ void expect_survivor(Proc& p, int victim, int world_after, bool verdict_first = 
   const size_t at = p.out().find(tag);
   ASSERT_NE(at, std::string::npos) << p.out();
   const std::string f = p.out().substr(at, p.out().find('\n', at) - at);
-  if (verdict_first) EXPECT_NE(f.find("declared lost by the cluster"), std::string::npos) << f;
+  if (verdict_first) {
+    EXPECT_NE(f.find("declared lost by the cluster"), std::string::npos) << f;
+  }
   EXPECT_NE(s->find("world " + std::to_string(world_after) + " epoch 1"), std::string::npos) << *s;
   auto x = p.wait_line("exchange ok", Deadline::after(kStep));
   ASSERT_TRUE(x.ok()) << x.status().to_string();

@@ -7,7 +7,6 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <thread>
 #include <vector>
 
 #include "command.h"
@@ -54,10 +53,7 @@ int launch_ranks(const ServeArgs& a, const std::string& key) {
   if (!key.empty()) job.env = {{kKeyEnv, key}};
   job.launch.prefix = false;     // rank 0's "listening on" line as it is
   job.launch.keep_going = true;  // the survivors of a lost follower go on; rank 0's status is the job's
-  const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
-  job.bind = static_cast<unsigned>(a.nodes) * static_cast<unsigned>(std::max(1, a.threads)) <= cpus
-                 ? cluster::Bind::kCores
-                 : cluster::Bind::kNone;
+  job.bind = cluster::bind_when_fits(a.nodes, a.threads);
   auto code = cluster::run_local_job(std::move(job));
   if (!code.ok()) return fail(code.status().to_string());
   return *code;

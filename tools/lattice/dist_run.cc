@@ -13,7 +13,6 @@
 #include <optional>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -200,10 +199,7 @@ int launch_local(DistRunArgs a) {
   // Each rank on CPUs of its own when they fit, recovery or not: an unpinned pair of ranks
   // decodes 0.86x one process, a pinned pair 0.92x (docs/BENCHMARKS.md). A survivor keeps
   // its CPU; the lost rank's CPU stays idle (a rank runs -t threads, not more).
-  const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
-  job.bind = static_cast<unsigned>(a.nodes) * static_cast<unsigned>(std::max(1, a.threads)) <= cpus
-                 ? cluster::Bind::kCores
-                 : cluster::Bind::kNone;
+  job.bind = cluster::bind_when_fits(a.nodes, a.threads);
   auto code = cluster::run_local_job(std::move(job));
   if (!code.ok()) return fail(code.status().to_string());
   return *code;

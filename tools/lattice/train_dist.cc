@@ -4,7 +4,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -97,9 +96,7 @@ int launch_local(const TrainArgs& a) {
   job.env = {{kTrainJobEnv, job_to_json(a).dump()}};
   job.launch.prefix = false;
   job.launch.keep_going = true;  // survivors go on; rank 0's status is the job's
-  const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
-  const unsigned per_rank = a.options.threads ? a.options.threads : 1;
-  job.bind = static_cast<unsigned>(a.nodes) * per_rank <= cpus ? cluster::Bind::kCores : cluster::Bind::kNone;
+  job.bind = cluster::bind_when_fits(a.nodes, a.options.threads ? static_cast<int>(a.options.threads) : 1);
   auto code = cluster::run_local_job(std::move(job));
   if (!code.ok()) return fail(code.status().to_string());
   return *code;

@@ -19,6 +19,7 @@
 #include <map>
 #include <optional>
 #include <memory>
+#include <thread>
 
 #include "lattice/cluster/bootstrap.h"
 #include "lattice/core/deadline.h"
@@ -570,6 +571,13 @@ std::vector<std::vector<int>> bind_cpus(int ranks, Bind bind, const std::vector<
     for (int r = 0; r < ranks; ++r) out[size_t(r)] = {cpus[size_t(r % n)]};
   }
   return out;
+}
+
+Bind bind_when_fits(int ranks, int threads_per_rank) {
+  const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
+  return static_cast<unsigned>(std::max(1, ranks)) * static_cast<unsigned>(std::max(1, threads_per_rank)) <= cpus
+             ? Bind::kCores
+             : Bind::kNone;
 }
 
 Result<uint16_t> pick_free_port() {
