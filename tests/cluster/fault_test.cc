@@ -20,9 +20,7 @@
 #include <sstream>
 #include <thread>
 
-#include "lattice/cluster/bootstrap.h"
 #include "lattice/cluster/launcher.h"
-#include "lattice/crypto/secret.h"
 #include "proc_testlib.h"
 
 namespace lattice::cluster::testing {
@@ -67,22 +65,12 @@ void expect_survivor(Proc& p, int victim, int world_after, bool verdict_first = 
 class FaultProcess : public ::testing::TestWithParam<std::string> {};
 
 void run_fault(const std::string& provider, int world, int victim, int sig) {
-  // The coordinator runs here, on a port the kernel picks as it binds (as the launcher hosts
-  // it): no port is chosen, released and raced for by a parallel test.
-  CoordinatorOptions co;
-  co.listen = "127.0.0.1:0";
-  co.world_size = world;
-  auto secret = crypto::ClusterSecret::parse(std::string(64, 'c'));
-  ASSERT_TRUE(secret.ok());
-  co.secret = *secret;
-  auto coordinator = Coordinator::start(co);
-  ASSERT_TRUE(coordinator.ok()) << coordinator.status().to_string();
-  const std::string coord = "127.0.0.1:" + std::to_string((*coordinator)->port());
+  auto port = pick_free_port();
+  ASSERT_TRUE(port.ok());
+  std::string coord = "127.0.0.1:" + std::to_string(*port);
   std::vector<Proc> ranks;
   for (int r = 0; r < world; ++r) {
-    Env env = rank_env(r, world, coord, provider);
-    env.push_back({"LATTICE_EXTERNAL_COORDINATOR", "1"});
-    auto p = Proc::spawn({peer_bin()}, env);
+    auto p = Proc::spawn({peer_bin()}, rank_env(r, world, coord, provider));
     ASSERT_TRUE(p.ok()) << p.status().to_string();
     ranks.push_back(std::move(p).value());
   }
