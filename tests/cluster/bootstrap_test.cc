@@ -4,6 +4,12 @@
 
 #include <cstring>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <future>
 #include <thread>
 
@@ -258,24 +264,38 @@ TEST(Bootstrap, ADuplicateRankIsRefused) {
 }
 
 TEST(Bootstrap, JoinRetriesUntilTheCoordinatorIsUp) {
-  // Pick a port, then start the coordinator on it after the ranks began dialing.
-  int port;
-  {
-    auto c = start_coordinator(1);
-    ASSERT_TRUE(c.ok());
-    port = (*c)->port();
-  }
-  std::string addr = "127.0.0.1:" + std::to_string(port);
+  // The test holds the port: a listener on port 0 that takes the ranks' first dials and hangs
+  // up on them (as a coordinator that is not up yet, or restarting, would), then hands the same
+  // socket to the coordinator. The ranks must retry: no sleep orders this, and no port is
+  // picked, released and raced for.
+  int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(lfd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(lfd, 16), 0);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  std::string addr = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
   std::vector<std::future<Result<std::unique_ptr<Cluster>>>> f;
   for (int rank = 0; rank < 2; ++rank)
     f.push_back(std::async(std::launch::async, [&, rank] { return join_cluster(options_for(addr, rank, 2, "tcp"), Deadline::after(kJoin)); }));
-  std::this_thread::sleep_for(500ms);
+  for (int hung_up = 0; hung_up < 2;) {
+    pollfd p{lfd, POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, int(std::chrono::milliseconds(kJoin).count())), 1) << "no rank dialed";
+    int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ::close(fd);
+    ++hung_up;
+  }
   CoordinatorOptions co;
-  co.listen = addr;
+  co.listen_fd = lfd;
   co.world_size = 2;
   co.secret = secret_a();
   auto c = Coordinator::start(co);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ((*c)->port(), ntohs(a.sin_port));
   for (auto& x : f) {
     auto res = x.get();
     EXPECT_TRUE(res.ok()) << res.status().to_string();

@@ -64,13 +64,24 @@ void expect_survivor(Proc& p, int victim, int world_after, bool verdict_first = 
 
 class FaultProcess : public ::testing::TestWithParam<std::string> {};
 
+// Rank 0 hosts the coordinator on port 0 (the kernel picks a free port as it binds) and says
+// which on stderr; the other ranks are started once it has: no port is picked, released and
+// raced for by a parallel test.
+Result<std::string> start_rank0(std::vector<Proc>& ranks, const std::vector<std::string>& argv, Env env) {
+  for (auto& [k, v] : env)
+    if (k == "LATTICE_COORDINATOR") v = "127.0.0.1:0";
+  LATTICE_ASSIGN_OR_RETURN(auto p, Proc::spawn(argv, env));
+  ranks.push_back(std::move(p));
+  LATTICE_ASSIGN_OR_RETURN(std::string line, ranks.back().wait_err_line("coordinator listening on port", Deadline::after(kStep)));
+  return "127.0.0.1:" + line.substr(line.rfind(' ') + 1);
+}
+
 void run_fault(const std::string& provider, int world, int victim, int sig) {
-  auto port = pick_free_port();
-  ASSERT_TRUE(port.ok());
-  std::string coord = "127.0.0.1:" + std::to_string(*port);
   std::vector<Proc> ranks;
-  for (int r = 0; r < world; ++r) {
-    auto p = Proc::spawn({peer_bin()}, rank_env(r, world, coord, provider));
+  auto coord = start_rank0(ranks, {peer_bin()}, rank_env(0, world, "", provider));
+  ASSERT_TRUE(coord.ok()) << coord.status().to_string();
+  for (int r = 1; r < world; ++r) {
+    auto p = Proc::spawn({peer_bin()}, rank_env(r, world, *coord, provider));
     ASSERT_TRUE(p.ok()) << p.status().to_string();
     ranks.push_back(std::move(p).value());
   }
@@ -106,17 +117,18 @@ double cpu_seconds(pid_t pid) {
 // EMFILE) nor starve its own rank of descriptors (pending handshakes are capped at a quarter
 // of the limit), and once they go a real member joins.
 TEST(CoordinatorProcess, IdleStrangersAndExhaustedDescriptorsStayWithinCpuBudgetAndAMemberStillJoins) {
-  auto port = pick_free_port();
-  ASSERT_TRUE(port.ok());
-  const std::string coord = "127.0.0.1:" + std::to_string(*port);
-  auto rank0 = Proc::spawn({"sh", "-c", "ulimit -n 64 && exec \"$0\"", peer_bin()}, rank_env(0, 2, coord, "tcp"));
-  ASSERT_TRUE(rank0.ok());
+  std::vector<Proc> procs;
+  auto coord_or = start_rank0(procs, {"sh", "-c", "ulimit -n 64 && exec \"$0\"", peer_bin()}, rank_env(0, 2, "", "tcp"));
+  ASSERT_TRUE(coord_or.ok()) << coord_or.status().to_string();
+  const std::string coord = *coord_or;
+  const int port = std::stoi(coord.substr(coord.rfind(':') + 1));
+  Proc* rank0 = &procs[0];
   std::vector<int> idle;
   auto dial = [&]() -> int {
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
-    a.sin_port = htons(*port);
+    a.sin_port = htons(uint16_t(port));
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     int r = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
     if (r == 0 || errno == EINPROGRESS) return fd;
@@ -408,9 +420,10 @@ TEST_P(LauncherStopped, NoRankOutlivesTheLauncher) {
   auto launcher = Proc::spawn({lattice_bin(), "launch", "--hostfile", j.topo, "--secret-file", j.secret, "--remote",
                                "ip netns exec {host} {cmd}", "--", lattice_bin(), "ping", "--iters", "20",
                                "--bw-seconds", "60"},
-                              {});
+                              {{"LATTICE_LOG", "info"}});
   ASSERT_TRUE(launcher.ok());
-  // Every namespace runs its rank; then give them a moment to join and stream.
+  // Every namespace runs its rank, and every rank has joined with its links up (it logs its
+  // epoch) before the launcher goes.
   auto until = Deadline::after(kStep);
   auto running = [&] {
     const std::string left = survivors(net);
@@ -418,7 +431,8 @@ TEST_P(LauncherStopped, NoRankOutlivesTheLauncher) {
   };
   while (running() < 3 && !until.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ASSERT_EQ(running(), 3) << survivors(net);
-  std::this_thread::sleep_for(std::chrono::seconds(2));
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(launcher->wait_err_line("epoch 0: rank", Deadline::after(kStep)).ok()) << launcher->err();
   launcher->signal(GetParam());
   auto st = launcher->wait(Deadline::after(kStep));
   ASSERT_TRUE(st.ok());

@@ -343,9 +343,12 @@ TEST(LaunchProcess, AKilledLauncherTakesTheRanksItsRanksStartedWithIt) {
   auto p = Proc::spawn({lattice_bin(), "launch", "-n", "2", "--provider", "tcp", "--", "sh", "-c",
                         "exec 3<&0; " + lattice_bin() + " ping --iters 20 --bw-seconds 60 <&3 3<&- & echo $! > " +
                             dir.string() + "/pid.$LATTICE_RANK; echo started; wait"},
-                       {});
+                       {{"LATTICE_LOG", "info"}});
   ASSERT_TRUE(p.ok());
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(p->wait_line("started", Deadline::after(kRun)).ok()) << p->err();
+  // Joined, with their links up, before the launcher goes (each rank logs its epoch).
+  for (int i = 0; i < 2; ++i)
+    ASSERT_TRUE(p->wait_err_line("epoch 0: rank", Deadline::after(kRun)).ok()) << p->err();
   std::vector<pid_t> pids;
   for (int r = 0; r < 2; ++r) {
     std::ifstream f(dir / ("pid." + std::to_string(r)));
@@ -354,7 +357,6 @@ TEST(LaunchProcess, AKilledLauncherTakesTheRanksItsRanksStartedWithIt) {
     ASSERT_GT(pid, 0);
     pids.push_back(pid);
   }
-  std::this_thread::sleep_for(std::chrono::seconds(1));  // joined and streaming
   p->signal(SIGKILL);
   ASSERT_TRUE(p->wait(Deadline::after(kRun)).ok());
   auto until = Deadline::after(std::chrono::seconds(20));
@@ -375,8 +377,13 @@ TEST(LaunchProcess, AKilledLauncherTakesTheRanksItsRanksStartedWithIt) {
 }
 
 TEST(LaunchProcess, ARankIgnoringSigtermIsKilledAfterTheGrace) {
+  // Rank 0 fails only once rank 1 ignores SIGTERM (it says so with a file), on any machine.
+  TempDir dir;
+  const std::string ready = (dir.path / "trapped").string();
   auto r = run_cmd({lattice_bin(), "launch", "-n", "2", "--grace-ms", "300", "--", "sh", "-c",
-                    "if [ \"$LATTICE_RANK\" = 0 ]; then sleep 0.3; exit 1; fi; trap '' TERM; while :; do sleep 0.1; done"},
+                    "if [ \"$LATTICE_RANK\" = 0 ]; then i=0; while [ ! -e " + ready +
+                        " ] && [ $i -lt 600 ]; do i=$((i+1)); sleep 0.05; done; exit 1; fi; trap '' TERM; touch " +
+                        ready + "; while :; do sleep 0.1; done"},
                    {}, Deadline::after(kRun));
   EXPECT_TRUE(exited_with(r.status, 1)) << r.status << r.err;
   EXPECT_NE(r.err.find("grace period over"), std::string::npos) << r.err;
@@ -418,17 +425,18 @@ TEST(LaunchProcess, NoCommandOrBothModesIsAUsageError) {
 // still take its place.
 TEST(LaunchProcess, AStrangerWithAnotherSecretIsRefusedOnBothSides) {
   const std::string a(64, 'a'), b(64, 'b');
-  auto port_or = pick_free_port();
-  ASSERT_TRUE(port_or.ok());
-  int port = *port_or;
-  Env common{{"LATTICE_WORLD_SIZE", "2"}, {"LATTICE_COORDINATOR", "127.0.0.1:" + std::to_string(port)},
-             {"LATTICE_PROVIDER", "shm"}, {"LATTICE_SECRET_FILE", ""}};
+  // Rank 0 hosts the coordinator on port 0 and says which port it got (no port is picked,
+  // released and raced for); the others are told it.
+  Env common{{"LATTICE_WORLD_SIZE", "2"}, {"LATTICE_PROVIDER", "shm"}, {"LATTICE_SECRET_FILE", ""}};
   Env e0 = common, e1 = common, stranger = common;
-  e0.insert(e0.end(), {{"LATTICE_RANK", "0"}, {"LATTICE_SECRET", a}});
-  e1.insert(e1.end(), {{"LATTICE_RANK", "1"}, {"LATTICE_SECRET", a}});
-  stranger.insert(stranger.end(), {{"LATTICE_RANK", "1"}, {"LATTICE_SECRET", b}});
+  e0.insert(e0.end(), {{"LATTICE_RANK", "0"}, {"LATTICE_SECRET", a}, {"LATTICE_COORDINATOR", "127.0.0.1:0"}});
   auto r0 = Proc::spawn({lattice_bin(), "ping", "--iters", "20", "--bw-seconds", "0.01", "--size", "4K"}, e0);
   ASSERT_TRUE(r0.ok());
+  auto line = r0->wait_err_line("coordinator listening on port", Deadline::after(kRun));
+  ASSERT_TRUE(line.ok()) << line.status().to_string();
+  const std::string coord = "127.0.0.1:" + line->substr(line->rfind(' ') + 1);
+  e1.insert(e1.end(), {{"LATTICE_RANK", "1"}, {"LATTICE_SECRET", a}, {"LATTICE_COORDINATOR", coord}});
+  stranger.insert(stranger.end(), {{"LATTICE_RANK", "1"}, {"LATTICE_SECRET", b}, {"LATTICE_COORDINATOR", coord}});
   auto s = run_cmd({lattice_bin(), "ping", "--timeout", "30"}, stranger, Deadline::after(kRun));
   EXPECT_TRUE(exited_with(s.status, 1)) << s.status << s.err;
   EXPECT_NE(s.err.find("refused us"), std::string::npos) << s.err;

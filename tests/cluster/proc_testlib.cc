@@ -67,6 +67,7 @@ Proc& Proc::operator=(Proc&& o) noexcept {
   std::swap(out_, o.out_);
   std::swap(err_, o.err_);
   std::swap(scanned_, o.scanned_);
+  std::swap(scanned_err_, o.scanned_err_);
   return *this;
 }
 
@@ -108,17 +109,27 @@ void Proc::pump(int timeout_ms) {
 }
 
 Result<std::string> Proc::wait_line(const std::string& needle, Deadline deadline) {
+  return wait_in(false, needle, deadline);
+}
+
+Result<std::string> Proc::wait_err_line(const std::string& needle, Deadline deadline) {
+  return wait_in(true, needle, deadline);
+}
+
+Result<std::string> Proc::wait_in(bool err, const std::string& needle, Deadline deadline) {
+  const std::string& text = err ? err_ : out_;
+  size_t& scanned = err ? scanned_err_ : scanned_;
   for (;;) {
     for (;;) {
-      size_t nl = out_.find('\n', scanned_);
+      size_t nl = text.find('\n', scanned);
       if (nl == std::string::npos) break;
-      std::string line = out_.substr(scanned_, nl - scanned_);
-      scanned_ = nl + 1;
+      std::string line = text.substr(scanned, nl - scanned);
+      scanned = nl + 1;
       if (line.find(needle) != std::string::npos) return line;
     }
     if (deadline.expired())
       return Timeout("no line with '" + needle + "' (stdout so far: " + out_ + " stderr: " + err_ + ")");
-    if (out_fd_ < 0) return PeerLost("process ended without '" + needle + "' (stderr: " + err_ + ")");
+    if ((err ? err_fd_ : out_fd_) < 0) return PeerLost("process ended without '" + needle + "' (stderr: " + err_ + ")");
     pump(std::min(deadline.remaining_ms_for_poll(), 50));
   }
 }

@@ -27,6 +27,8 @@ class Proc {
   pid_t pid() const { return pid_; }
   // Reads stdout until a line containing `needle` arrived; returns that line.
   Result<std::string> wait_line(const std::string& needle, Deadline deadline);
+  // The same on stderr (log lines).
+  Result<std::string> wait_err_line(const std::string& needle, Deadline deadline);
   // Waits for exit, collecting all output; kTimeout (and SIGKILL) at the deadline. Returns the
   // raw wait status.
   Result<int> wait(Deadline deadline);
@@ -41,7 +43,9 @@ class Proc {
   bool reaped_ = false;
   int status_ = 0;
   std::string out_, err_;
-  size_t scanned_ = 0;  // wait_line: lines before this offset were already matched or skipped
+  size_t scanned_ = 0;      // wait_line: lines before this offset were already matched or skipped
+  size_t scanned_err_ = 0;  // the same for wait_err_line
+  Result<std::string> wait_in(bool err, const std::string& needle, Deadline deadline);
 };
 
 struct CmdResult {

@@ -1,5 +1,6 @@
 #include "lattice/cluster/bootstrap.h"
 
+#include <fcntl.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -465,33 +466,41 @@ Result<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions optio
   if (rlimit lim{}; ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)
     impl->max_pending = std::clamp<size_t>(size_t(lim.rlim_cur / 4), 4, Impl::kMaxPendingHandshakes);
 
-  bool v6 = hp.first.find(':') != std::string::npos;
-  int fd = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return ErrnoError("coordinator socket()", errno);
-  impl->listen_fd = fd;
-  int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_storage ss{};
-  socklen_t len = 0;
-  if (v6) {
-    auto* in6 = reinterpret_cast<sockaddr_in6*>(&ss);
-    in6->sin6_family = AF_INET6;
-    in6->sin6_port = htons(hp.second);
-    if (::inet_pton(AF_INET6, hp.first.c_str(), &in6->sin6_addr) != 1)
-      return InvalidArgument("coordinator: listen address '" + options.listen + "' is not an IP literal");
-    len = sizeof(sockaddr_in6);
+  int fd = options.listen_fd;
+  if (fd >= 0) {
+    impl->listen_fd = fd;
+    int fl = ::fcntl(fd, F_GETFL);
+    if (fl < 0 || ::fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return ErrnoError("coordinator: adopted listener", errno);
+    ::fcntl(fd, F_SETFD, FD_CLOEXEC);
   } else {
-    auto* in = reinterpret_cast<sockaddr_in*>(&ss);
-    in->sin_family = AF_INET;
-    in->sin_port = htons(hp.second);
-    std::string host = hp.first == "localhost" ? "127.0.0.1" : hp.first;
-    if (::inet_pton(AF_INET, host.c_str(), &in->sin_addr) != 1)
-      return InvalidArgument("coordinator: listen address '" + options.listen + "' is not an IP literal");
-    len = sizeof(sockaddr_in);
+    bool v6 = hp.first.find(':') != std::string::npos;
+    fd = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return ErrnoError("coordinator socket()", errno);
+    impl->listen_fd = fd;
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_storage ss{};
+    socklen_t len = 0;
+    if (v6) {
+      auto* in6 = reinterpret_cast<sockaddr_in6*>(&ss);
+      in6->sin6_family = AF_INET6;
+      in6->sin6_port = htons(hp.second);
+      if (::inet_pton(AF_INET6, hp.first.c_str(), &in6->sin6_addr) != 1)
+        return InvalidArgument("coordinator: listen address '" + options.listen + "' is not an IP literal");
+      len = sizeof(sockaddr_in6);
+    } else {
+      auto* in = reinterpret_cast<sockaddr_in*>(&ss);
+      in->sin_family = AF_INET;
+      in->sin_port = htons(hp.second);
+      std::string host = hp.first == "localhost" ? "127.0.0.1" : hp.first;
+      if (::inet_pton(AF_INET, host.c_str(), &in->sin_addr) != 1)
+        return InvalidArgument("coordinator: listen address '" + options.listen + "' is not an IP literal");
+      len = sizeof(sockaddr_in);
+    }
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) < 0)
+      return ErrnoError("coordinator: bind " + options.listen, errno);
+    if (::listen(fd, 128) < 0) return ErrnoError("coordinator: listen", errno);
   }
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) < 0)
-    return ErrnoError("coordinator: bind " + options.listen, errno);
-  if (::listen(fd, 128) < 0) return ErrnoError("coordinator: listen", errno);
   std::string bound = socket_name(fd, true);
   impl->port = static_cast<uint16_t>(std::stoi(bound.substr(bound.rfind(':') + 1)));
   impl->wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

@@ -50,6 +50,9 @@ namespace lattice::cluster {
 
 struct CoordinatorOptions {
   std::string listen = "0.0.0.0:7470";  // "127.0.0.1:0" picks a free port (see port())
+  // A socket already bound and listening to adopt instead of binding `listen` (socket
+  // activation, or a test that held the port first): the coordinator owns it from start().
+  int listen_fd = -1;
   int world_size = 1;
   crypto::ClusterSecret secret = crypto::ClusterSecret::from_bytes({});
   bool insecure = false;

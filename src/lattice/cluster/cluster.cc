@@ -1,5 +1,6 @@
 #include "lattice/cluster/cluster.h"
 
+#include <cstdio>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -407,6 +408,16 @@ Result<std::unique_ptr<Cluster>> join_cluster(ClusterOptions options, Deadline d
     co.heartbeat_interval = options.membership.heartbeat_interval;
     co.failure_timeout = options.membership.failure_timeout;
     LATTICE_ASSIGN_OR_RETURN(c->coordinator_, Coordinator::start(co));
+    if (hp.second == 0) {
+      // Port 0: the kernel picked one as the coordinator bound; rank 0 dials that one and says
+      // which on stderr, where whatever started the ranks reads it (tests do: no port is picked,
+      // released and raced for).
+      const std::string host = hp.first.find(':') != std::string::npos ? "[::1]" : "127.0.0.1";
+      options.coordinator = host + ":" + std::to_string(c->coordinator_->port());
+      c->opt_.coordinator = options.coordinator;
+      std::fprintf(stderr, "lattice: coordinator listening on port %u\n", unsigned(c->coordinator_->port()));
+      std::fflush(stderr);
+    }
   }
   Cluster* raw = c.get();
   json hello{{"t", "hello"},

@@ -20,7 +20,9 @@
 //   coordinator   LATTICE_COORDINATOR "host:port", else the topology file's coordinator or its
 //                 rank 0 host's address (LATTICE_TOPOLOGY), port 7470 by default; rank 0 hosts
 //                 it unless LATTICE_EXTERNAL_COORDINATOR=1 (another process runs it, e.g. the
-//                 launcher of `lattice run --nodes`, so that losing rank 0 is survivable)
+//                 launcher of `lattice run --nodes`, so that losing rank 0 is survivable);
+//                 a hosting rank 0 given port 0 binds a free one and prints "lattice:
+//                 coordinator listening on port N" on stderr for whatever starts the others
 //   provider      LATTICE_PROVIDER shm|tcp (default tcp); LATTICE_FABRIC_ADDR: tcp bind IP
 //   secret        LATTICE_SECRET / LATTICE_SECRET_FILE (crypto/secret.h); LATTICE_INSECURE=1
 //   timing        LATTICE_HEARTBEAT_MS, LATTICE_FAILURE_TIMEOUT_MS, LATTICE_CONNECT_TIMEOUT_MS
