@@ -421,6 +421,28 @@ TEST(LaunchProcess, NoCommandOrBothModesIsAUsageError) {
   EXPECT_TRUE(exited_with(r.status, 2)) << r.err;
 }
 
+// `run --nodes` bounds its own wait: a rank that stops (SIGSTOP, injected after 2 tokens) and
+// is not declared dead (the failure timeout is two minutes here) holds the job, until the job
+// deadline stops every rank and run exits 124, as timeout(1) does.
+TEST(RunNodesProcess, TheJobDeadlineStopsARankThatNeitherProgressesNorExits) {
+  TempDir dir;
+  const std::string model = (dir.path / "m.gguf").string();
+  auto mk = run_cmd({lattice_bin(), "make-model", "-o", model, "--dim", "64", "--layers", "2", "--heads", "4",
+                     "--vocab", "512"},
+                    {}, Deadline::after(kRun));
+  ASSERT_TRUE(exited_with(mk.status, 0)) << mk.err;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = run_cmd({lattice_bin(), "run", "-m", model, "-p", "hello", "-n", "64", "--ignore-eos", "--nodes", "2",
+                    "--inject-fault", "1@2:stop", "--deadline-s", "2"},
+                   {{"LATTICE_FAILURE_TIMEOUT_MS", "120000"}}, Deadline::after(kRun));
+  EXPECT_TRUE(exited_with(r.status, 124)) << r.status << "\n" << r.out << r.err;
+  EXPECT_NE(r.err.find("deadline"), std::string::npos) << r.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(60));
+  auto bad = run_cmd({lattice_bin(), "run", "-m", model, "-p", "hi", "--nodes", "2", "--deadline-s", "-1"}, {}, Deadline::after(kRun));
+  EXPECT_TRUE(exited_with(bad.status, 1) || exited_with(bad.status, 2)) << bad.status << bad.err;
+  EXPECT_NE(bad.err.find("--deadline-s"), std::string::npos) << bad.err;
+}
+
 // A process holding another secret is refused, both sides say so, and the real rank 1 can
 // still take its place.
 TEST(LaunchProcess, AStrangerWithAnotherSecretIsRefusedOnBothSides) {

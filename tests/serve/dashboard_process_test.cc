@@ -15,6 +15,8 @@
 #include <regex>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "serve_testlib.h"
 
 namespace lattice::serve {
@@ -71,7 +73,14 @@ TEST(ServeDashboardProcess, ChromiumShowsTheRanksTheRequestsAndALiveRate) {
     (void)curl(serve.base_url() + "/v1/completions",
                {"-d", R"({"prompt":"abc","max_tokens":7000,"ignore_eos":true,"stream":true})"});
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // The browser looks once the stream is decoding (the server says so on /health).
+  bool decoding = false;
+  for (auto until = Deadline::after(std::chrono::seconds(60)); !decoding && !until.expired();) {
+    auto j = nlohmann::json::parse(curl(serve.base_url() + "/health").body, nullptr, false);
+    decoding = j.is_object() && j.value("in_flight", 0) >= 1;
+    if (!decoding) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(decoding) << "the long stream never started";
   const std::string dom = dump_dom(browser, serve.base_url() + "/", 4000);
   EXPECT_EQ(by_id(dom, "state"), "live") << dom;
   EXPECT_EQ(by_id(dom, "requests"), std::to_string(sent)) << dom;

@@ -36,6 +36,7 @@ struct RunArgs {
   std::string parallel = "tp";
   std::string split;
   double ep_replicate = 0;
+  double deadline_s = 0;
   bool no_recover = false;
   std::string inject_fault;
   bool demo = false;
@@ -53,7 +54,7 @@ int run_dist(const RunArgs& a) {
   d.top_k = a.top_k, d.top_p = a.top_p, d.min_p = a.min_p, d.repeat_penalty = a.repeat_penalty;
   d.repeat_last_n = a.repeat_last_n, d.ctx = a.ctx, d.chat = a.chat, d.json = a.json, d.no_pack = a.no_pack;
   d.ignore_eos = a.ignore_eos, d.demo = a.demo, d.parallel = a.parallel, d.split = a.split;
-  d.ep_replicate = a.ep_replicate;
+  d.ep_replicate = a.ep_replicate, d.deadline_s = a.deadline_s;
   d.recover = !a.no_recover, d.inject_fault = a.inject_fault;
   return run_distributed(d);
 }
@@ -61,6 +62,7 @@ int run_dist(const RunArgs& a) {
 int run(const RunArgs& a) {
   if (a.nodes > 0 || a.demo || under_cluster_launcher()) return run_dist(a);
   if (a.model.empty()) return fail("-m is required");
+  if (a.deadline_s != 0) return fail("--deadline-s bounds a --nodes job (under lattice launch: launch --deadline-s)");
   if (a.n_predict < 0) return fail("-n must be >= 0");
   if (a.threads < 0 || a.threads > 1024) return fail("-t must be in 1..1024 (0: all cores)");
   if (a.ctx < 0) return fail("--ctx must be >= 0");
@@ -171,6 +173,10 @@ Registrar run_cmd{{"run", "generate text from a GGUF model (llama, qwen2, qwen3,
                                   "with --nodes: fail when a rank is lost (default: the survivors take its work over)");
                      app.add_option("--inject-fault", a->inject_fault,
                                     "with --nodes: RANK@TOKEN[:stop], that rank kills (or stops) itself after TOKEN tokens, to see recovery");
+                     app.add_option("--deadline-s", a->deadline_s,
+                                    "with --nodes: bound on the whole job in seconds (0: none); ranks still running then "
+                                    "are stopped and run exits 124")
+                         ->capture_default_str();
                      app.add_flag("--demo", a->demo, "with no -m: a small make-model model on 2 local ranks");
                      app.add_flag("--json", a->json, "print one JSON object (tokens, text, speeds) instead of text");
                      return [a] { return run(*a); };

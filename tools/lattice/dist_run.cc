@@ -162,6 +162,7 @@ std::string check_args(const DistRunArgs& a, int world) {
     return "--inject-fault: rank " + std::to_string(fr) + " is not one of the " + std::to_string(world) + " ranks";
   if (a.ctx < 0) return "--ctx must be >= 0";
   if (!(a.ep_replicate >= 0 && a.ep_replicate <= 1)) return "--ep-replicate must be in [0, 1]";
+  if (!(a.deadline_s >= 0 && a.deadline_s <= 1e7)) return "--deadline-s must be 0 (none) or a positive number of seconds";
   return "";
 }
 
@@ -200,6 +201,18 @@ int launch_local(DistRunArgs a) {
   // decodes 0.86x one process, a pinned pair 0.92x (docs/BENCHMARKS.md). A survivor keeps
   // its CPU; the lost rank's CPU stays idle (a rank runs -t threads, not more).
   job.bind = cluster::bind_when_fits(a.nodes, a.threads);
+  // A job deadline bounds the launcher's wait: ranks neither progressing nor exiting by then
+  // (a stopped one, one cut off) are stopped and the run exits 124, as timeout(1) does.
+  job.launch.deadline = std::chrono::milliseconds(static_cast<int64_t>(a.deadline_s * 1000));
+  // The coordinator hosted here declares a silent rank dead after the same timeout the ranks
+  // are given (LATTICE_FAILURE_TIMEOUT_MS), not after its own default.
+  if (const char* ft = std::getenv(cluster::env::kFailureTimeoutMs); ft && *ft) {
+    char* end = nullptr;
+    const long ms = std::strtol(ft, &end, 10);
+    if (*end != '\0' || ms < 1 || ms > 3600 * 1000)
+      return fail(std::string(cluster::env::kFailureTimeoutMs) + " must be a number of milliseconds in 1..3600000");
+    job.failure_timeout_ms = static_cast<int>(ms);
+  }
   auto code = cluster::run_local_job(std::move(job));
   if (!code.ok()) return fail(code.status().to_string());
   return *code;

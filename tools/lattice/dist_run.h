@@ -19,6 +19,7 @@ struct DistRunArgs {
   std::string parallel = "tp";  // tp | pp | ep | auto (ep for mixture-of-experts files, else tp)
   std::string split;            // "3,1": relative share of each rank (slower/smaller nodes less); empty: equal
   double ep_replicate = 0;      // ep: share of the other ranks' experts each rank also holds (0..1)
+  double deadline_s = 0;        // the whole job (0: none); ranks still running then are stopped, exit 124
   int n_predict = 128;
   int threads = 1;             // per rank
   float temp = 0.8f;
