@@ -1,0 +1,52 @@
+// Network namespaces for tests: n namespaces on a bridge (one veth each, the "cable" of a
+// rank), a topology file naming them, and the processes left in them. Used by the fault,
+// launch and chaos tests; everything a Netns made is deleted by its destructor.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace lattice::cluster::testing {
+
+// Runs a shell command quietly; its exit code (-1 if it did not exit).
+int sh(const std::string& cmd);
+
+// n namespaces "lt<pid><tag>0..n-1", each with one veth into a bridge in a hub namespace;
+// rank i has 10.213.0.(i+1)/24. Everything is deleted by the destructor, even after a failure.
+class Netns {
+ public:
+  Netns(int n, const std::string& tag);
+  ~Netns();
+  Netns(const Netns&) = delete;
+  Netns& operator=(const Netns&) = delete;
+  const std::string& skip_reason() const { return skip_; }
+  int size() const { return n_; }
+  std::string name(int i) const { return base_ + std::to_string(i); }
+  std::string ip(int i) const { return "10.213.0." + std::to_string(i + 1); }
+  std::string veth(int i) const { return base_ + "a" + std::to_string(i); }
+  int cut(int i) const { return sh("ip -n " + name(i) + " link set " + veth(i) + " down"); }
+  int heal(int i) const { return sh("ip -n " + name(i) + " link set " + veth(i) + " up"); }
+  // A slow cable (a token bucket: this kernel has tbf but no netem), and back to full speed.
+  int throttle(int i, const std::string& rate) const {
+    return sh("ip netns exec " + name(i) + " tc qdisc replace dev " + veth(i) + " root tbf rate " + rate +
+              " burst 32kb latency 400ms");
+  }
+  int unthrottle(int i) const { return sh("ip netns exec " + name(i) + " tc qdisc del dev " + veth(i) + " root"); }
+
+ private:
+  int n_ = 0;
+  std::string base_, hub_, skip_;
+  std::vector<std::string> created_;
+};
+
+// A topology file: the namespaces as hosts, a tcp cable for each pair in `cables`.
+void write_topology(const std::string& path, Netns& net, const std::vector<std::pair<int, int>>& cables);
+
+// The processes left in each namespace (ip netns pids), as "ns: pid pid; ...", empty if none.
+std::string survivors(const Netns& net);
+// Polls until no process is left in any namespace (or the bound); returns what is left.
+std::string wait_until_empty(const Netns& net, std::chrono::seconds bound);
+
+}  // namespace lattice::cluster::testing
