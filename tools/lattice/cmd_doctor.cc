@@ -1,7 +1,8 @@
 // `lattice doctor [--hostfile F | --topology F] [-m model.gguf] [--json]`: setup checks of this
 // node, or (under `lattice launch`) of every node and the cables between them; rank 0 prints
 // the joined report (src/lattice/doctor/doctor.h, docs/DOCTOR.md). Exit 0: no failure;
-// 1: some check failed; 2: doctor itself could not run (bad flags, unreadable topology).
+// 1: some check failed (under launch: rank 0's exit code says it; the other ranks exit 0 once
+// the report is built); 2: doctor itself could not run (bad flags, unreadable topology).
 #include <cstdio>
 #include <memory>
 
@@ -38,6 +39,9 @@ int run_doctor(DoctorArgs& a) {
     else std::printf("%s", doctor::render_text(*report).c_str());
     std::fflush(stdout);
   }
+  // Under launch rank 0 alone carries the verdict: a failing rank exiting first would make
+  // launch stop rank 0 before it printed the report.
+  if (launched && env->rank != 0) return 0;
   return report->count(doctor::Level::kFail) > 0 ? 1 : 0;
 }
 

@@ -57,7 +57,8 @@ std::vector<Check> model(const Context& c, const std::vector<NodeFacts>& facts) 
   for (const auto& f : facts)
     if (!f.model_error.empty()) {
       missing += (missing.empty() ? "" : "; ") + f.host + ": " + f.model_error;
-      fix += (fix.empty() ? "" : "; ") + std::string("scp ") + c.options.model + " " + ssh_name(c, f) + ":" + f.model_path;
+      fix += (fix.empty() ? "" : "; ") + std::string("copy the model to ") + ssh_name(c, f) + ":" + f.model_path +
+             " (scp -p FILE " + ssh_name(c, f) + ":" + f.model_path + ")";
     }
   if (!missing.empty()) return {make("model", "same model file", Level::kFail, missing, fix)};
   const std::string ref = majority(facts, [](const NodeFacts& f) { return f.model_hash; });

@@ -19,7 +19,9 @@ namespace fs = std::filesystem;
 
 std::string gib(uint64_t bytes) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1ull << 30));
+  const double b = static_cast<double>(bytes);
+  if (bytes >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1ull << 30));
+  else std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1ull << 20));
   return buf;
 }
 

@@ -2,6 +2,7 @@
 // fabric::list_devices()'s (what the verbs provider sees), the emulated ones too with --emulated.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -175,8 +176,12 @@ Check mtu(const Context& c) {
     for (const auto& p : d->ports)
       if (p.active) seen += (seen.empty() ? "" : ", ") + d->name + " port " + std::to_string(p.number) + " " +
                             std::to_string(p.mtu_bytes);
-  for (const auto& e : c.ends)
-    if (!e.ifname.empty()) seen += (seen.empty() ? "" : ", ") + e.ifname + " " + std::to_string(e.mtu);
+  std::vector<std::string> listed;
+  for (const auto& e : c.ends) {
+    if (e.ifname.empty() || std::find(listed.begin(), listed.end(), e.ifname) != listed.end()) continue;
+    listed.push_back(e.ifname);
+    seen += (seen.empty() ? "" : ", ") + e.ifname + " " + std::to_string(e.mtu);
+  }
   // An interface MTU below IPv6's minimum cannot carry our frames well (and breaks IPv6).
   for (const auto& e : c.ends)
     if (!e.ifname.empty() && e.mtu > 0 && e.mtu < 1280)

@@ -3,6 +3,8 @@
 #include <sodium.h>
 #include <unistd.h>
 
+#include <climits>
+#include <cstdlib>
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
@@ -168,6 +170,8 @@ NodeFacts local_facts(const Context& c) {
   f.version = lattice_version();
   f.model_path = c.options.model;
   if (!c.options.model.empty()) {
+    char real[PATH_MAX];
+    if (::realpath(c.options.model.c_str(), real)) f.model_path = real;  // for the fix's scp
     auto h = model_hash(c.options.model);
     if (h.ok()) f.model_hash = *h;
     else f.model_error = h.status().to_string();

@@ -46,6 +46,14 @@ bool same_ip(const sockaddr* a, const sockaddr_storage& b) {
   return false;
 }
 
+bool in_subnet(const sockaddr* addr, const sockaddr* mask, const sockaddr_storage& want) {
+  if (addr == nullptr || mask == nullptr || addr->sa_family != AF_INET || want.ss_family != AF_INET) return false;
+  const uint32_t a = reinterpret_cast<const sockaddr_in*>(addr)->sin_addr.s_addr;
+  const uint32_t m = reinterpret_cast<const sockaddr_in*>(mask)->sin_addr.s_addr;
+  const uint32_t w = reinterpret_cast<const sockaddr_in*>(&want)->sin_addr.s_addr;
+  return (a & m) == (w & m);
+}
+
 int interface_mtu(const std::string& ifname) {
   int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
   if (fd < 0) return 0;
@@ -80,12 +88,17 @@ void look_at_interface(CableEnd* end) {
     end->error = std::string("getifaddrs: ") + std::strerror(errno);
     return;
   }
-  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
-    if (!same_ip(i->ifa_addr, want)) continue;
-    end->ifname = i->ifa_name;
-    end->up = (i->ifa_flags & IFF_UP) != 0;
-    end->running = (i->ifa_flags & IFF_RUNNING) != 0;
-    break;
+  // The interface holding the address; else a loopback interface whose subnet holds it (Linux
+  // answers for all of 127.0.0.0/8 on lo, which local topologies use for their hosts).
+  ifaddrs* found = nullptr;
+  for (ifaddrs* i = list; i != nullptr && !found; i = i->ifa_next)
+    if (same_ip(i->ifa_addr, want)) found = i;
+  for (ifaddrs* i = list; i != nullptr && !found; i = i->ifa_next)
+    if ((i->ifa_flags & IFF_LOOPBACK) && in_subnet(i->ifa_addr, i->ifa_netmask, want)) found = i;
+  if (found) {
+    end->ifname = found->ifa_name;
+    end->up = (found->ifa_flags & IFF_UP) != 0;
+    end->running = (found->ifa_flags & IFF_RUNNING) != 0;
   }
   ::freeifaddrs(list);
   if (end->ifname.empty()) {
