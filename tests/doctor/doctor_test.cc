@@ -60,6 +60,7 @@ struct Fault {
   const char* knob;
   const char* check;
 };
+void PrintTo(const Fault& f, std::ostream* os) { *os << f.knob; }
 class DoctorEmuFault : public DoctorNode, public ::testing::WithParamInterface<Fault> {};
 
 TEST_P(DoctorEmuFault, FailsExactlyItsCheckWithAFix) {

@@ -27,7 +27,10 @@ std::vector<const fabric::DeviceInfo*> used_devices(const Context& c) {
   return out;
 }
 
-bool emu_fault_set() { return std::getenv(fabric::verbs::emu::kMachineFaultEnv) != nullptr; }
+bool emu_fault_set() {
+  const char* v = std::getenv(fabric::verbs::emu::kMachineFaultEnv);
+  return v != nullptr && *v != 0;
+}
 
 // A fix line for an emulated device when the emulator was told to fail (the real fix after).
 std::string emu_hint(bool emulated) {
