@@ -95,7 +95,8 @@ Check verbs_devices(const Context& c) {
 #ifdef __APPLE__
   const std::string real_fix = "enable RDMA (rdma_ctl enable, from Recovery) and check the Thunderbolt 5 cable; ibv_devices lists them";
 #else
-  const std::string real_fix = "load the RDMA driver (ibv_devices lists the devices; sudo modprobe ib_uverbs <driver>)";
+  const std::string real_fix =
+      "sudo modprobe ib_uverbs && sudo modprobe <the NIC's RDMA driver, e.g. mlx5_ib>   (ibv_devices lists what verbs sees)";
 #endif
   const std::string fix = emu_hint(c.options.emulated) + real_fix;
   if (c.devices.devices.empty())
@@ -130,12 +131,18 @@ Check verbs_ports(const Context& c) {
     }
   }
   if (down.empty()) return make("verbs-ports", "verbs ports", Level::kOk, seen);
+  std::string real;
+  for (const auto* d : used) {
+    if (!d->error.empty() || down.find(d->name) == std::string::npos) continue;
 #ifdef __APPLE__
-  const std::string real = "check the Thunderbolt 5 cable at both ends (ibv_devinfo -d " + down + " shows the port)";
+    real += (real.empty() ? "" : "; ") + std::string("check the Thunderbolt 5 cable at both ends of ") + d->name +
+            " (ibv_devinfo -d " + d->name + " shows the port)";
 #else
-  const std::string real = "check the cable; bring the device's interface up: sudo ip link set dev $(ls /sys/class/infiniband/" +
-                           down + "/device/net) up   (ibv_devinfo -d " + down + ")";
+    real += (real.empty() ? "" : "; ") + std::string("check the cable at ") + d->name +
+            " and bring its interface up: sudo ip link set dev $(ls /sys/class/infiniband/" + d->name +
+            "/device/net) up   (ibv_devinfo -d " + d->name + ")";
 #endif
+  }
   return make("verbs-ports", "verbs ports", Level::kFail, "no ACTIVE port on " + down + " (" + seen + ")",
               emu_hint(emulated_down) + real);
 }

@@ -54,6 +54,12 @@ bool in_subnet(const sockaddr* addr, const sockaddr* mask, const sockaddr_storag
   return (a & m) == (w & m);
 }
 
+// Portable to macOS (no SOCK_CLOEXEC / accept4 / pipe2 there).
+void set_flags(int fd, bool nonblock) {
+  ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  if (nonblock) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
 int interface_mtu(const std::string& ifname) {
   int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
   if (fd < 0) return 0;
@@ -139,8 +145,9 @@ Result<uint16_t> ProbeListener::listen_on(const std::string& addr) {
   sockaddr_storage sa{};
   socklen_t len = 0;
   if (!resolve(addr, 0, &sa, &len)) return Unavailable("cannot resolve '" + addr + "'");
-  int fd = ::socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int fd = ::socket(sa.ss_family, SOCK_STREAM, 0);
   if (fd < 0) return ErrnoError("socket", errno);
+  set_flags(fd, true);  // accept never blocks the thread (a connection may vanish after poll)
   int one = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), len) != 0 || ::listen(fd, 16) != 0) {
@@ -158,7 +165,9 @@ Result<uint16_t> ProbeListener::listen_on(const std::string& addr) {
 }
 
 void ProbeListener::start() {
-  if (::pipe2(wake_, O_CLOEXEC) != 0) return;
+  if (::pipe(wake_) != 0) return;
+  set_flags(wake_[0], false);
+  set_flags(wake_[1], false);
   thread_ = std::thread([this] {
     std::vector<pollfd> pfds;
     for (int fd : fds_) pfds.push_back({fd, POLLIN, 0});
@@ -169,7 +178,7 @@ void ProbeListener::start() {
       if (pfds.back().revents != 0) return;
       for (size_t i = 0; i + 1 < pfds.size(); ++i)
         if (pfds[i].revents & POLLIN) {
-          int c = ::accept4(pfds[i].fd, nullptr, nullptr, SOCK_CLOEXEC);
+          int c = ::accept(pfds[i].fd, nullptr, nullptr);
           if (c >= 0) ::close(c);
         }
     }
@@ -186,11 +195,12 @@ Probe probe_cable(const CableEnd& mine, const std::string& peer_addr, uint16_t p
     p.error = "cannot resolve " + mine.addr + " or " + peer_addr;
     return p;
   }
-  int fd = ::socket(dst.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  int fd = ::socket(dst.ss_family, SOCK_STREAM, 0);
   if (fd < 0) {
     p.error = std::string("socket: ") + std::strerror(errno);
     return p;
   }
+  set_flags(fd, true);
   const auto t0 = std::chrono::steady_clock::now();
   const Deadline deadline = Deadline::after(timeout);
   // Bound to this end's address, so the connect leaves through this cable's interface.
