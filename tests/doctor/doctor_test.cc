@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 
@@ -118,6 +119,31 @@ TEST_F(DoctorNode, AnAddressNotOnThisHostFailsItsCables) {
   Report r = run();
   EXPECT_EQ(failures(r), std::vector<std::string>{"-1:cable a-b"}) << render_text(r);
   EXPECT_NE(r.find(-1, "cable a-b")->detail.find("no interface of this host holds 192.0.2.7"), std::string::npos);
+}
+
+TEST_F(DoctorNode, AVerbsCableIsCheckedThroughItsEmulatedDevice) {
+  // A Thunderbolt-style verbs cable between two hosts: this host's end is emu_tb5_0.
+  std::ofstream(dir_.file("tb.json")) << R"({"version": 1, "hosts": [
+    {"name": "a", "address": "127.0.0.1:7470"}, {"name": "b", "address": "127.0.0.2:7470"}],
+    "links": [{"a": "a", "b": "b", "provider": "verbs", "a_device": "emu_tb5_0", "b_device": "emu_tb5_0"}]})";
+  opt_.topology = dir_.file("tb.json");
+  opt_.host = "a";
+  opt_.emulated = false;  // a verbs link asks for RDMA by itself; only --emulated lists the emulated devices
+  Report r = run();
+  // (rdma fails too on a machine without RDMA; one with it has no emu_tb5_0 either)
+  auto f = failures(r);
+  for (const char* id : {"0:verbs-devices", "-1:cable a-b"})
+    EXPECT_NE(std::find(f.begin(), f.end(), id), f.end()) << id << "\n" << render_text(r);
+  opt_.emulated = true;
+  r = run();
+  EXPECT_TRUE(failures(r).empty()) << render_text(r);
+  EXPECT_NE(r.find(0, "verbs-ports")->detail.find("emu_tb5_0: port 1 DOWN, port 2 ACTIVE"), std::string::npos);
+  EXPECT_EQ(r.find(0, "verbs-ports")->detail.find("emu_rc_0"), std::string::npos) << "only the named device";
+  // Its port down: the device's ports fail, and so does the cable it is.
+  ::setenv("LATTICE_VERBS_EMU_FAULT", "port-down", 1);
+  r = run();
+  EXPECT_EQ(failures(r), (std::vector<std::string>{"0:verbs-ports", "-1:cable a-b"})) << render_text(r);
+  EXPECT_NE(r.find(-1, "cable a-b")->detail.find("device emu_tb5_0 is DOWN"), std::string::npos) << render_text(r);
 }
 
 TEST_F(DoctorNode, AMissingTopologyOrUnknownHostIsAnError) {
