@@ -34,14 +34,16 @@ int run_doctor(DoctorArgs& a) {
   auto report = launched ? doctor::run_launched(a.o, Deadline::after(std::chrono::duration<double>(a.timeout_s)))
                          : doctor::run_single(a.o);
   if (!report.ok()) return fail(report.status().to_string());
-  if (!launched || env->rank == 0) {
+  // A rank that could not join the others reports alone (its own checks and why), whatever its rank.
+  const bool alone = launched && report->world_size != env->world_size;
+  if (!launched || env->rank == 0 || alone) {
     if (a.json) std::printf("%s\n", doctor::to_json(*report).dump(2).c_str());
     else std::printf("%s", doctor::render_text(*report).c_str());
     std::fflush(stdout);
   }
   // Under launch rank 0 alone carries the verdict: a failing rank exiting first would make
   // launch stop rank 0 before it printed the report.
-  if (launched && env->rank != 0) return 0;
+  if (launched && env->rank != 0 && !alone) return 0;
   return report->count(doctor::Level::kFail) > 0 ? 1 : 0;
 }
 
