@@ -35,8 +35,9 @@
 //   no-device  ibv_get_device_list lists no emulated device (RDMA not enabled, no NIC)
 //   port-down  every port of every emulated device is DOWN (an unplugged cable)
 //   no-gid1    GID index 1 is empty on every device (no IPv4 on the paired interface)
-// Read at each device-list, port and GID query; an unknown word is logged and ignored (use
-// machine_faults_from_env() to refuse it).
+// Read at each device-list, port and GID query: they change what the queries report (what a
+// provider opening the device, or doctor, sees), not the data path of QPs already created. An
+// unknown word is logged and ignored (use machine_faults_from_env() to refuse it).
 #pragma once
 
 #include <infiniband/verbs.h>
