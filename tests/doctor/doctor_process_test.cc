@@ -45,9 +45,6 @@ class DoctorLaunch : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(fs::exists(lattice_bin())) << lattice_bin();
-    auto port = cluster::pick_free_port();
-    ASSERT_TRUE(port.ok());
-    write_local_topology(dir_.file("hosts.json"), 3, *port);
     for (int i = 0; i < 3; ++i) fs::create_directories(dir_.file("h" + std::to_string(i)));
     ASSERT_TRUE(write_model(dir_.file("h0/m.gguf")));
     fs::copy_file(dir_.file("h0/m.gguf"), dir_.file("h1/m.gguf"));
@@ -56,7 +53,22 @@ class DoctorLaunch : public ::testing::Test {
     ASSERT_EQ(exit_code(kg.status), 0) << kg.err;
   }
 
+  // The hostfile names the coordinator's port, so it is picked here (bound and released): if
+  // another test took it meanwhile, the coordinator cannot bind it, and the run is tried again
+  // on a fresh port (at most three times).
   cluster::testing::CmdResult doctor(const std::vector<std::string>& args) {
+    cluster::testing::CmdResult r;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      auto port = cluster::pick_free_port();
+      if (!port.ok()) continue;
+      write_local_topology(dir_.file("hosts.json"), 3, *port);
+      r = doctor_once(args);
+      if (r.err.find("in use") == std::string::npos) break;
+    }
+    return r;
+  }
+
+  cluster::testing::CmdResult doctor_once(const std::vector<std::string>& args) {
     std::vector<std::string> argv = {lattice_bin(), "launch", "--hostfile", dir_.file("hosts.json"), "--secret-file",
                                      dir_.file("secret"), "--no-prefix", "--remote", "cd " + dir_.path() + "/{host} && {cmd}",
                                      "--", lattice_bin(), "doctor", "--emulated", "-m", "m.gguf", "--json"};
