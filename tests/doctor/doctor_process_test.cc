@@ -56,12 +56,12 @@ class DoctorLaunch : public ::testing::Test {
   // The hostfile names the coordinator's port, so it is picked here (bound and released): if
   // another test took it meanwhile, the coordinator cannot bind it, and the run is tried again
   // on a fresh port (at most three times).
-  cluster::testing::CmdResult doctor(const std::vector<std::string>& args) {
+  cluster::testing::CmdResult doctor(const std::vector<std::string>& args, bool verbs = false) {
     cluster::testing::CmdResult r;
     for (int attempt = 0; attempt < 3; ++attempt) {
       auto port = cluster::pick_free_port();
       if (!port.ok()) continue;
-      write_local_topology(dir_.file("hosts.json"), 3, *port);
+      write_local_topology(dir_.file("hosts.json"), 3, *port, verbs);
       r = doctor_once(args);
       if (r.err.find("in use") == std::string::npos) break;
     }
@@ -99,6 +99,27 @@ TEST_F(DoctorLaunch, ProcessThreeRanksOfAHealthyEmulatedClusterReportNoFailure) 
   ASSERT_NE(clock, nullptr);
   EXPECT_NE((*clock)["detail"].get<std::string>().find("largest offset"), std::string::npos) << *clock;
   EXPECT_EQ((*cluster_check(j, "model"))["status"], "ok");
+}
+
+TEST_F(DoctorLaunch, ProcessThreeRanksOverEmulatedVerbsCablesReportNoFailure) {
+  auto r = doctor({}, true);
+  ASSERT_EQ(exit_code(r.status), 0) << r.out << r.err;
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  EXPECT_EQ(j["failures"], 0) << r.out;
+  // Each host looks at the two devices its cables name, and each cable was probed both ways.
+  for (const auto& n : j["nodes"])
+    for (const auto& c : n["checks"])
+      if (c["id"] == "verbs-ports") {
+        const std::string d = c["detail"];
+        EXPECT_NE(d.find("emu_tb5_0"), std::string::npos) << d;
+        EXPECT_NE(d.find("emu_rc_0"), std::string::npos) << d;
+      }
+  for (const char* id : {"cable h0-h1", "cable h0-h2", "cable h1-h2"}) {
+    const auto* c = cluster_check(j, id);
+    ASSERT_NE(c, nullptr) << id;
+    EXPECT_EQ((*c)["status"], "ok") << *c;
+  }
 }
 
 TEST_F(DoctorLaunch, ProcessAnotherModelOnOneRankFailsOnlyTheModelCheck) {

@@ -35,7 +35,13 @@ bool write_model(const std::string& path, int layers, uint64_t seed) {
   return engine::make_model(o, path).ok();
 }
 
-void write_local_topology(const std::string& path, int n, int port) {
+void write_local_topology(const std::string& path, int n, int port, bool verbs) {
+  // (a, b) -> the devices at each end, no host using one device twice.
+  auto devices = [](int a, int b) -> std::pair<const char*, const char*> {
+    if (a == 0 && b == 1) return {"emu_tb5_0", "emu_tb5_0"};
+    if (a == 0 && b == 2) return {"emu_rc_0", "emu_tb5_0"};
+    return {"emu_rc_0", "emu_rc_0"};
+  };
   std::ofstream f(path);
   f << "{\"version\": 1, \"hosts\": [";
   for (int i = 0; i < n; ++i)
@@ -44,7 +50,13 @@ void write_local_topology(const std::string& path, int n, int port) {
   bool first = true;
   for (int a = 0; a < n; ++a)
     for (int b = a + 1; b < n; ++b) {
-      f << (first ? "" : ",") << "{\"a\": \"h" << a << "\", \"b\": \"h" << b << "\", \"provider\": \"tcp\"}";
+      f << (first ? "" : ",") << "{\"a\": \"h" << a << "\", \"b\": \"h" << b << "\", ";
+      if (verbs && n == 3)
+        f << "\"provider\": \"verbs\", \"a_device\": \"" << devices(a, b).first << "\", \"b_device\": \""
+          << devices(a, b).second << "\", \"a_addr\": \"127.0.0." << a + 1 << "\", \"b_addr\": \"127.0.0." << b + 1
+          << "\"}";
+      else
+        f << "\"provider\": \"tcp\"}";
       first = false;
     }
   f << "]}\n";
