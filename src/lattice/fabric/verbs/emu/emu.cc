@@ -8,12 +8,15 @@
 #include <cerrno>
 #include <cstddef>
 #include <charconv>
+#include <cstdlib>
 #include <cstring>
 #include <algorithm>
 #include <deque>
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "lattice/core/log.h"
 
 namespace lattice::fabric::verbs::emu {
 namespace {
@@ -425,10 +428,23 @@ void progress_recvs(Qp* qp) {
   }
 }
 
+// LATTICE_VERBS_EMU_FAULT, read at every query (an unknown word is logged once and ignored).
+MachineFaults env_faults() {
+  auto f = machine_faults_from_env();
+  if (f.ok()) return *f;
+  static std::once_flag warned;
+  std::call_once(warned, [&] { LATTICE_LOG_WARN("{} (ignored)", f.status().message()); });
+  return {};
+}
+
 // ---- the table ----
 
 ibv_device** emu_get_device_list(int* n) {
   std::call_once(g_devices_once, init_devices);
+  if (env_faults().no_device) {
+    if (n) *n = 0;
+    return new ibv_device*[1]{nullptr};
+  }
   auto** list = new ibv_device*[3];
   list[0] = &g_devices[0].base;
   list[1] = &g_devices[1].base;
@@ -477,7 +493,7 @@ int emu_query_port(ibv_context* c, uint8_t port, ibv_port_attr* a) {
   if (port < 1 || port > p.n_ports) return EINVAL;
   std::memset(a, 0, sizeof *a);
   std::lock_guard lock(ctx->mu);
-  a->state = (port == p.active_port && !ctx->port_dead) ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
+  a->state = (port == p.active_port && !ctx->port_dead && !env_faults().port_down) ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
   a->max_mtu = IBV_MTU_4096;
   a->active_mtu = IBV_MTU_4096;
   a->gid_tbl_len = 3;
@@ -493,7 +509,7 @@ int emu_query_gid(ibv_context* c, uint8_t port, int index, ibv_gid* gid) {
   uint32_t pid = static_cast<uint32_t>(getpid()) & 0xffffff;
   uint8_t p0 = static_cast<uint8_t>(pid >> 16), p1 = static_cast<uint8_t>(pid >> 8), p2 = static_cast<uint8_t>(pid);
   if (index == 1) {
-    if (ctx->faults.no_ipv4) return 0;  // no IPv4 on the paired interface: the entry is empty
+    if (ctx->faults.no_ipv4 || env_faults().no_gid1) return 0;  // no IPv4 on the paired interface: the entry is empty
     gid->raw[10] = gid->raw[11] = 0xff;
     gid->raw[12] = 127;  // ::ffff:127.x.y.z, x.y.z = pid: loopback, and names the process
     gid->raw[13] = p0, gid->raw[14] = p1, gid->raw[15] = p2;
@@ -853,6 +869,27 @@ Stats stats(ibv_context* c) {
   Context* ctx = ctx_of(c);
   std::lock_guard lock(ctx->mu);
   return ctx->stats;
+}
+
+Result<MachineFaults> parse_machine_faults(std::string_view words) {
+  MachineFaults f;
+  while (!words.empty()) {
+    const size_t comma = words.find(',');
+    std::string_view w = words.substr(0, comma);
+    words = comma == std::string_view::npos ? std::string_view{} : words.substr(comma + 1);
+    if (w == "no-device") f.no_device = true;
+    else if (w == "port-down") f.port_down = true;
+    else if (w == "no-gid1") f.no_gid1 = true;
+    else if (!w.empty())
+      return InvalidArgument(std::string(kMachineFaultEnv) + ": unknown fault '" + std::string(w) +
+                             "' (known: no-device, port-down, no-gid1)");
+  }
+  return f;
+}
+
+Result<MachineFaults> machine_faults_from_env() {
+  const char* env = std::getenv(kMachineFaultEnv);
+  return parse_machine_faults(env ? env : "");
 }
 
 Result<Faults> parse_faults(std::string_view query) {
