@@ -26,7 +26,9 @@ nlohmann::json report_json(const train::TrainReport& r, const train::TrainOption
   return {{"steps", r.steps},         {"final_loss", r.final_loss},     {"val_loss", r.val_loss},
           {"samples_per_s", r.samples_per_s}, {"tokens_per_s", r.tokens_per_s}, {"seconds", r.seconds}, {"step_ms_median", r.step_ms_median},
           {"n_params", r.n_params},   {"world_size", world},            {"recoveries", rec},
-          {"output", o.out},          {"checkpoint", o.checkpoint}};
+          {"output", o.out},          {"checkpoint", o.checkpoint},
+          {"phase_ms", {{"compute", r.phase_ms.compute}, {"wait", r.phase_ms.wait}, {"reduce", r.phase_ms.reduce},
+                        {"update", r.phase_ms.update}}}};
 }
 
 int print_report(const TrainArgs& a, const train::TrainReport& r, int world) {
@@ -54,7 +56,8 @@ nlohmann::json job_to_json(const TrainArgs& a) {
           {"clip", o.clip}, {"seed", o.seed}, {"threads", o.threads}, {"val_every", o.val_every},
           {"val_windows", o.val_windows}, {"out", o.out}, {"checkpoint", o.checkpoint},
           {"checkpoint_every", o.checkpoint_every}, {"resume", o.resume}, {"loss_csv", o.loss_csv},
-          {"loss_svg", o.loss_svg}, {"inject_fault", a.inject_fault}, {"json", a.json}, {"quiet", a.quiet}};
+          {"loss_svg", o.loss_svg}, {"inject_fault", a.inject_fault}, {"json", a.json}, {"quiet", a.quiet},
+          {"profile", o.profile}, {"no_overlap", a.no_overlap}};
 }
 
 Status job_from_json(const std::string& text, TrainArgs& a) {
@@ -70,6 +73,7 @@ Status job_from_json(const std::string& text, TrainArgs& a) {
     o.out = j.at("out"), o.checkpoint = j.at("checkpoint"), o.checkpoint_every = j.at("checkpoint_every");
     o.resume = j.at("resume"), o.loss_csv = j.at("loss_csv"), o.loss_svg = j.at("loss_svg");
     a.inject_fault = j.at("inject_fault"), a.json = j.at("json"), a.quiet = j.at("quiet");
+    o.profile = j.at("profile"), a.no_overlap = j.at("no_overlap");
   } catch (const nlohmann::json::exception& e) {
     return InvalidArgument(std::string(kTrainJobEnv) + ": " + e.what());
   }
@@ -118,7 +122,9 @@ int run_rank(TrainArgs a, const train::ProgressFn& progress) {
   if (a.options.threads == 0) a.options.threads = 1;  // one core a rank unless asked
   auto cl = cluster::join_cluster(*opts, Deadline::after(std::chrono::seconds(60)));
   if (!cl.ok()) return rfail("could not join: " + cl.status().to_string());
-  auto group = train::ClusterGradGroup::create(**cl);
+  train::DpOptions dp;
+  dp.overlap = !a.no_overlap;
+  auto group = train::ClusterGradGroup::create(**cl, dp);
   if (!group.ok()) return rfail(group.status().to_string());
   train::ClusterGradGroup& g = **group;
   g.set_before_step([&](uint64_t step) {

@@ -31,6 +31,122 @@ Status ClusterGradGroup::all_reduce_sum(std::span<float> data) {
   return Status::Ok();
 }
 
+std::vector<Bucket> plan_buckets(std::span<const std::pair<size_t, size_t>> units, size_t bucket_floats) {
+  bucket_floats = std::max<size_t>(1, bucket_floats);
+  std::vector<Bucket> out;
+  bool open = false;
+  Bucket cur;
+  auto flush = [&] {
+    if (!open) return;
+    for (size_t at = cur.lo; at < cur.hi; at += bucket_floats)
+      out.push_back({at, std::min(cur.hi, at + bucket_floats), cur.unit});
+    open = false;
+  };
+  for (size_t k = 0; k < units.size(); ++k) {
+    const auto [lo, hi] = units[k];
+    if (hi <= lo) continue;
+    const bool below = open && hi == cur.lo, above = open && lo == cur.hi;
+    if ((below || above) && cur.hi - cur.lo + (hi - lo) <= bucket_floats) {
+      cur = {below ? lo : cur.lo, below ? cur.hi : hi, k};
+      continue;
+    }
+    flush();
+    cur = {lo, hi, k};
+    open = true;
+  }
+  flush();
+  return out;
+}
+
+ClusterGradGroup::~ClusterGradGroup() {
+  if (!comm_thread_.joinable()) return;
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  comm_thread_.join();
+}
+
+Status ClusterGradGroup::reduce_bucket(const Bucket& b) {
+  coll::CollOptions co;
+  co.timeout = options_.coll_timeout;
+  float* p = pending_.data() + b.lo;
+  Status st = coll::all_reduce(*comm_, p, p, b.hi - b.lo, coll::DType::kF32, coll::ReduceOp::kSum, co);
+  if (st.ok()) return st;
+  if (engine::parallel::recoverable(st)) return Status(ErrorCode::kPeerLost, st.to_string());
+  return st;
+}
+
+void ClusterGradGroup::reduce_begin(std::span<float> data, std::span<const std::pair<size_t, size_t>> units) {
+  pending_ = data;
+  if (units_.size() != units.size() || !std::equal(units.begin(), units.end(), units_.begin())) {
+    units_.assign(units.begin(), units.end());
+    buckets_ = plan_buckets(units_, options_.bucket_floats);
+  }
+  std::lock_guard lock(mu_);
+  queued_ = finished_ = 0;
+  step_status_ = Status::Ok();
+  stepping_ = true;
+}
+
+void ClusterGradGroup::issue_through(size_t unit) {
+  if (world_size() == 1 || !options_.overlap) return;
+  {
+    std::lock_guard lock(mu_);
+    const size_t before = queued_;
+    while (queued_ < buckets_.size() && buckets_[queued_].unit <= unit) ++queued_;
+    if (queued_ == before) return;
+  }
+  if (!comm_thread_.joinable()) comm_thread_ = std::thread([this] { comm_loop(); });
+  cv_.notify_all();
+}
+
+void ClusterGradGroup::unit_ready(size_t unit) { issue_through(unit); }
+
+void ClusterGradGroup::comm_loop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || finished_ < queued_; });
+    if (stop_) return;
+    const Bucket b = buckets_[finished_];
+    const bool failed = !step_status_.ok();  // the communicator is sticky-failed: skip the rest
+    lock.unlock();
+    Status st = failed ? Status::Ok() : reduce_bucket(b);
+    lock.lock();
+    if (!st.ok() && step_status_.ok()) step_status_ = st;
+    ++finished_;
+    cv_.notify_all();
+  }
+}
+
+Status ClusterGradGroup::reduce_end() {
+  if (world_size() == 1) return Status::Ok();
+  if (!options_.overlap) {
+    for (const Bucket& b : buckets_) LATTICE_RETURN_IF_ERROR(reduce_bucket(b));
+    return Status::Ok();
+  }
+  issue_through(units_.size());  // units backward did not report (a rank without rows)
+  std::unique_lock lock(mu_);
+  // Bounded: each bucket's all-reduce gives up at its deadline (coll_timeout).
+  cv_.wait(lock, [&] { return finished_ == buckets_.size(); });
+  stepping_ = false;
+  return step_status_;
+}
+
+Status ClusterGradGroup::barrier() {
+  if (world_size() == 1) return Unavailable("one rank");
+  {
+    std::lock_guard lock(mu_);
+    if (stepping_ && queued_ > 0 && options_.overlap) return Unavailable("a reduction is in flight");
+  }
+  coll::CollOptions co;
+  co.timeout = options_.coll_timeout;
+  Status st = coll::barrier(*comm_, co);
+  if (!st.ok() && engine::parallel::recoverable(st)) return Status(ErrorCode::kPeerLost, st.to_string());
+  return st;
+}
+
 Status ClusterGradGroup::recover() {
   const engine::parallel::Progress none;
   LATTICE_ASSIGN_OR_RETURN(auto shrunk,

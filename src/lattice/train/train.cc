@@ -82,6 +82,12 @@ Status check_options(const TrainOptions& o) {
   return Status::Ok();
 }
 
+double median(std::vector<double>& v, double none) {
+  if (v.empty()) return none;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
 }  // namespace
 
 Result<TrainReport> train(const TrainOptions& in, GradGroup& group, const ProgressFn& progress) {
@@ -128,8 +134,11 @@ Result<TrainReport> train(const TrainOptions& in, GradGroup& group, const Progre
   } else {
     init_params(o.model, o.seed, params);
   }
-  std::vector<float> buf(n + 1);  // gradients, then the loss sum: one all-reduce a step
+  std::vector<float> buf(n + 1);  // gradients, then the loss sum: one reduction a step
   const std::span<float> grads(buf.data(), n);
+  std::vector<std::pair<size_t, size_t>> units = model.grad_units();
+  for (auto& u : units)
+    if (u.second == n) u.second = n + 1;  // the loss sum goes with the last layer (known before backward)
   std::vector<int32_t> inputs, targets;
   const double global_tokens = double(o.batch) * o.seq;
 
@@ -155,6 +164,8 @@ Result<TrainReport> train(const TrainOptions& in, GradGroup& group, const Progre
   uint64_t done = 0;
   double last_val = -1;
   std::vector<double> step_ms;
+  std::vector<double> phases[4];  // compute, wait, reduce, update
+  auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
   for (uint64_t step = start; step < o.steps; ++step) {
     if (o.stop_after && step - start >= o.stop_after) break;
     LATTICE_RETURN_IF_ERROR(group.before_step(step));
@@ -164,13 +175,25 @@ Result<TrainReport> train(const TrainOptions& in, GradGroup& group, const Progre
       const int world = group.world_size(), rank = group.rank();
       const size_t r0 = size_t(o.batch) * rank / world, r1 = size_t(o.batch) * (rank + 1) / world;
       std::fill(buf.begin(), buf.end(), 0.0f);
+      group.reduce_begin(buf, units);
+      const auto t_c = Clock::now();
       if (r1 > r0) {
         draw_batch(split.train, o.seed, step, r0, r1, o.seq, inputs, targets);
-        buf[n] = static_cast<float>(model.forward_backward(params, grads, inputs, targets, r1 - r0, o.seq,
-                                                           static_cast<float>(1.0 / global_tokens), pool));
+        const GradHooks hooks{[&](double loss_sum) { buf[n] = static_cast<float>(loss_sum); },
+                              [&](size_t unit) { group.unit_ready(unit); }};
+        model.forward_backward(params, grads, inputs, targets, r1 - r0, o.seq, static_cast<float>(1.0 / global_tokens),
+                               pool, hooks);
       }
-      Status st = group.all_reduce_sum(buf);
-      if (st.ok()) break;
+      const auto t_w = Clock::now();
+      const bool waited = o.profile && group.barrier().ok();
+      const auto t_r = Clock::now();
+      Status st = group.reduce_end();
+      if (st.ok()) {
+        phases[0].push_back(ms(t_w - t_c));
+        if (waited) phases[1].push_back(ms(t_r - t_w));
+        phases[2].push_back(ms(Clock::now() - t_r));
+        break;
+      }
       if (st.code() != ErrorCode::kPeerLost) return st.with_context("step " + std::to_string(step));
       // Redo the step on the survivors: the same global batch, its rows split anew.
       const auto t_rec = Clock::now();
@@ -187,7 +210,9 @@ Result<TrainReport> train(const TrainOptions& in, GradGroup& group, const Progre
       }
     }
     if (skipped) continue;
+    const auto t_u = Clock::now();
     const AdamW::StepInfo info = opt.step(params, grads, step, pool);
+    phases[3].push_back(ms(Clock::now() - t_u));
     step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t_step).count());
     StepRecord rec{step, buf[n] / global_tokens, -1, info.lr};
     const bool last = step + 1 == o.steps;
@@ -209,10 +234,8 @@ Result<TrainReport> train(const TrainOptions& in, GradGroup& group, const Progre
   report.val_loss = last_val >= 0 ? last_val : validate();
   report.samples_per_s = report.seconds > 0 ? done * double(o.batch) / report.seconds : 0;
   report.tokens_per_s = report.samples_per_s * o.seq;
-  if (!step_ms.empty()) {
-    std::nth_element(step_ms.begin(), step_ms.begin() + step_ms.size() / 2, step_ms.end());
-    report.step_ms_median = step_ms[step_ms.size() / 2];
-  }
+  report.step_ms_median = median(step_ms, 0);
+  report.phase_ms = {median(phases[0], 0), median(phases[1], -1), median(phases[2], 0), median(phases[3], 0)};
   if (o.stop_after && report.steps < o.steps) return report;  // "killed": nothing more is written
   LATTICE_RETURN_IF_ERROR(save(report.steps));
   if (group.rank() == 0) {
