@@ -150,6 +150,68 @@ TEST_F(DpFixture, TwoRanksMatchOneRankAndHoldIdenticalWeightsEveryStep) {
   RecordProperty("relative_difference", std::to_string(rel));
 }
 
+TEST(PlanBuckets, CoverTheBufferOnceInBackwardsOrderMergingAdjacentUnits) {
+  // As Model::grad_units() lays them out: head, layers from the top down, then the embedding.
+  const std::vector<std::pair<size_t, size_t>> units = {{100, 250}, {400, 501}, {300, 400}, {250, 300}, {0, 100}};
+  const auto b = plan_buckets(units, 120);
+  std::vector<int> seen(501, 0);
+  size_t last_unit = 0;
+  for (const Bucket& x : b) {
+    EXPECT_LE(x.hi - x.lo, 120u);
+    EXPECT_GE(x.unit, last_unit);  // issued in backward's order
+    last_unit = x.unit;
+    for (size_t i = x.lo; i < x.hi; ++i) ++seen[i];
+  }
+  for (int c : seen) EXPECT_EQ(c, 1);
+  // The head (150 floats) is split in two; adjacent layers stay apart when together they pass
+  // 120 floats.
+  ASSERT_EQ(b.size(), 6u);
+  EXPECT_EQ(b[0].lo, 100u);
+  EXPECT_EQ(b[0].hi, 220u);
+  EXPECT_EQ(b[1].hi, 250u);
+  EXPECT_EQ(b[2].unit, 1u);
+  EXPECT_EQ(b.back().unit, 4u);
+  const auto merged = plan_buckets(units, 1000);  // the three layers merge: [250, 501)
+  ASSERT_EQ(merged.size(), 3u);
+  EXPECT_EQ(merged[1].lo, 250u);
+  EXPECT_EQ(merged[1].hi, 501u);
+  EXPECT_EQ(merged[1].unit, 3u);
+}
+
+// The all-reduce overlapped with backward gives the same bits as the one after it: 3 ranks
+// (where the order of a sum matters), small buckets (many of them, units split), every rank's
+// weights after every step compared between the two runs.
+TEST_F(DpFixture, OverlappedReductionIsBitIdenticalToTheOneAfterBackward) {
+  auto run = [&](bool overlap) {
+    Ranks t = join(3);
+    std::vector<std::vector<uint64_t>> hashes(3);
+    if (t.ranks.size() != 3u) return hashes;
+    std::mutex mu;
+    std::vector<std::future<Status>> f;
+    for (int r = 0; r < 3; ++r)
+      f.push_back(std::async(std::launch::async, [&, r]() -> Status {
+        LATTICE_ASSIGN_OR_RETURN(auto g, ClusterGradGroup::create(*t.ranks[r], {.bucket_floats = 3000, .overlap = overlap}));
+        TrainOptions o = small();
+        o.batch = 7;  // uneven shares
+        o.on_step = [&, r](uint64_t, std::span<const float> p) {
+          std::lock_guard lock(mu);
+          hashes[r].push_back(fnv(p));
+        };
+        return train(o, *g).status();
+      }));
+    for (auto& x : f) {
+      Status s = x.get();
+      EXPECT_TRUE(s.ok()) << s.to_string();
+    }
+    return hashes;
+  };
+  const auto a = run(true), b = run(false);
+  ASSERT_EQ(a[0].size(), 10u);
+  EXPECT_EQ(a[0], a[1]);
+  EXPECT_EQ(a[0], a[2]);
+  EXPECT_EQ(a, b);
+}
+
 // A rank leaves at step 4 (as a killed process would): the survivors shrink, redo step 4 on
 // the same global batch and finish; their final weights are the fault-free run's up to float
 // reassociation.

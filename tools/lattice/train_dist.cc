@@ -110,6 +110,8 @@ int run_rank(TrainArgs a, const train::ProgressFn& progress) {
   if (const char* job = std::getenv(kTrainJobEnv); job && *job) {
     if (Status s = job_from_json(job, a); !s.ok()) return fail(s.to_string());
   }
+  const train::ProgressFn none;
+  const train::ProgressFn& shown = a.quiet ? none : progress;  // the job's -q (a rank's own argv has none)
   auto opts = cluster::cluster_options_from_env();
   if (!opts.ok()) return fail(opts.status().to_string());
   const int rank0 = opts->rank;
@@ -139,7 +141,7 @@ int run_rank(TrainArgs a, const train::ProgressFn& progress) {
   });
   // Only the current rank 0 reports (ranks renumber after a loss).
   train::ProgressFn on_progress;
-  if (progress) on_progress = [&](const train::Progress& p) { if (g.rank() == 0) progress(p); };
+  if (shown) on_progress = [&](const train::Progress& p) { if (g.rank() == 0) shown(p); };
   auto r = train::train(a.options, g, on_progress);
   if (!r.ok()) return rfail(r.status().to_string());
   if (g.rank() != 0) return 0;

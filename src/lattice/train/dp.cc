@@ -9,7 +9,11 @@ namespace lattice::train {
 
 Result<std::unique_ptr<ClusterGradGroup>> ClusterGradGroup::create(cluster::Cluster& cluster, DpOptions options) {
   std::unique_ptr<ClusterGradGroup> g(new ClusterGradGroup(cluster, options));
-  LATTICE_ASSIGN_OR_RETURN(g->comm_, coll::Communicator::create(cluster));
+  coll::CommOptions co;
+  // The communication thread shares the rank's cores with backward: while it waits for a
+  // peer's bucket it gives the core away at every empty poll instead of spinning on it.
+  if (options.overlap) co.spin_before_yield = 1;
+  LATTICE_ASSIGN_OR_RETURN(g->comm_, coll::Communicator::create(cluster, co));
   for (int r = 0; r < cluster.world_size(); ++r) g->members_.push_back(r);
   return g;
 }
