@@ -23,7 +23,11 @@ nlohmann::json report_json(const train::TrainReport& r, const train::TrainOption
   for (const auto& ev : r.recoveries)
     rec.push_back({{"step", ev.step}, {"world_before", ev.world_before}, {"world_after", ev.world_after},
                    {"reason", ev.reason}, {"recover_ms", ev.recover_ms}});
-  return {{"steps", r.steps},         {"final_loss", r.final_loss},     {"val_loss", r.val_loss},
+  nlohmann::json joins = nlohmann::json::array();
+  for (const auto& j : r.joins)
+    joins.push_back({{"step", j.step}, {"world_before", j.world_before}, {"world_after", j.world_after},
+                     {"join_ms", j.join_ms}});
+  return {{"joins", joins}, {"start_step", r.start_step}, {"steps", r.steps},         {"final_loss", r.final_loss},     {"val_loss", r.val_loss},
           {"samples_per_s", r.samples_per_s}, {"tokens_per_s", r.tokens_per_s}, {"seconds", r.seconds}, {"step_ms_median", r.step_ms_median},
           {"n_params", r.n_params},   {"world_size", world},            {"recoveries", rec},
           {"output", o.out},          {"checkpoint", o.checkpoint},
@@ -122,10 +126,14 @@ int run_rank(TrainArgs a, const train::ProgressFn& progress) {
   int fault_rank = -1, fault_step = -1, fault_sig = SIGKILL;
   (void)parse_inject_fault(a.inject_fault, &fault_rank, &fault_step, &fault_sig);
   if (a.options.threads == 0) a.options.threads = 1;  // one core a rank unless asked
-  auto cl = cluster::join_cluster(*opts, Deadline::after(std::chrono::seconds(60)));
+  auto joins = train::ClusterGradGroup::watch_joins(*opts);
+  // A node joining a running job enters at the members' next step boundary once it asks.
+  auto cl = cluster::join_cluster(*opts, Deadline::after(std::chrono::seconds(opts->rejoin ? 300 : 60)));
   if (!cl.ok()) return rfail("could not join: " + cl.status().to_string());
   train::DpOptions dp;
   dp.overlap = !a.no_overlap;
+  dp.joins = joins;
+  dp.joining = opts->rejoin;
   auto group = train::ClusterGradGroup::create(**cl, dp);
   if (!group.ok()) return rfail(group.status().to_string());
   train::ClusterGradGroup& g = **group;

@@ -151,11 +151,49 @@ Status ClusterGradGroup::barrier() {
   return st;
 }
 
-Status ClusterGradGroup::recover() {
-  const engine::parallel::Progress none;
-  LATTICE_ASSIGN_OR_RETURN(auto shrunk,
-                           engine::parallel::shrink_and_agree(*cluster_, members_, none, options_.recovery_timeout));
-  members_ = shrunk.members;
+Status ClusterGradGroup::next_epoch() {
+  // Fencing (engine/parallel/recovery.h): one bounded attempt; a rank that cannot rejoin stops.
+  if (Status st = cluster_->shrink(Deadline::after(options_.recovery_timeout)); !st.ok())
+    return Status(ErrorCode::kPeerLost, "fenced: could not rejoin the others within " +
+                                            std::to_string(options_.recovery_timeout.count()) + " ms: " + st.to_string());
+  members_ = cluster_->origins();
+  return Status::Ok();
+}
+
+// A loss and a join both end in next_epoch() then sync_state(): a node waiting to join enters
+// at whichever comes first and runs sync_state() as its first call either way.
+Status ClusterGradGroup::recover() { return next_epoch(); }
+
+Status ClusterGradGroup::grow(uint64_t next_step, std::span<float> params, std::span<float> m, std::span<float> v) {
+  const int before = world_size();
+  LATTICE_RETURN_IF_ERROR(next_epoch());
+  if (options_.joins) {
+    const int admitted = std::max(0, world_size() - before);
+    int seen = options_.joins->load();
+    while (!options_.joins->compare_exchange_weak(seen, std::max(0, seen - std::max(admitted, 1)))) {
+    }
+  }
+  uint64_t next = next_step;
+  return sync_state(next, params, m, v);
+}
+
+std::shared_ptr<std::atomic<int>> ClusterGradGroup::watch_joins(cluster::ClusterOptions& options) {
+  auto joins = std::make_shared<std::atomic<int>>(0);
+  options.on_event = [joins, chained = std::move(options.on_event)](const cluster::MembershipEvent& e) {
+    if (e.kind == cluster::EventKind::kJoinRequest) joins->fetch_add(1);
+    if (chained) chained(e);
+  };
+  return joins;
+}
+
+Status ClusterGradGroup::check_same(uint64_t weights_hash) {
+  if (world_size() == 1) return Status::Ok();
+  auto all = cluster_->allgather(std::to_string(weights_hash), Deadline::after(options_.coll_timeout));
+  if (!all.ok()) return Status::Ok();  // a rank gone after the last step: nothing left to compare with
+  for (size_t r = 0; r < all->size(); ++r)
+    if ((*all)[r] != (*all)[0])
+      return Internal("rank " + std::to_string(r) + " ended with other weights than rank 0 (hash " + (*all)[r] +
+                      " vs " + (*all)[0] + ")");
   return Status::Ok();
 }
 

@@ -16,10 +16,17 @@
 // without, reduce_end() runs the same buckets in the same order on the caller's thread. The
 // same collective calls on the same bits: both give bit-identical sums (tested).
 //
+// Growing: the cluster tells every member when a node asks to join (LATTICE_REJOIN=1, the same
+// job's options); each rank adds what it saw to the step's reduction, so all see the same sum
+// and, after that step's update, move to the next epoch together with the newcomers (the same
+// shrink() a loss takes). The newcomer then gets the step, the weights and the AdamW moments
+// by the broadcast of sync_state(); the data position is the step (batches are drawn by step).
+//
 // Thread safety: the rank's training thread only, like its Cluster; the communication thread
 // uses the communicator only between reduce_begin() and the end of reduce_end().
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -38,6 +45,9 @@ struct DpOptions {
   bool overlap = true;                      // all-reduce buckets while backward runs
   std::chrono::milliseconds coll_timeout{30000};
   std::chrono::milliseconds recovery_timeout{20000};
+  // Nodes asking to join, counted by the cluster's events (watch_joins()); null: never grow.
+  std::shared_ptr<std::atomic<int>> joins;
+  bool joining = false;  // this rank joined a running job (cluster::ClusterOptions::rejoin)
 };
 
 struct Bucket {
@@ -62,6 +72,14 @@ class ClusterGradGroup final : public GradGroup {
   void unit_ready(size_t unit) override;
   Status reduce_end() override;
   Status barrier() override;
+  float joiners_waiting() const override { return options_.joins ? float(options_.joins->load() > 0) : 0.0f; }
+  Status grow(uint64_t next_step, std::span<float> params, std::span<float> m, std::span<float> v) override;
+  bool joining() const override { return options_.joining; }
+  Status check_same(uint64_t weights_hash) override;
+
+  // Chains a counter of join requests into the options' event callback: call before
+  // join_cluster(), pass the counter as DpOptions::joins.
+  static std::shared_ptr<std::atomic<int>> watch_joins(cluster::ClusterOptions& options);
 
   // Called at the start of every step (fault injection: a rank that kills itself at step N).
   void set_before_step(std::function<Status(uint64_t)> hook) { hook_ = std::move(hook); }
@@ -71,6 +89,7 @@ class ClusterGradGroup final : public GradGroup {
  private:
   ClusterGradGroup(cluster::Cluster& c, DpOptions o) : cluster_(&c), options_(o) {}
   Status broadcast(std::span<float> data, int root);
+  Status next_epoch();  // shrink(): the survivors plus the nodes waiting to join
   Status reduce_bucket(const Bucket& b);
   void issue_through(size_t unit);  // queues every bucket whose last unit is <= unit
   void comm_loop();

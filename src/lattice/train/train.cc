@@ -82,6 +82,17 @@ Status check_options(const TrainOptions& o) {
   return Status::Ok();
 }
 
+}  // namespace
+
+uint64_t hash_floats(std::span<const float> v) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto* b = reinterpret_cast<const unsigned char*>(v.data());
+  for (size_t i = 0; i < v.size_bytes(); ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
+namespace {
+
 double median(std::vector<double>& v, double none) {
   if (v.empty()) return none;
   std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
@@ -134,11 +145,21 @@ Result<TrainReport> train(const TrainOptions& in, GradGroup& group, const Progre
   } else {
     init_params(o.model, o.seed, params);
   }
-  std::vector<float> buf(n + 1);  // gradients, then the loss sum: one reduction a step
+  // Gradients, the loss sum and the count of nodes waiting to join: one reduction a step.
+  std::vector<float> buf(n + 2);
   const std::span<float> grads(buf.data(), n);
   std::vector<std::pair<size_t, size_t>> units = model.grad_units();
   for (auto& u : units)
-    if (u.second == n) u.second = n + 1;  // the loss sum goes with the last layer (known before backward)
+    if (u.second == n) u.second = n + 2;  // the two sums go with the last layer (known before backward)
+  if (group.joining()) {  // a node joining a running job: the members' step, weights and moments
+    const auto t_join = Clock::now();
+    uint64_t next = start;
+    LATTICE_RETURN_IF_ERROR(group.sync_state(next, params, opt.m(), opt.v()).with_context("joining the job"));
+    start = next;
+    report.joins.push_back({start, 0, group.world_size(),
+                            std::chrono::duration<double, std::milli>(Clock::now() - t_join).count()});
+  }
+  report.start_step = start;
   std::vector<int32_t> inputs, targets;
   const double global_tokens = double(o.batch) * o.seq;
 
@@ -175,6 +196,7 @@ Result<TrainReport> train(const TrainOptions& in, GradGroup& group, const Progre
       const int world = group.world_size(), rank = group.rank();
       const size_t r0 = size_t(o.batch) * rank / world, r1 = size_t(o.batch) * (rank + 1) / world;
       std::fill(buf.begin(), buf.end(), 0.0f);
+      buf[n + 1] = group.joiners_waiting();
       group.reduce_begin(buf, units);
       const auto t_c = Clock::now();
       if (r1 > r0) {
@@ -220,6 +242,13 @@ Result<TrainReport> train(const TrainOptions& in, GradGroup& group, const Progre
     report.history.push_back(rec);
     ++done;
     if (o.on_step) o.on_step(step, params);
+    if (buf[n + 1] > 0 && !last) {  // every rank saw the same sum: all grow after this step
+      const auto t_join = Clock::now();
+      const int before = group.world_size();
+      LATTICE_RETURN_IF_ERROR(group.grow(step + 1, params, opt.m(), opt.v()).with_context("admitting a node"));
+      report.joins.push_back({step + 1, before, group.world_size(),
+                              std::chrono::duration<double, std::milli>(Clock::now() - t_join).count()});
+    }
     if (o.checkpoint_every && (step + 1) % o.checkpoint_every == 0 && !last)
       LATTICE_RETURN_IF_ERROR(save(step + 1));
     if (progress) {
@@ -237,6 +266,7 @@ Result<TrainReport> train(const TrainOptions& in, GradGroup& group, const Progre
   report.step_ms_median = median(step_ms, 0);
   report.phase_ms = {median(phases[0], 0), median(phases[1], -1), median(phases[2], 0), median(phases[3], 0)};
   if (o.stop_after && report.steps < o.steps) return report;  // "killed": nothing more is written
+  LATTICE_RETURN_IF_ERROR(group.check_same(hash_floats(params)));
   LATTICE_RETURN_IF_ERROR(save(report.steps));
   if (group.rank() == 0) {
     if (!o.out.empty()) LATTICE_RETURN_IF_ERROR(write_gguf(o.out, o.model, params, vocab, o.seq));

@@ -50,6 +50,18 @@ class GradGroup {
   // Profiling (TrainOptions::profile): returns once every rank entered it, between backward and
   // reduce_end(); kUnavailable where the group cannot (solo; a reduction in flight).
   virtual Status barrier() { return Unavailable("no barrier"); }
+  // Growing at a step boundary. joiners_waiting(): how many nodes this rank saw asking to join
+  // (summed over the ranks with the step's gradients, so every rank decides alike). grow():
+  // every member calls it after the same step's update; the waiting nodes enter (the world
+  // grows) and receive next_step, the weights and the optimizer moments (as sync_state). A
+  // joining rank (joining() true) calls sync_state() before its first step instead.
+  virtual float joiners_waiting() const { return 0; }
+  virtual Status grow(uint64_t next_step, std::span<float> params, std::span<float> m, std::span<float> v) {
+    return Unavailable("this group cannot grow");
+  }
+  virtual bool joining() const { return false; }
+  // At the end: kInternal unless every rank holds weights with this hash (FNV-1a of the bits).
+  virtual Status check_same(uint64_t weights_hash) { return Status::Ok(); }
   // Called at the start of every step; an error ends this rank's training with it (a fault
   // injected at a chosen step: tests, --inject-fault).
   virtual Status before_step(uint64_t step) { return Status::Ok(); }
@@ -105,6 +117,12 @@ struct Recovery {
   double recover_ms = 0;  // from the failed all-reduce to the survivors agreeing
 };
 
+struct Join {
+  uint64_t step = 0;  // the first step with the grown world
+  int world_before = 0, world_after = 0;
+  double join_ms = 0;  // the shrink into the new epoch and the state broadcast
+};
+
 struct TrainReport {
   uint64_t steps = 0;
   double final_loss = 0, val_loss = 0;
@@ -120,7 +138,12 @@ struct TrainReport {
   size_t n_params = 0;
   std::vector<StepRecord> history;
   std::vector<Recovery> recoveries;
+  std::vector<Join> joins;
+  uint64_t start_step = 0;  // resumed or joined at
 };
+
+// FNV-1a over the bits of `v` (the weights every rank must agree on).
+uint64_t hash_floats(std::span<const float> v);
 
 struct Progress {
   uint64_t step = 0, steps = 0;
