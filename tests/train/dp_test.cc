@@ -10,6 +10,7 @@
 #include <fstream>
 #include <future>
 #include <mutex>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -17,6 +18,7 @@
 #include "lattice/cluster/membership.h"
 #include "lattice/train/dp.h"
 #include "lattice/train/checkpoint.h"
+#include "lattice/train/data.h"
 
 namespace lattice::train {
 namespace {
@@ -210,6 +212,60 @@ TEST_F(DpFixture, OverlappedReductionIsBitIdenticalToTheOneAfterBackward) {
   EXPECT_EQ(a[0], a[1]);
   EXPECT_EQ(a[0], a[2]);
   EXPECT_EQ(a, b);
+}
+
+TEST(RowStarts, EvenOrBySpeedAndAlwaysTheWholeBatch) {
+  EXPECT_EQ(row_starts(7, 3, {}), (std::vector<size_t>{0, 2, 4, 7}));
+  EXPECT_EQ(row_starts(7, 3, {1.0f, 0.0f, 1.0f}), (std::vector<size_t>{0, 2, 4, 7}));  // one unmeasured: even
+  EXPECT_EQ(row_starts(16, 2, {300.0f, 100.0f}), (std::vector<size_t>{0, 12, 16}));
+  EXPECT_EQ(row_starts(4, 2, {1000.0f, 1.0f}), (std::vector<size_t>{0, 3, 4}));  // at least a row each
+  EXPECT_EQ(row_starts(1, 2, {1.0f, 1.0f}).back(), 1u);
+}
+
+// --balance: a rank that is slower (here it sleeps at the start of every step) gets fewer rows
+// of the global batch, and the weights are still one rank's on the same batches up to float
+// reassociation.
+TEST_F(DpFixture, BalancedSharesGiveTheSlowerRankFewerRowsAndTheSameTraining) {
+  SoloGroup solo;
+  TrainOptions one = small();
+  one.batch = 12;
+  one.checkpoint = (dir_ / "one.ckpt").string();
+  ASSERT_TRUE(train(one, solo).ok());
+  Ranks t = join(2);
+  ASSERT_EQ(t.ranks.size(), 2u);
+  std::vector<std::future<Result<TrainReport>>> f;
+  for (int r = 0; r < 2; ++r)
+    f.push_back(std::async(std::launch::async, [&, r]() -> Result<TrainReport> {
+      LATTICE_ASSIGN_OR_RETURN(auto g, ClusterGradGroup::create(*t.ranks[r]));
+      g->set_before_step([r](uint64_t) {
+        if (r == 1) std::this_thread::sleep_for(40ms);
+        return Status::Ok();
+      });
+      TrainOptions o = small();
+      o.batch = 12;
+      o.balance = true;
+      o.checkpoint = (dir_ / "dp.ckpt").string();
+      return train(o, *g);
+    }));
+  std::vector<TrainReport> reports;
+  for (auto& x : f) {
+    auto res = x.get();
+    ASSERT_TRUE(res.ok()) << res.status().to_string();
+    reports.push_back(std::move(*res));
+  }
+  ASSERT_EQ(reports[0].rows_by_rank.size(), 2u);
+  EXPECT_EQ(reports[0].rows_by_rank, reports[1].rows_by_rank);
+  EXPECT_GT(reports[0].rows_by_rank[0], reports[0].rows_by_rank[1]);
+  EXPECT_EQ(reports[0].rows_by_rank[0] + reports[0].rows_by_rank[1], 12u);
+  auto a = read_checkpoint(one.checkpoint);
+  auto b = read_checkpoint((dir_ / "dp.ckpt").string());
+  ASSERT_TRUE(a.ok() && b.ok());
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a->params.size(); ++i) {
+    diff += double(a->params[i] - b->params[i]) * (a->params[i] - b->params[i]);
+    norm += double(a->params[i]) * a->params[i];
+  }
+  EXPECT_LE(std::sqrt(diff / norm), 1e-4);
 }
 
 // A rank leaves at step 4 (as a killed process would): the survivors shrink, redo step 4 on

@@ -27,7 +27,7 @@ nlohmann::json report_json(const train::TrainReport& r, const train::TrainOption
   for (const auto& j : r.joins)
     joins.push_back({{"step", j.step}, {"world_before", j.world_before}, {"world_after", j.world_after},
                      {"join_ms", j.join_ms}});
-  return {{"joins", joins}, {"start_step", r.start_step}, {"steps", r.steps},         {"final_loss", r.final_loss},     {"val_loss", r.val_loss},
+  return {{"joins", joins}, {"rows_by_rank", r.rows_by_rank}, {"start_step", r.start_step}, {"steps", r.steps},         {"final_loss", r.final_loss},     {"val_loss", r.val_loss},
           {"samples_per_s", r.samples_per_s}, {"tokens_per_s", r.tokens_per_s}, {"seconds", r.seconds}, {"step_ms_median", r.step_ms_median},
           {"n_params", r.n_params},   {"world_size", world},            {"recoveries", rec},
           {"output", o.out},          {"checkpoint", o.checkpoint},
@@ -61,7 +61,7 @@ nlohmann::json job_to_json(const TrainArgs& a) {
           {"val_windows", o.val_windows}, {"out", o.out}, {"checkpoint", o.checkpoint},
           {"checkpoint_every", o.checkpoint_every}, {"resume", o.resume}, {"loss_csv", o.loss_csv},
           {"loss_svg", o.loss_svg}, {"inject_fault", a.inject_fault}, {"json", a.json}, {"quiet", a.quiet},
-          {"profile", o.profile}, {"no_overlap", a.no_overlap}};
+          {"profile", o.profile}, {"no_overlap", a.no_overlap}, {"balance", o.balance}};
 }
 
 Status job_from_json(const std::string& text, TrainArgs& a) {
@@ -77,7 +77,7 @@ Status job_from_json(const std::string& text, TrainArgs& a) {
     o.out = j.at("out"), o.checkpoint = j.at("checkpoint"), o.checkpoint_every = j.at("checkpoint_every");
     o.resume = j.at("resume"), o.loss_csv = j.at("loss_csv"), o.loss_svg = j.at("loss_svg");
     a.inject_fault = j.at("inject_fault"), a.json = j.at("json"), a.quiet = j.at("quiet");
-    o.profile = j.at("profile"), a.no_overlap = j.at("no_overlap");
+    o.profile = j.at("profile"), a.no_overlap = j.at("no_overlap"), o.balance = j.at("balance");
   } catch (const nlohmann::json::exception& e) {
     return InvalidArgument(std::string(kTrainJobEnv) + ": " + e.what());
   }

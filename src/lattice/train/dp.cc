@@ -174,7 +174,7 @@ Status ClusterGradGroup::grow(uint64_t next_step, std::span<float> params, std::
     }
   }
   uint64_t next = next_step;
-  return sync_state(next, params, m, v);
+  return sync_within(options_.join_timeout, next, params, m, v);
 }
 
 std::shared_ptr<std::atomic<int>> ClusterGradGroup::watch_joins(cluster::ClusterOptions& options) {
@@ -210,7 +210,15 @@ Status ClusterGradGroup::broadcast(std::span<float> data, int root) {
 
 Status ClusterGradGroup::sync_state(uint64_t& next_step, std::span<float> params, std::span<float> m,
                                     std::span<float> v) {
-  auto all = cluster_->allgather(std::to_string(next_step), Deadline::after(options_.recovery_timeout));
+  // A joiner's first call meets the members' call in grow().
+  return sync_within(options_.joining && !joined_ ? options_.join_timeout : options_.recovery_timeout, next_step,
+                     params, m, v);
+}
+
+Status ClusterGradGroup::sync_within(std::chrono::milliseconds timeout, uint64_t& next_step, std::span<float> params,
+                                     std::span<float> m, std::span<float> v) {
+  joined_ = true;
+  auto all = cluster_->allgather(std::to_string(next_step), Deadline::after(timeout));
   if (!all.ok()) return all.status().with_context("agreeing on the step after a recovery");
   uint64_t best = 0;
   int root = -1;

@@ -45,6 +45,8 @@ struct DpOptions {
   bool overlap = true;                      // all-reduce buckets while backward runs
   std::chrono::milliseconds coll_timeout{30000};
   std::chrono::milliseconds recovery_timeout{20000};
+  // Members wait this long after a grow for the newcomer to prepare (tokenize its corpus).
+  std::chrono::milliseconds join_timeout{180000};
   // Nodes asking to join, counted by the cluster's events (watch_joins()); null: never grow.
   std::shared_ptr<std::atomic<int>> joins;
   bool joining = false;  // this rank joined a running job (cluster::ClusterOptions::rejoin)
@@ -89,7 +91,9 @@ class ClusterGradGroup final : public GradGroup {
  private:
   ClusterGradGroup(cluster::Cluster& c, DpOptions o) : cluster_(&c), options_(o) {}
   Status broadcast(std::span<float> data, int root);
-  Status next_epoch();  // shrink(): the survivors plus the nodes waiting to join
+  Status next_epoch();
+  Status sync_within(std::chrono::milliseconds timeout, uint64_t& next_step, std::span<float> params,
+                     std::span<float> m, std::span<float> v);  // shrink(): the survivors plus the nodes waiting to join
   Status reduce_bucket(const Bucket& b);
   void issue_through(size_t unit);  // queues every bucket whose last unit is <= unit
   void comm_loop();
@@ -106,6 +110,7 @@ class ClusterGradGroup final : public GradGroup {
   size_t queued_ = 0, finished_ = 0;
   Status step_status_;
   bool stepping_ = false, stop_ = false;
+  bool joined_ = false;  // a joiner's first sync_state() is behind it
   std::mutex mu_;
   std::condition_variable cv_;
   std::thread comm_thread_;  // started with the first overlapped step

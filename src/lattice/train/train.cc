@@ -145,12 +145,15 @@ Result<TrainReport> train(const TrainOptions& in, GradGroup& group, const Progre
   } else {
     init_params(o.model, o.seed, params);
   }
-  // Gradients, the loss sum and the count of nodes waiting to join: one reduction a step.
-  std::vector<float> buf(n + 2);
+  // Gradients, the loss sum, the count of nodes waiting to join and each rank's speed (rows a
+  // second; --balance): one reduction a step.
+  constexpr size_t kSpeedSlots = 64;
+  std::vector<float> buf(n + 2 + kSpeedSlots);
+  std::vector<float> speed;  // by rank, smoothed; the same bits on every rank
   const std::span<float> grads(buf.data(), n);
   std::vector<std::pair<size_t, size_t>> units = model.grad_units();
   for (auto& u : units)
-    if (u.second == n) u.second = n + 2;  // the two sums go with the last layer (known before backward)
+    if (u.second == n) u.second = buf.size();  // the sums go with the last layer (known before backward)
   if (group.joining()) {  // a node joining a running job: the members' step, weights and moments
     const auto t_join = Clock::now();
     uint64_t next = start;
@@ -185,6 +188,7 @@ Result<TrainReport> train(const TrainOptions& in, GradGroup& group, const Progre
   uint64_t done = 0;
   double last_val = -1;
   std::vector<double> step_ms;
+  std::vector<size_t> last_starts;
   std::vector<double> phases[4];  // compute, wait, reduce, update
   auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
   for (uint64_t step = start; step < o.steps; ++step) {
@@ -194,7 +198,10 @@ Result<TrainReport> train(const TrainOptions& in, GradGroup& group, const Progre
     bool skipped = false;  // a peer completed this step before a loss: its state was taken
     for (;;) {
       const int world = group.world_size(), rank = group.rank();
-      const size_t r0 = size_t(o.batch) * rank / world, r1 = size_t(o.batch) * (rank + 1) / world;
+      const bool balance = o.balance && world > 1 && size_t(world) <= kSpeedSlots;
+      if (speed.size() != size_t(world)) speed.assign(world, 0.0f);  // a new world: even shares until measured
+      const std::vector<size_t> starts = row_starts(o.batch, world, balance ? speed : std::vector<float>{});
+      const size_t r0 = starts[rank], r1 = starts[rank + 1];
       std::fill(buf.begin(), buf.end(), 0.0f);
       buf[n + 1] = group.joiners_waiting();
       group.reduce_begin(buf, units);
@@ -207,10 +214,13 @@ Result<TrainReport> train(const TrainOptions& in, GradGroup& group, const Progre
                                pool, hooks);
       }
       const auto t_w = Clock::now();
+      // This rank's speed: rows over the time from the step's start to its contribution.
+      if (balance && r1 > r0) buf[n + 2 + rank] = float((r1 - r0) / std::max(1e-6, ms(t_w - t_step) / 1000.0));
       const bool waited = o.profile && group.barrier().ok();
       const auto t_r = Clock::now();
       Status st = group.reduce_end();
       if (st.ok()) {
+        last_starts = starts;
         phases[0].push_back(ms(t_w - t_c));
         if (waited) phases[1].push_back(ms(t_r - t_w));
         phases[2].push_back(ms(Clock::now() - t_r));
@@ -232,6 +242,13 @@ Result<TrainReport> train(const TrainOptions& in, GradGroup& group, const Progre
       }
     }
     if (skipped) continue;
+    if (o.balance && speed.size() == size_t(group.world_size()) && speed.size() <= kSpeedSlots) {
+      for (size_t r = 0; r < speed.size(); ++r) {
+        const float now = buf[n + 2 + r];
+        if (now > 0) speed[r] = speed[r] > 0 ? 0.5f * speed[r] + 0.5f * now : now;
+      }
+    }
+
     const auto t_u = Clock::now();
     const AdamW::StepInfo info = opt.step(params, grads, step, pool);
     phases[3].push_back(ms(Clock::now() - t_u));
@@ -263,6 +280,7 @@ Result<TrainReport> train(const TrainOptions& in, GradGroup& group, const Progre
   report.val_loss = last_val >= 0 ? last_val : validate();
   report.samples_per_s = report.seconds > 0 ? done * double(o.batch) / report.seconds : 0;
   report.tokens_per_s = report.samples_per_s * o.seq;
+  for (size_t r = 0; r + 1 < last_starts.size(); ++r) report.rows_by_rank.push_back(last_starts[r + 1] - last_starts[r]);
   report.step_ms_median = median(step_ms, 0);
   report.phase_ms = {median(phases[0], 0), median(phases[1], -1), median(phases[2], 0), median(phases[3], 0)};
   if (o.stop_after && report.steps < o.steps) return report;  // "killed": nothing more is written

@@ -97,6 +97,11 @@ struct TrainOptions {
   uint64_t checkpoint_every = 0;
   std::string resume;           // a checkpoint to continue from
   std::string loss_csv, loss_svg;
+  // Shares of the global batch by measured speed (rows a second of each rank's last steps,
+  // exchanged in the step's reduction) instead of even shares. The result still equals the
+  // one-rank run up to float reassociation, but the split depends on timing: --resume is then
+  // no longer bit for bit.
+  bool balance = false;
   bool profile = false;         // time each phase of a step (TrainReport::phase_ms); adds a barrier
   uint64_t stop_after = 0;      // > 0: stop (as if killed) once this many steps are done (tests)
   // After every step's update, with the weights (tests: identical on every rank).
@@ -139,6 +144,7 @@ struct TrainReport {
   std::vector<StepRecord> history;
   std::vector<Recovery> recoveries;
   std::vector<Join> joins;
+  std::vector<size_t> rows_by_rank;  // the last step's split of the global batch
   uint64_t start_step = 0;  // resumed or joined at
 };
 
