@@ -18,6 +18,7 @@
 #include "lattice/cluster/membership.h"
 #include "lattice/train/dp.h"
 #include "lattice/train/checkpoint.h"
+#include "train_testlib.h"
 #include "lattice/train/data.h"
 
 namespace lattice::train {
@@ -100,13 +101,6 @@ class DpFixture : public ::testing::Test {
   fs::path dir_;
 };
 
-uint64_t fnv(std::span<const float> v) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  auto* b = reinterpret_cast<const unsigned char*>(v.data());
-  for (size_t i = 0; i < v.size_bytes(); ++i) h = (h ^ b[i]) * 0x100000001b3ull;
-  return h;
-}
-
 // 2 ranks on the same global batch as 1 rank: the same weights up to float reassociation
 // (each rank sums its rows' gradients, then the ranks' sums are added). Stated tolerance: after
 // 10 AdamW steps, ||w_dp - w_1|| / ||w_1|| <= 1e-4 (measured ~1e-6), and every rank holds
@@ -129,7 +123,7 @@ TEST_F(DpFixture, TwoRanksMatchOneRankAndHoldIdenticalWeightsEveryStep) {
       o.checkpoint = (dir_ / "dp.ckpt").string();  // rank 0 writes it
       o.on_step = [&, r](uint64_t, std::span<const float> p) {
         std::lock_guard lock(mu);
-        hashes[r].push_back(fnv(p));
+        hashes[r].push_back(hash_floats(p));
       };
       return train(o, *g).status();
     }));
@@ -142,12 +136,7 @@ TEST_F(DpFixture, TwoRanksMatchOneRankAndHoldIdenticalWeightsEveryStep) {
   auto a = read_checkpoint(one.checkpoint);
   auto b = read_checkpoint((dir_ / "dp.ckpt").string());
   ASSERT_TRUE(a.ok() && b.ok());
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < a->params.size(); ++i) {
-    diff += double(a->params[i] - b->params[i]) * (a->params[i] - b->params[i]);
-    norm += double(a->params[i]) * a->params[i];
-  }
-  const double rel = std::sqrt(diff / norm);
+  const double rel = testing::relative_l2(a->params, b->params);
   EXPECT_LE(rel, 1e-4);
   RecordProperty("relative_difference", std::to_string(rel));
 }
@@ -197,7 +186,7 @@ TEST_F(DpFixture, OverlappedReductionIsBitIdenticalToTheOneAfterBackward) {
         o.batch = 7;  // uneven shares
         o.on_step = [&, r](uint64_t, std::span<const float> p) {
           std::lock_guard lock(mu);
-          hashes[r].push_back(fnv(p));
+          hashes[r].push_back(hash_floats(p));
         };
         return train(o, *g).status();
       }));
@@ -260,12 +249,7 @@ TEST_F(DpFixture, BalancedSharesGiveTheSlowerRankFewerRowsAndTheSameTraining) {
   auto a = read_checkpoint(one.checkpoint);
   auto b = read_checkpoint((dir_ / "dp.ckpt").string());
   ASSERT_TRUE(a.ok() && b.ok());
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < a->params.size(); ++i) {
-    diff += double(a->params[i] - b->params[i]) * (a->params[i] - b->params[i]);
-    norm += double(a->params[i]) * a->params[i];
-  }
-  EXPECT_LE(std::sqrt(diff / norm), 1e-4);
+  EXPECT_LE(testing::relative_l2(a->params, b->params), 1e-4);
 }
 
 // A rank leaves at step 4 (as a killed process would): the survivors shrink, redo step 4 on
@@ -314,12 +298,7 @@ TEST_F(DpFixture, FaultARankLeavesMidRunAndTheSurvivorsFinishTheSameTraining) {
   auto a = read_checkpoint(one.checkpoint);
   auto b = read_checkpoint((dir_ / "faulted.ckpt").string());
   ASSERT_TRUE(a.ok() && b.ok());
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < a->params.size(); ++i) {
-    diff += double(a->params[i] - b->params[i]) * (a->params[i] - b->params[i]);
-    norm += double(a->params[i]) * a->params[i];
-  }
-  EXPECT_LE(std::sqrt(diff / norm), 1e-4);
+  EXPECT_LE(testing::relative_l2(a->params, b->params), 1e-4);
 }
 
 nlohmann::json run_cli(const std::string& args) {

@@ -14,6 +14,7 @@
 
 #include "lattice/cluster/bootstrap.h"
 #include "lattice/train/checkpoint.h"
+#include "train_testlib.h"
 #include "lattice/train/train.h"
 #include "proc_testlib.h"
 
@@ -107,12 +108,7 @@ TEST(DpJoin, ProcessJoinsARunningTwoRankJobAndTheRunMatchesOneRank) {
   auto a = read_checkpoint(one.checkpoint);
   auto b = read_checkpoint(ckpt);
   ASSERT_TRUE(a.ok() && b.ok());
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < a->params.size(); ++i) {
-    diff += double(a->params[i] - b->params[i]) * (a->params[i] - b->params[i]);
-    norm += double(a->params[i]) * a->params[i];
-  }
-  EXPECT_LE(std::sqrt(diff / norm), 1e-4);
+  EXPECT_LE(testing::relative_l2(a->params, b->params), 1e-4);
   std::error_code ec;
   fs::remove_all(dir, ec);
 }
