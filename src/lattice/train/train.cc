@@ -193,6 +193,7 @@ Result<TrainReport> train(const TrainOptions& in, GradGroup& group, const Progre
   auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
   for (uint64_t step = start; step < o.steps; ++step) {
     if (o.stop_after && step - start >= o.stop_after) break;
+    const auto t_ready = Clock::now();  // --balance counts all a rank does for the step
     LATTICE_RETURN_IF_ERROR(group.before_step(step));
     const auto t_step = Clock::now();
     bool skipped = false;  // a peer completed this step before a loss: its state was taken
@@ -214,8 +215,8 @@ Result<TrainReport> train(const TrainOptions& in, GradGroup& group, const Progre
                                pool, hooks);
       }
       const auto t_w = Clock::now();
-      // This rank's speed: rows over the time from the step's start to its contribution.
-      if (balance && r1 > r0) buf[n + 2 + rank] = float((r1 - r0) / std::max(1e-6, ms(t_w - t_step) / 1000.0));
+      // This rank's speed: rows over the time from the step boundary to its contribution.
+      if (balance && r1 > r0) buf[n + 2 + rank] = float((r1 - r0) / std::max(1e-6, ms(t_w - t_ready) / 1000.0));
       const bool waited = o.profile && group.barrier().ok();
       const auto t_r = Clock::now();
       Status st = group.reduce_end();
