@@ -10,6 +10,7 @@
 #include <fstream>
 #include <future>
 #include <mutex>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -17,6 +18,8 @@
 #include "lattice/cluster/membership.h"
 #include "lattice/train/dp.h"
 #include "lattice/train/checkpoint.h"
+#include "train_testlib.h"
+#include "lattice/train/data.h"
 
 namespace lattice::train {
 namespace {
@@ -98,13 +101,6 @@ class DpFixture : public ::testing::Test {
   fs::path dir_;
 };
 
-uint64_t fnv(std::span<const float> v) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  auto* b = reinterpret_cast<const unsigned char*>(v.data());
-  for (size_t i = 0; i < v.size_bytes(); ++i) h = (h ^ b[i]) * 0x100000001b3ull;
-  return h;
-}
-
 // 2 ranks on the same global batch as 1 rank: the same weights up to float reassociation
 // (each rank sums its rows' gradients, then the ranks' sums are added). Stated tolerance: after
 // 10 AdamW steps, ||w_dp - w_1|| / ||w_1|| <= 1e-4 (measured ~1e-6), and every rank holds
@@ -127,7 +123,7 @@ TEST_F(DpFixture, TwoRanksMatchOneRankAndHoldIdenticalWeightsEveryStep) {
       o.checkpoint = (dir_ / "dp.ckpt").string();  // rank 0 writes it
       o.on_step = [&, r](uint64_t, std::span<const float> p) {
         std::lock_guard lock(mu);
-        hashes[r].push_back(fnv(p));
+        hashes[r].push_back(hash_floats(p));
       };
       return train(o, *g).status();
     }));
@@ -140,14 +136,120 @@ TEST_F(DpFixture, TwoRanksMatchOneRankAndHoldIdenticalWeightsEveryStep) {
   auto a = read_checkpoint(one.checkpoint);
   auto b = read_checkpoint((dir_ / "dp.ckpt").string());
   ASSERT_TRUE(a.ok() && b.ok());
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < a->params.size(); ++i) {
-    diff += double(a->params[i] - b->params[i]) * (a->params[i] - b->params[i]);
-    norm += double(a->params[i]) * a->params[i];
-  }
-  const double rel = std::sqrt(diff / norm);
+  const double rel = testing::relative_l2(a->params, b->params);
   EXPECT_LE(rel, 1e-4);
   RecordProperty("relative_difference", std::to_string(rel));
+}
+
+TEST(PlanBuckets, CoverTheBufferOnceInBackwardsOrderMergingAdjacentUnits) {
+  // As Model::grad_units() lays them out: head, layers from the top down, then the embedding.
+  const std::vector<std::pair<size_t, size_t>> units = {{100, 250}, {400, 501}, {300, 400}, {250, 300}, {0, 100}};
+  const auto b = plan_buckets(units, 120);
+  std::vector<int> seen(501, 0);
+  size_t last_unit = 0;
+  for (const Bucket& x : b) {
+    EXPECT_LE(x.hi - x.lo, 120u);
+    EXPECT_GE(x.unit, last_unit);  // issued in backward's order
+    last_unit = x.unit;
+    for (size_t i = x.lo; i < x.hi; ++i) ++seen[i];
+  }
+  for (int c : seen) EXPECT_EQ(c, 1);
+  // The head (150 floats) is split in two; adjacent layers stay apart when together they pass
+  // 120 floats.
+  ASSERT_EQ(b.size(), 6u);
+  EXPECT_EQ(b[0].lo, 100u);
+  EXPECT_EQ(b[0].hi, 220u);
+  EXPECT_EQ(b[1].hi, 250u);
+  EXPECT_EQ(b[2].unit, 1u);
+  EXPECT_EQ(b.back().unit, 4u);
+  const auto merged = plan_buckets(units, 1000);  // the three layers merge: [250, 501)
+  ASSERT_EQ(merged.size(), 3u);
+  EXPECT_EQ(merged[1].lo, 250u);
+  EXPECT_EQ(merged[1].hi, 501u);
+  EXPECT_EQ(merged[1].unit, 3u);
+}
+
+// The all-reduce overlapped with backward gives the same bits as the one after it: 3 ranks
+// (where the order of a sum matters), small buckets (many of them, units split), every rank's
+// weights after every step compared between the two runs.
+TEST_F(DpFixture, OverlappedReductionIsBitIdenticalToTheOneAfterBackward) {
+  auto run = [&](bool overlap) {
+    Ranks t = join(3);
+    std::vector<std::vector<uint64_t>> hashes(3);
+    if (t.ranks.size() != 3u) return hashes;
+    std::mutex mu;
+    std::vector<std::future<Status>> f;
+    for (int r = 0; r < 3; ++r)
+      f.push_back(std::async(std::launch::async, [&, r]() -> Status {
+        LATTICE_ASSIGN_OR_RETURN(auto g, ClusterGradGroup::create(*t.ranks[r], {.bucket_floats = 3000, .overlap = overlap}));
+        TrainOptions o = small();
+        o.batch = 7;  // uneven shares
+        o.on_step = [&, r](uint64_t, std::span<const float> p) {
+          std::lock_guard lock(mu);
+          hashes[r].push_back(hash_floats(p));
+        };
+        return train(o, *g).status();
+      }));
+    for (auto& x : f) {
+      Status s = x.get();
+      EXPECT_TRUE(s.ok()) << s.to_string();
+    }
+    return hashes;
+  };
+  const auto a = run(true), b = run(false);
+  ASSERT_EQ(a[0].size(), 10u);
+  EXPECT_EQ(a[0], a[1]);
+  EXPECT_EQ(a[0], a[2]);
+  EXPECT_EQ(a, b);
+}
+
+TEST(RowStarts, EvenOrBySpeedAndAlwaysTheWholeBatch) {
+  EXPECT_EQ(row_starts(7, 3, {}), (std::vector<size_t>{0, 2, 4, 7}));
+  EXPECT_EQ(row_starts(7, 3, {1.0f, 0.0f, 1.0f}), (std::vector<size_t>{0, 2, 4, 7}));  // one unmeasured: even
+  EXPECT_EQ(row_starts(16, 2, {300.0f, 100.0f}), (std::vector<size_t>{0, 12, 16}));
+  EXPECT_EQ(row_starts(4, 2, {1000.0f, 1.0f}), (std::vector<size_t>{0, 3, 4}));  // at least a row each
+  EXPECT_EQ(row_starts(1, 2, {1.0f, 1.0f}).back(), 1u);
+}
+
+// --balance: a rank that is slower (here it sleeps at the start of every step) gets fewer rows
+// of the global batch, and the weights are still one rank's on the same batches up to float
+// reassociation.
+TEST_F(DpFixture, BalancedSharesGiveTheSlowerRankFewerRowsAndTheSameTraining) {
+  SoloGroup solo;
+  TrainOptions one = small();
+  one.batch = 12;
+  one.checkpoint = (dir_ / "one.ckpt").string();
+  ASSERT_TRUE(train(one, solo).ok());
+  Ranks t = join(2);
+  ASSERT_EQ(t.ranks.size(), 2u);
+  std::vector<std::future<Result<TrainReport>>> f;
+  for (int r = 0; r < 2; ++r)
+    f.push_back(std::async(std::launch::async, [&, r]() -> Result<TrainReport> {
+      LATTICE_ASSIGN_OR_RETURN(auto g, ClusterGradGroup::create(*t.ranks[r]));
+      g->set_before_step([r](uint64_t) {
+        if (r == 1) std::this_thread::sleep_for(40ms);
+        return Status::Ok();
+      });
+      TrainOptions o = small();
+      o.batch = 12;
+      o.balance = true;
+      o.checkpoint = (dir_ / "dp.ckpt").string();
+      return train(o, *g);
+    }));
+  std::vector<TrainReport> reports;
+  for (auto& x : f) {
+    auto res = x.get();
+    ASSERT_TRUE(res.ok()) << res.status().to_string();
+    reports.push_back(std::move(*res));
+  }
+  ASSERT_EQ(reports[0].rows_by_rank.size(), 2u);
+  EXPECT_EQ(reports[0].rows_by_rank, reports[1].rows_by_rank);
+  EXPECT_GT(reports[0].rows_by_rank[0], reports[0].rows_by_rank[1]);
+  EXPECT_EQ(reports[0].rows_by_rank[0] + reports[0].rows_by_rank[1], 12u);
+  auto a = read_checkpoint(one.checkpoint);
+  auto b = read_checkpoint((dir_ / "dp.ckpt").string());
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_LE(testing::relative_l2(a->params, b->params), 1e-4);
 }
 
 // A rank leaves at step 4 (as a killed process would): the survivors shrink, redo step 4 on
@@ -196,12 +298,7 @@ TEST_F(DpFixture, FaultARankLeavesMidRunAndTheSurvivorsFinishTheSameTraining) {
   auto a = read_checkpoint(one.checkpoint);
   auto b = read_checkpoint((dir_ / "faulted.ckpt").string());
   ASSERT_TRUE(a.ok() && b.ok());
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < a->params.size(); ++i) {
-    diff += double(a->params[i] - b->params[i]) * (a->params[i] - b->params[i]);
-    norm += double(a->params[i]) * a->params[i];
-  }
-  EXPECT_LE(std::sqrt(diff / norm), 1e-4);
+  EXPECT_LE(testing::relative_l2(a->params, b->params), 1e-4);
 }
 
 nlohmann::json run_cli(const std::string& args) {

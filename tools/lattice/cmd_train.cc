@@ -75,6 +75,11 @@ Registrar train_cmd{
        app.add_option("--provider", a->provider, "fabric provider between ranks (shm or tcp)")->capture_default_str();
        app.add_option("--inject-fault", a->inject_fault,
                       "RANK@STEP[:stop]: that rank SIGKILLs (or SIGSTOPs) itself at that step; the others go on");
+       app.add_flag("--no-overlap", a->no_overlap, "all-reduce the gradients after backward, not during it");
+       app.add_flag("--balance", o.balance,
+                    "with --nodes: shares of the global batch by each rank's measured speed (--resume is then not bit for bit)");
+       app.add_flag("--profile", o.profile,
+                    "time each phase of a step (--json phase_ms: compute, wait for the slowest rank, reduce, update)");
        app.add_flag("--json", a->json, "print a final JSON object (steps, final_loss, val_loss, samples_per_s, recoveries)");
        app.add_flag("-q,--quiet", a->quiet, "no progress line");
        return [a]() -> int {

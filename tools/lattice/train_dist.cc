@@ -23,10 +23,16 @@ nlohmann::json report_json(const train::TrainReport& r, const train::TrainOption
   for (const auto& ev : r.recoveries)
     rec.push_back({{"step", ev.step}, {"world_before", ev.world_before}, {"world_after", ev.world_after},
                    {"reason", ev.reason}, {"recover_ms", ev.recover_ms}});
-  return {{"steps", r.steps},         {"final_loss", r.final_loss},     {"val_loss", r.val_loss},
+  nlohmann::json joins = nlohmann::json::array();
+  for (const auto& j : r.joins)
+    joins.push_back({{"step", j.step}, {"world_before", j.world_before}, {"world_after", j.world_after},
+                     {"join_ms", j.join_ms}});
+  return {{"joins", joins}, {"rows_by_rank", r.rows_by_rank}, {"start_step", r.start_step}, {"steps", r.steps},         {"final_loss", r.final_loss},     {"val_loss", r.val_loss},
           {"samples_per_s", r.samples_per_s}, {"tokens_per_s", r.tokens_per_s}, {"seconds", r.seconds}, {"step_ms_median", r.step_ms_median},
           {"n_params", r.n_params},   {"world_size", world},            {"recoveries", rec},
-          {"output", o.out},          {"checkpoint", o.checkpoint}};
+          {"output", o.out},          {"checkpoint", o.checkpoint},
+          {"phase_ms", {{"compute", r.phase_ms.compute}, {"wait", r.phase_ms.wait}, {"reduce", r.phase_ms.reduce},
+                        {"update", r.phase_ms.update}}}};
 }
 
 int print_report(const TrainArgs& a, const train::TrainReport& r, int world) {
@@ -54,7 +60,8 @@ nlohmann::json job_to_json(const TrainArgs& a) {
           {"clip", o.clip}, {"seed", o.seed}, {"threads", o.threads}, {"val_every", o.val_every},
           {"val_windows", o.val_windows}, {"out", o.out}, {"checkpoint", o.checkpoint},
           {"checkpoint_every", o.checkpoint_every}, {"resume", o.resume}, {"loss_csv", o.loss_csv},
-          {"loss_svg", o.loss_svg}, {"inject_fault", a.inject_fault}, {"json", a.json}, {"quiet", a.quiet}};
+          {"loss_svg", o.loss_svg}, {"inject_fault", a.inject_fault}, {"json", a.json}, {"quiet", a.quiet},
+          {"profile", o.profile}, {"no_overlap", a.no_overlap}, {"balance", o.balance}};
 }
 
 Status job_from_json(const std::string& text, TrainArgs& a) {
@@ -70,6 +77,7 @@ Status job_from_json(const std::string& text, TrainArgs& a) {
     o.out = j.at("out"), o.checkpoint = j.at("checkpoint"), o.checkpoint_every = j.at("checkpoint_every");
     o.resume = j.at("resume"), o.loss_csv = j.at("loss_csv"), o.loss_svg = j.at("loss_svg");
     a.inject_fault = j.at("inject_fault"), a.json = j.at("json"), a.quiet = j.at("quiet");
+    o.profile = j.at("profile"), a.no_overlap = j.at("no_overlap"), o.balance = j.at("balance");
   } catch (const nlohmann::json::exception& e) {
     return InvalidArgument(std::string(kTrainJobEnv) + ": " + e.what());
   }
@@ -106,6 +114,8 @@ int run_rank(TrainArgs a, const train::ProgressFn& progress) {
   if (const char* job = std::getenv(kTrainJobEnv); job && *job) {
     if (Status s = job_from_json(job, a); !s.ok()) return fail(s.to_string());
   }
+  const train::ProgressFn none;
+  const train::ProgressFn& shown = a.quiet ? none : progress;  // the job's -q (a rank's own argv has none)
   auto opts = cluster::cluster_options_from_env();
   if (!opts.ok()) return fail(opts.status().to_string());
   const int rank0 = opts->rank;
@@ -116,9 +126,15 @@ int run_rank(TrainArgs a, const train::ProgressFn& progress) {
   int fault_rank = -1, fault_step = -1, fault_sig = SIGKILL;
   (void)parse_inject_fault(a.inject_fault, &fault_rank, &fault_step, &fault_sig);
   if (a.options.threads == 0) a.options.threads = 1;  // one core a rank unless asked
-  auto cl = cluster::join_cluster(*opts, Deadline::after(std::chrono::seconds(60)));
+  auto joins = train::ClusterGradGroup::watch_joins(*opts);
+  // A node joining a running job enters at the members' next step boundary once it asks.
+  auto cl = cluster::join_cluster(*opts, Deadline::after(std::chrono::seconds(opts->rejoin ? 300 : 60)));
   if (!cl.ok()) return rfail("could not join: " + cl.status().to_string());
-  auto group = train::ClusterGradGroup::create(**cl);
+  train::DpOptions dp;
+  dp.overlap = !a.no_overlap;
+  dp.joins = joins;
+  dp.joining = opts->rejoin;
+  auto group = train::ClusterGradGroup::create(**cl, dp);
   if (!group.ok()) return rfail(group.status().to_string());
   train::ClusterGradGroup& g = **group;
   g.set_before_step([&](uint64_t step) {
@@ -133,7 +149,7 @@ int run_rank(TrainArgs a, const train::ProgressFn& progress) {
   });
   // Only the current rank 0 reports (ranks renumber after a loss).
   train::ProgressFn on_progress;
-  if (progress) on_progress = [&](const train::Progress& p) { if (g.rank() == 0) progress(p); };
+  if (shown) on_progress = [&](const train::Progress& p) { if (g.rank() == 0) shown(p); };
   auto r = train::train(a.options, g, on_progress);
   if (!r.ok()) return rfail(r.status().to_string());
   if (g.rank() != 0) return 0;

@@ -15,6 +15,7 @@ struct TrainArgs {
   std::string provider = "shm";
   std::string inject_fault;
   bool json = false, quiet = false;
+  bool no_overlap = false;  // all-reduce after backward instead of during it
 };
 
 // Runs the job and prints the summary (or --json); the process exit code.

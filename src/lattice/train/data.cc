@@ -1,5 +1,6 @@
 #include "lattice/train/data.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -66,6 +67,32 @@ void validation_window(const std::vector<int32_t>& val, size_t w, size_t windows
     inputs[s] = val[start + s];
     targets[s] = val[start + s + 1];
   }
+}
+
+std::vector<size_t> row_starts(size_t batch, size_t world, const std::vector<float>& speed) {
+  std::vector<size_t> starts(world + 1);
+  const bool by_speed = speed.size() == world && std::all_of(speed.begin(), speed.end(), [](float s) { return s > 0; });
+  if (!by_speed) {
+    for (size_t r = 0; r <= world; ++r) starts[r] = batch * r / world;
+    return starts;
+  }
+  const size_t floor_rows = batch >= world ? 1 : 0;
+  const size_t spare = batch - floor_rows * world;
+  double total = 0;
+  for (float s : speed) total += s;
+  std::vector<size_t> rows(world);
+  std::vector<std::pair<double, size_t>> rest(world);
+  size_t given = 0;
+  for (size_t r = 0; r < world; ++r) {
+    const double want = spare * (double(speed[r]) / total);
+    rows[r] = static_cast<size_t>(want);
+    given += rows[r];
+    rest[r] = {want - double(rows[r]), r};
+  }
+  std::sort(rest.begin(), rest.end(), [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+  for (size_t i = 0; given < spare; ++i, ++given) ++rows[rest[i % world].second];
+  for (size_t r = 0; r < world; ++r) starts[r + 1] = starts[r] + rows[r] + floor_rows;
+  return starts;
 }
 
 }  // namespace lattice::train

@@ -29,6 +29,12 @@ Result<TokenSplit> split_tokens(std::vector<int32_t> tokens, double val_fraction
 void draw_batch(const std::vector<int32_t>& tokens, uint64_t seed, uint64_t step, size_t row_begin, size_t row_end,
                 size_t seq, std::vector<int32_t>& inputs, std::vector<int32_t>& targets);
 
+// Where each rank's rows of a global batch of `batch` rows begin (world + 1 entries, the last
+// = batch). speed empty or not all > 0: even shares; else shares proportional to speed (rows
+// a second), largest remainders first, every rank at least one row while batch >= world. A
+// function of its arguments only: ranks given the same bits agree.
+std::vector<size_t> row_starts(size_t batch, size_t world, const std::vector<float>& speed);
+
 // Validation window w of `windows`: evenly spaced over the validation tokens.
 void validation_window(const std::vector<int32_t>& val, size_t w, size_t windows, size_t seq, int32_t* inputs,
                        int32_t* targets);

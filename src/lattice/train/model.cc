@@ -221,15 +221,32 @@ double Model::loss(std::span<const float> params, std::span<const int32_t> input
 double Model::forward_backward(std::span<const float> params, std::span<float> grads, std::span<const int32_t> inputs,
                                std::span<const int32_t> targets, size_t batch, size_t seq, float grad_scale,
                                engine::ThreadPool& pool) {
+  return forward_backward(params, grads, inputs, targets, batch, seq, grad_scale, pool, GradHooks{});
+}
+
+double Model::forward_backward(std::span<const float> params, std::span<float> grads, std::span<const int32_t> inputs,
+                               std::span<const int32_t> targets, size_t batch, size_t seq, float grad_scale,
+                               engine::ThreadPool& pool, const GradHooks& hooks) {
   LATTICE_CHECK(grads.size() == n_params_);
   const double sum = forward(params, inputs, targets, batch, seq, true, pool);
-  backward(params, grads, inputs, targets, batch, seq, grad_scale, pool);
+  if (hooks.forward_done) hooks.forward_done(sum);
+  backward(params, grads, inputs, targets, batch, seq, grad_scale, pool, hooks);
   return sum;
+}
+
+std::vector<std::pair<size_t, size_t>> Model::grad_units() const {
+  std::vector<std::pair<size_t, size_t>> u;
+  auto end_of = [&](size_t t) { return t < tensors_.size() ? tensors_[t].offset : n_params_; };
+  u.emplace_back(tensors_[1].offset, end_of(kFirstLayer));
+  for (size_t l = config_.layers; l-- > 0;)
+    u.emplace_back(tensors_[kFirstLayer + l * kLayerTensors].offset, end_of(kFirstLayer + (l + 1) * kLayerTensors));
+  u.emplace_back(0, end_of(1));
+  return u;
 }
 
 void Model::backward(std::span<const float> P, std::span<float> G, std::span<const int32_t> inputs,
                      std::span<const int32_t> targets, size_t batch, size_t seq, float grad_scale,
-                     engine::ThreadPool& pool) {
+                     engine::ThreadPool& pool, const GradHooks& hooks) {
   const LlamaConfig& c = config_;
   const size_t n = batch * seq, D = c.dim, KD = c.kv_dim(), F = c.ffn, V = c.vocab, H = c.heads;
   const size_t hd = c.head_dim();
@@ -242,6 +259,12 @@ void Model::backward(std::span<const float> P, std::span<float> G, std::span<con
   linear_dx(b.dh.data(), b.logits.data(), T(2), n, D, V, false, pool);
   std::fill(b.dx.begin(), b.dx.begin() + n * D, 0.0f);
   rmsnorm_backward_rows(b.dx.data(), dT(1), b.dh.data(), b.xf.data(), b.rsf.data(), T(1), n, D, pool);
+  size_t unit = 0;  // grad_units()' order
+  auto done = [&] {
+    if (hooks.unit_done) hooks.unit_done(unit);
+    ++unit;
+  };
+  done();
   for (size_t l = c.layers; l-- > 0;) {
     const size_t base = kFirstLayer + l * kLayerTensors;
     const float* x = b.x.data() + l * n * D;
@@ -283,8 +306,10 @@ void Model::backward(std::span<const float> P, std::span<float> G, std::span<con
     std::memcpy(b.dx.data(), b.dx2.data(), n * D * sizeof(float));
     rmsnorm_backward_rows(b.dx.data(), dT(base + kAttnNorm), b.dh.data(), x, b.rs1.data() + l * n,
                           T(base + kAttnNorm), n, D, pool);
+    done();
   }
   embed_backward_rows(dT(0), b.dx.data(), inputs.data(), n, D);
+  done();
 }
 
 }  // namespace lattice::train

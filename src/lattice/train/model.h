@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -54,6 +55,14 @@ size_t param_count(const LlamaConfig& c);
 // Weights as make-model draws them (normal, std 1/sqrt(fan_in); norms 1), deterministic in seed.
 void init_params(const LlamaConfig& c, uint64_t seed, std::span<float> params);
 
+// Backward's progress, for overlapping the gradient all-reduce with it (train.h, dp.h).
+struct GradHooks {
+  // After forward, before backward: the sum of the token losses.
+  std::function<void(double loss_sum)> forward_done;
+  // Gradient unit k of Model::grad_units() is final (k = 0, 1, ... in that order).
+  std::function<void(size_t unit)> unit_done;
+};
+
 class Model {
  public:
   explicit Model(LlamaConfig config);
@@ -69,6 +78,13 @@ class Model {
   double forward_backward(std::span<const float> params, std::span<float> grads, std::span<const int32_t> inputs,
                           std::span<const int32_t> targets, size_t batch, size_t seq, float grad_scale,
                           engine::ThreadPool& pool);
+  double forward_backward(std::span<const float> params, std::span<float> grads, std::span<const int32_t> inputs,
+                          std::span<const int32_t> targets, size_t batch, size_t seq, float grad_scale,
+                          engine::ThreadPool& pool, const GradHooks& hooks);
+  // The float ranges [lo, hi) of the parameter buffer whose gradients backward finishes, in
+  // the order it finishes them: output norm + output, then each layer from the last down,
+  // then the embedding. Together they cover the buffer once.
+  std::vector<std::pair<size_t, size_t>> grad_units() const;
   // Forward only: the sum of the token losses.
   double loss(std::span<const float> params, std::span<const int32_t> inputs, std::span<const int32_t> targets,
               size_t batch, size_t seq, engine::ThreadPool& pool);
@@ -79,7 +95,8 @@ class Model {
   double forward(std::span<const float> params, std::span<const int32_t> inputs, std::span<const int32_t> targets,
                  size_t batch, size_t seq, bool keep_for_backward, engine::ThreadPool& pool);
   void backward(std::span<const float> params, std::span<float> grads, std::span<const int32_t> inputs,
-                std::span<const int32_t> targets, size_t batch, size_t seq, float grad_scale, engine::ThreadPool& pool);
+                std::span<const int32_t> targets, size_t batch, size_t seq, float grad_scale, engine::ThreadPool& pool,
+                const GradHooks& hooks);
   void ensure(size_t batch, size_t seq);
 
   LlamaConfig config_;

@@ -84,6 +84,23 @@ Status check_options(const TrainOptions& o) {
 
 }  // namespace
 
+uint64_t hash_floats(std::span<const float> v) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto* b = reinterpret_cast<const unsigned char*>(v.data());
+  for (size_t i = 0; i < v.size_bytes(); ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
+namespace {
+
+double median(std::vector<double>& v, double none) {
+  if (v.empty()) return none;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
 Result<TrainReport> train(const TrainOptions& in, GradGroup& group, const ProgressFn& progress) {
   TrainOptions o = in;
   BpeVocab vocab;
@@ -128,8 +145,24 @@ Result<TrainReport> train(const TrainOptions& in, GradGroup& group, const Progre
   } else {
     init_params(o.model, o.seed, params);
   }
-  std::vector<float> buf(n + 1);  // gradients, then the loss sum: one all-reduce a step
+  // Gradients, the loss sum, the count of nodes waiting to join and each rank's speed (rows a
+  // second; --balance): one reduction a step.
+  constexpr size_t kSpeedSlots = 64;
+  std::vector<float> buf(n + 2 + kSpeedSlots);
+  std::vector<float> speed;  // by rank, smoothed; the same bits on every rank
   const std::span<float> grads(buf.data(), n);
+  std::vector<std::pair<size_t, size_t>> units = model.grad_units();
+  for (auto& u : units)
+    if (u.second == n) u.second = buf.size();  // the sums go with the last layer (known before backward)
+  if (group.joining()) {  // a node joining a running job: the members' step, weights and moments
+    const auto t_join = Clock::now();
+    uint64_t next = start;
+    LATTICE_RETURN_IF_ERROR(group.sync_state(next, params, opt.m(), opt.v()).with_context("joining the job"));
+    start = next;
+    report.joins.push_back({start, 0, group.world_size(),
+                            std::chrono::duration<double, std::milli>(Clock::now() - t_join).count()});
+  }
+  report.start_step = start;
   std::vector<int32_t> inputs, targets;
   const double global_tokens = double(o.batch) * o.seq;
 
@@ -155,22 +188,45 @@ Result<TrainReport> train(const TrainOptions& in, GradGroup& group, const Progre
   uint64_t done = 0;
   double last_val = -1;
   std::vector<double> step_ms;
+  std::vector<size_t> last_starts;
+  std::vector<double> phases[4];  // compute, wait, reduce, update
+  auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
   for (uint64_t step = start; step < o.steps; ++step) {
     if (o.stop_after && step - start >= o.stop_after) break;
+    const auto t_ready = Clock::now();  // --balance counts all a rank does for the step
     LATTICE_RETURN_IF_ERROR(group.before_step(step));
     const auto t_step = Clock::now();
     bool skipped = false;  // a peer completed this step before a loss: its state was taken
     for (;;) {
       const int world = group.world_size(), rank = group.rank();
-      const size_t r0 = size_t(o.batch) * rank / world, r1 = size_t(o.batch) * (rank + 1) / world;
+      const bool balance = o.balance && world > 1 && size_t(world) <= kSpeedSlots;
+      if (speed.size() != size_t(world)) speed.assign(world, 0.0f);  // a new world: even shares until measured
+      const std::vector<size_t> starts = row_starts(o.batch, world, balance ? speed : std::vector<float>{});
+      const size_t r0 = starts[rank], r1 = starts[rank + 1];
       std::fill(buf.begin(), buf.end(), 0.0f);
+      buf[n + 1] = group.joiners_waiting();
+      group.reduce_begin(buf, units);
+      const auto t_c = Clock::now();
       if (r1 > r0) {
         draw_batch(split.train, o.seed, step, r0, r1, o.seq, inputs, targets);
-        buf[n] = static_cast<float>(model.forward_backward(params, grads, inputs, targets, r1 - r0, o.seq,
-                                                           static_cast<float>(1.0 / global_tokens), pool));
+        const GradHooks hooks{[&](double loss_sum) { buf[n] = static_cast<float>(loss_sum); },
+                              [&](size_t unit) { group.unit_ready(unit); }};
+        model.forward_backward(params, grads, inputs, targets, r1 - r0, o.seq, static_cast<float>(1.0 / global_tokens),
+                               pool, hooks);
       }
-      Status st = group.all_reduce_sum(buf);
-      if (st.ok()) break;
+      const auto t_w = Clock::now();
+      // This rank's speed: rows over the time from the step boundary to its contribution.
+      if (balance && r1 > r0) buf[n + 2 + rank] = float((r1 - r0) / std::max(1e-6, ms(t_w - t_ready) / 1000.0));
+      const bool waited = o.profile && group.barrier().ok();
+      const auto t_r = Clock::now();
+      Status st = group.reduce_end();
+      if (st.ok()) {
+        last_starts = starts;
+        phases[0].push_back(ms(t_w - t_c));
+        if (waited) phases[1].push_back(ms(t_r - t_w));
+        phases[2].push_back(ms(Clock::now() - t_r));
+        break;
+      }
       if (st.code() != ErrorCode::kPeerLost) return st.with_context("step " + std::to_string(step));
       // Redo the step on the survivors: the same global batch, its rows split anew.
       const auto t_rec = Clock::now();
@@ -187,7 +243,16 @@ Result<TrainReport> train(const TrainOptions& in, GradGroup& group, const Progre
       }
     }
     if (skipped) continue;
+    if (o.balance && speed.size() == size_t(group.world_size()) && speed.size() <= kSpeedSlots) {
+      for (size_t r = 0; r < speed.size(); ++r) {
+        const float now = buf[n + 2 + r];
+        if (now > 0) speed[r] = speed[r] > 0 ? 0.5f * speed[r] + 0.5f * now : now;
+      }
+    }
+
+    const auto t_u = Clock::now();
     const AdamW::StepInfo info = opt.step(params, grads, step, pool);
+    phases[3].push_back(ms(Clock::now() - t_u));
     step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t_step).count());
     StepRecord rec{step, buf[n] / global_tokens, -1, info.lr};
     const bool last = step + 1 == o.steps;
@@ -195,6 +260,13 @@ Result<TrainReport> train(const TrainOptions& in, GradGroup& group, const Progre
     report.history.push_back(rec);
     ++done;
     if (o.on_step) o.on_step(step, params);
+    if (buf[n + 1] > 0 && !last) {  // every rank saw the same sum: all grow after this step
+      const auto t_join = Clock::now();
+      const int before = group.world_size();
+      LATTICE_RETURN_IF_ERROR(group.grow(step + 1, params, opt.m(), opt.v()).with_context("admitting a node"));
+      report.joins.push_back({step + 1, before, group.world_size(),
+                              std::chrono::duration<double, std::milli>(Clock::now() - t_join).count()});
+    }
     if (o.checkpoint_every && (step + 1) % o.checkpoint_every == 0 && !last)
       LATTICE_RETURN_IF_ERROR(save(step + 1));
     if (progress) {
@@ -209,11 +281,11 @@ Result<TrainReport> train(const TrainOptions& in, GradGroup& group, const Progre
   report.val_loss = last_val >= 0 ? last_val : validate();
   report.samples_per_s = report.seconds > 0 ? done * double(o.batch) / report.seconds : 0;
   report.tokens_per_s = report.samples_per_s * o.seq;
-  if (!step_ms.empty()) {
-    std::nth_element(step_ms.begin(), step_ms.begin() + step_ms.size() / 2, step_ms.end());
-    report.step_ms_median = step_ms[step_ms.size() / 2];
-  }
+  for (size_t r = 0; r + 1 < last_starts.size(); ++r) report.rows_by_rank.push_back(last_starts[r + 1] - last_starts[r]);
+  report.step_ms_median = median(step_ms, 0);
+  report.phase_ms = {median(phases[0], 0), median(phases[1], -1), median(phases[2], 0), median(phases[3], 0)};
   if (o.stop_after && report.steps < o.steps) return report;  // "killed": nothing more is written
+  LATTICE_RETURN_IF_ERROR(group.check_same(hash_floats(params)));
   LATTICE_RETURN_IF_ERROR(save(report.steps));
   if (group.rank() == 0) {
     if (!o.out.empty()) LATTICE_RETURN_IF_ERROR(write_gguf(o.out, o.model, params, vocab, o.seq));
