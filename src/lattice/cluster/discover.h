@@ -117,8 +117,7 @@ NodeStatus classify_node(const Announcement& a, std::string_view our_fingerprint
 
 struct BrowseOptions {
   Clock::duration timeout = std::chrono::milliseconds(1500);  // the browse never lasts longer
-  // Stop as soon as this many nodes are resolved (0: wait for the timeout, or for the
-  // responder's "all for now" once every node seen is resolved, whichever is first).
+  // Stop as soon as this many nodes are resolved (0: browse for the whole timeout).
   int expect = 0;
   std::string fingerprint;  // ours, for classification
   std::string version;      // ours; empty: lattice_version()

@@ -97,10 +97,13 @@ class AvahiResponder final : public Responder {
     Deadline deadline = Deadline::after(o.timeout);
     if (!server_) LATTICE_RETURN_IF_ERROR(start_server("", /*publish=*/false));
     {
-      std::lock_guard lk(mu_);
+      // A query sent before the responder has its interfaces up goes nowhere: wait for it to
+      // run (quick without publishing), but browse anyway at a quarter of the budget.
+      std::unique_lock lk(mu_);
+      cv_.wait_until(lk, Deadline::after(o.timeout / 4).when(),
+                     [&] { return server_state_ == AVAHI_SERVER_RUNNING || !error_.empty(); });
       found_.clear();
       pending_ = 0;
-      all_for_now_ = false;
     }
     avahi_threaded_poll_lock(poll_);
     browser_ = avahi_s_service_browser_new(server_, AVAHI_IF_UNSPEC, AVAHI_PROTO_INET, kServiceType, nullptr,
@@ -112,8 +115,9 @@ class AvahiResponder final : public Responder {
       std::unique_lock lk(mu_);
       cv_.wait_until(lk, deadline.when(), [&] {
         if (!error_.empty()) return true;
-        if (o.expect > 0) return resolved_count() >= static_cast<size_t>(o.expect);
-        return all_for_now_ && pending_ == 0;
+        // Not Avahi's "all for now": it comes after the first query's answers, and answers
+        // lost or late there (seen between namespaces) would go missing; the timeout decides.
+        return o.expect > 0 && resolved_count() >= static_cast<size_t>(o.expect);
       });
     }
     avahi_threaded_poll_lock(poll_);
@@ -226,12 +230,6 @@ class AvahiResponder final : public Responder {
         self->found_.erase(name);
         break;
       }
-      case AVAHI_BROWSER_ALL_FOR_NOW: {
-        std::lock_guard lk(self->mu_);
-        self->all_for_now_ = true;
-        self->cv_.notify_all();
-        break;
-      }
       case AVAHI_BROWSER_FAILURE: {
         std::lock_guard lk(self->mu_);
         self->error_ = avahi_strerror(avahi_server_errno(self->server_));
@@ -279,7 +277,6 @@ class AvahiResponder final : public Responder {
   std::string error_;
   std::map<std::string, Found> found_;
   int pending_ = 0;
-  bool all_for_now_ = false;
 };
 
 }  // namespace
