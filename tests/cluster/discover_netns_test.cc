@@ -85,17 +85,26 @@ class TwoBridges {
     return sh("tc -n " + ns_name(i) + " qdisc add dev eth" + std::to_string(bridge) + " root tbf rate " + rate +
               " burst 16kb latency 100ms") == 0;
   }
-  // Starts node i as an announcer; waits until it is registered on the network.
-  ::testing::AssertionResult start_node(int i, const std::string& secret, const std::string& kinds) {
-    Env env;
-    if (!kinds.empty()) env.emplace_back("LATTICE_IFACE_KIND", kinds);
-    auto p = Proc::spawn({"ip", "netns", "exec", ns_name(i), lattice_bin(), "discover", "--announce", "--name",
-                          "node" + std::to_string(i), "--secret-file", secret, "--for-s", "120"},
-                         env);
-    if (!p.ok()) return ::testing::AssertionFailure() << p.status().to_string();
-    auto line = p->wait_line("announcing", Deadline::after(std::chrono::seconds(15)));
-    if (!line.ok()) return ::testing::AssertionFailure() << "node" << i << ": " << p->out() << p->err();
-    nodes_.push_back(std::move(*p));
+  // Starts nodes (number, kinds override) as announcers, all at once; waits until each is
+  // registered on the network. Node i is named "node<i>", or its namespace's name.
+  ::testing::AssertionResult start_nodes(const std::string& secret, const std::vector<std::pair<int, std::string>>& nodes,
+                                         bool netns_names = false) {
+    std::vector<std::pair<int, Proc>> started;
+    for (const auto& [i, kinds] : nodes) {
+      Env env;
+      if (!kinds.empty()) env.emplace_back("LATTICE_IFACE_KIND", kinds);
+      std::string name = netns_names ? ns_name(i) : "node" + std::to_string(i);
+      auto p = Proc::spawn({"ip", "netns", "exec", ns_name(i), lattice_bin(), "discover", "--announce", "--name", name,
+                            "--secret-file", secret, "--for-s", "120"},
+                           env);
+      if (!p.ok()) return ::testing::AssertionFailure() << p.status().to_string();
+      started.emplace_back(i, std::move(*p));
+    }
+    for (auto& [i, p] : started) {
+      auto line = p.wait_line("announcing", Deadline::after(std::chrono::seconds(15)));
+      if (!line.ok()) return ::testing::AssertionFailure() << "node " << i << ": " << p.out() << p.err();
+      nodes_.push_back(std::move(p));
+    }
     return ::testing::AssertionSuccess();
   }
   CmdResult control(std::vector<std::string> args) {
@@ -131,8 +140,8 @@ TEST(DiscoverNetns, FindsExactlyTheNodesAndListsAForeignSecretUnjoined) {
   Dir dir;
   std::string secret = keygen(dir / "secret"), other = keygen(dir / "other");
   ASSERT_FALSE(secret.empty() || other.empty());
-  for (int i = 1; i <= 3; ++i) ASSERT_TRUE(net.start_node(i, secret, ""));
-  ASSERT_TRUE(net.start_node(4, other, ""));
+  ASSERT_TRUE(net.start_nodes(secret, {{1, ""}, {2, ""}, {3, ""}}));
+  ASSERT_TRUE(net.start_nodes(other, {{4, ""}}));
 
   auto r = net.control({"discover", "--json", "--timeout-ms", "4000", "--secret-file", secret});
   ASSERT_EQ(exit_code(r), 0) << r.out << r.err;
@@ -191,8 +200,7 @@ TEST(DiscoverNetns, TheBestLinkWinsAndTheFileEqualsTheHandWrittenOne) {
   std::string secret = keygen(dir / "secret");
   ASSERT_FALSE(secret.empty());
   for (int i = 1; i <= 4; ++i) ASSERT_TRUE(net.shape(i, 0, "20mbit")) << "tc tbf on node" << i;
-  const char* kinds[] = {"", "eth0=thunderbolt", "", "eth1=wifi", "eth0=thunderbolt"};
-  for (int i = 1; i <= 4; ++i) ASSERT_TRUE(net.start_node(i, secret, kinds[i]));
+  ASSERT_TRUE(net.start_nodes(secret, {{1, "eth0=thunderbolt"}, {2, ""}, {3, "eth1=wifi"}, {4, "eth0=thunderbolt"}}));
 
   auto t = net.control({"topo", "--discover", "--expect", "4", "--secret-file", secret, "-o", dir / "found.json"});
   ASSERT_EQ(exit_code(t), 0) << t.out << t.err;
@@ -234,6 +242,25 @@ TEST(DiscoverNetns, TheBestLinkWinsAndTheFileEqualsTheHandWrittenOne) {
       EXPECT_GT(*f.gbps, 0.1) << pair << "\n" << t.out;
     }
   }
+}
+
+// launch --discover: the hosts found, their links measured, and the job run on them (through
+// `ip netns exec {host}`: the nodes are named after their namespaces).
+TEST(DiscoverNetns, LaunchDiscoverRunsAJobOnTheNodesFound) {
+  TwoBridges net(3);
+  if (!net.skip_reason().empty()) LATTICE_SKIP_OR_FAIL("netns", net.skip_reason());
+  Dir dir;
+  std::string secret = keygen(dir / "secret");
+  ASSERT_TRUE(net.start_nodes(secret, {{1, ""}, {2, ""}, {3, ""}}, /*netns_names=*/true));
+  auto r = net.control({"launch", "--discover", "--expect", "3", "--discover-out", dir / "d.json", "--secret-file", secret,
+                        "--remote", "ip netns exec {host} {cmd}", "--", lattice_bin(), "ping", "--iters", "20",
+                        "--bw-seconds", "0.01"});
+  EXPECT_EQ(exit_code(r), 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("[rank 0] lattice ping: 3 rank(s), epoch 0, provider tcp"), std::string::npos) << r.out << r.err;
+  auto topo = load_topology(dir / "d.json");
+  ASSERT_TRUE(topo.ok()) << topo.status().message();
+  EXPECT_EQ(topo->hosts.size(), 3u);
+  EXPECT_EQ(topo->links.size(), 3u);
 }
 
 }  // namespace

@@ -2,11 +2,16 @@
 //
 //   lattice launch -n 3 [--provider shm|tcp] [--secret-file F] [--insecure] -- lattice ping
 //   lattice launch --hostfile hosts.json --secret-file F [--remote "ssh {ssh} {cmd}"] -- CMD...
+//   lattice launch --discover [--expect N] --secret-file F [--remote ...] -- CMD...
+//     (the hostfile measured on the fly: cluster/discover_topology.h, as `lattice topo --discover`)
 //
 // Each rank gets the rank environment (cluster/rank_env.h): rank, world size, coordinator,
 // provider and the secret (LATTICE_SECRET_FILE, or for local runs without --secret-file an
 // ephemeral LATTICE_SECRET generated here, which never leaves this machine).
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <climits>
 #include <cstdio>
@@ -17,6 +22,7 @@
 #include "command.h"
 #include "lattice/cluster/bootstrap.h"
 #include "lattice/cluster/control.h"
+#include "lattice/cluster/discover_topology.h"
 #include "lattice/cluster/launcher.h"
 #include "lattice/cluster/rank_env.h"
 #include "lattice/cluster/topology_links.h"
@@ -41,7 +47,33 @@ struct LaunchArgs {
   int failure_timeout_ms = 0;
   std::string bind = "auto";
   std::vector<std::string> command;
+  bool discover = false;
+  std::string discover_out;
+  int discover_expect = 0;
+  int discover_timeout_ms = 1500;
 };
+
+// --discover: the topology measured now, written where the ranks can read it (LATTICE_TOPOLOGY).
+Result<std::string> discover_hostfile(const LaunchArgs& a) {
+  LATTICE_ASSIGN_OR_RETURN(auto secret, crypto::load_secret_file(a.secret_file));
+  cluster::DiscoverOptions o;
+  o.browse.expect = a.discover_expect;
+  o.browse.timeout = std::chrono::milliseconds(a.discover_timeout_ms);
+  std::string path = a.discover_out;
+  if (path.empty()) {
+    const char* home = std::getenv("HOME");
+    path = std::string(home && *home ? home : "/tmp") + "/.cache/lattice";
+    if (::mkdir(path.c_str(), 0700) != 0 && errno == ENOENT) path = "/tmp";
+    path += "/discovered.json";
+  }
+  LATTICE_ASSIGN_OR_RETURN(auto c, cluster::discover_to_file(secret, o, path));
+  std::fprintf(stderr, "lattice launch: --discover: %zu hosts, %zu links, written to %s\n", c.topology.hosts.size(),
+               c.topology.links.size(), path.c_str());
+  if (a.discover_expect > 0 && static_cast<int>(c.members.size()) < a.discover_expect)
+    return NotFound("--expect " + std::to_string(a.discover_expect) + ": found " + std::to_string(c.members.size()) +
+                    " nodes of this cluster");
+  return path;
+}
 
 std::string absolute(const std::string& path) {
   if (path.empty() || path.front() == '/') return path;
@@ -50,12 +82,21 @@ std::string absolute(const std::string& path) {
   return path;
 }
 
-int run_launch(const LaunchArgs& a) {
+int run_launch(const LaunchArgs& args) {
   using namespace lattice::cluster;
   auto fail = [](const std::string& m) {
     std::fprintf(stderr, "lattice launch: %s\n", m.c_str());
     return 2;
   };
+  LaunchArgs a = args;
+  if (a.discover) {
+    if (!a.hostfile.empty() || a.n > 0) return fail("--discover finds the hosts itself: no -n or --hostfile");
+    if (a.secret_file.empty()) return fail("--discover needs --secret-file (the secret the nodes announce the fingerprint of)");
+    if (a.discover_timeout_ms < 1 || a.discover_timeout_ms > 600000) return fail("--discover-timeout-ms must be in 1..600000");
+    auto path = discover_hostfile(a);
+    if (!path.ok()) return fail("--discover: " + path.status().to_string());
+    a.hostfile = *path;
+  }
   if ((a.n > 0) == !a.hostfile.empty()) return fail("give either -n N (local ranks) or --hostfile FILE");
   if (a.command.empty()) return fail("no command (lattice launch -n 2 -- CMD ARGS...)");
   if (a.insecure)
@@ -156,6 +197,15 @@ const Registrar kLaunch{{"launch", "start the ranks of a cluster (locally or ove
                            app.add_option("--heartbeat-ms", a->heartbeat_ms, "heartbeat interval for the ranks (default 100)");
                            app.add_option("--failure-timeout-ms", a->failure_timeout_ms,
                                           "silence after which a rank is declared dead (default 700)");
+                           app.add_flag("--discover", a->discover,
+                                        "find the hosts (lattice discover), measure their links and launch on them "
+                                        "(instead of --hostfile)");
+                           app.add_option("--discover-out", a->discover_out,
+                                          "--discover: where the topology goes (default ~/.cache/lattice/discovered.json; "
+                                          "the ranks read it at that path)");
+                           app.add_option("--expect", a->discover_expect, "--discover: stop browsing once N hosts are found; fewer is an error");
+                           app.add_option("--discover-timeout-ms", a->discover_timeout_ms, "--discover: browse at most this long")
+                               ->capture_default_str();
                            app.add_option("command", a->command, "the command each rank runs (after --)")->expected(-1);
                            return [a] { return run_launch(*a); };
                          }}};
