@@ -263,5 +263,30 @@ TEST(DiscoverNetns, LaunchDiscoverRunsAJobOnTheNodesFound) {
   EXPECT_EQ(topo->links.size(), 3u);
 }
 
+// run --discover: `lattice run` itself finds the hosts and runs tensor parallel over them.
+TEST(DiscoverNetns, RunDiscoverGeneratesOverTheNodesFound) {
+  TwoBridges net(2);
+  if (!net.skip_reason().empty()) LATTICE_SKIP_OR_FAIL("netns", net.skip_reason());
+  Dir dir;
+  std::string secret = keygen(dir / "secret");
+  ASSERT_TRUE(net.start_nodes(secret, {{1, ""}, {2, ""}}, /*netns_names=*/true));
+  auto r = net.control({"run", "--demo", "--discover", "--expect", "2", "--discover-out", dir / "d.json", "--secret-file",
+                        secret, "--remote", "ip netns exec {host} {cmd}", "-n", "8", "--temp", "0", "--json"});
+  ASSERT_EQ(exit_code(r), 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("--discover: 2 hosts, 1 links"), std::string::npos) << r.err;
+  auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  EXPECT_EQ(j["nodes"], 2) << r.out;
+  EXPECT_EQ(j["provider"], "tcp") << r.out;
+  // The same greedy text as the two local ranks of `run --demo` give.
+  auto local = run_cmd({lattice_bin(), "run", "--demo", "-n", "8", "--temp", "0", "--json"}, {},
+                       Deadline::after(std::chrono::seconds(60)));
+  ASSERT_EQ(exit_code(local), 0) << local.err;
+  auto lj = nlohmann::json::parse(local.out.substr(local.out.find('{')), nullptr, false);
+  ASSERT_FALSE(lj.is_discarded()) << local.out;
+  EXPECT_EQ(j["tokens"], lj["tokens"]) << r.out << "\n" << local.out;
+  EXPECT_FALSE(j["text"].get<std::string>().empty());
+}
+
 }  // namespace
 }  // namespace lattice::cluster

@@ -22,7 +22,7 @@
 #include "command.h"
 #include "lattice/cluster/bootstrap.h"
 #include "lattice/cluster/control.h"
-#include "lattice/cluster/discover_topology.h"
+#include "lattice/cluster/hostfile_job.h"
 #include "lattice/cluster/launcher.h"
 #include "lattice/cluster/rank_env.h"
 #include "lattice/cluster/topology_links.h"
@@ -53,51 +53,16 @@ struct LaunchArgs {
   int discover_timeout_ms = 1500;
 };
 
-// --discover: the topology measured now, written where the ranks can read it (LATTICE_TOPOLOGY).
-Result<std::string> discover_hostfile(const LaunchArgs& a) {
-  LATTICE_ASSIGN_OR_RETURN(auto secret, crypto::load_secret_file(a.secret_file));
-  cluster::DiscoverOptions o;
-  o.browse.expect = a.discover_expect;
-  o.browse.timeout = std::chrono::milliseconds(a.discover_timeout_ms);
-  std::string path = a.discover_out;
-  if (path.empty()) {
-    const char* home = std::getenv("HOME");
-    path = std::string(home && *home ? home : "/tmp") + "/.cache/lattice";
-    if (::mkdir(path.c_str(), 0700) != 0 && errno == ENOENT) path = "/tmp";
-    path += "/discovered.json";
-  }
-  LATTICE_ASSIGN_OR_RETURN(auto c, cluster::discover_to_file(secret, o, path));
-  std::fprintf(stderr, "lattice launch: --discover: %zu hosts, %zu links, written to %s\n", c.topology.hosts.size(),
-               c.topology.links.size(), path.c_str());
-  if (a.discover_expect > 0 && static_cast<int>(c.members.size()) < a.discover_expect)
-    return NotFound("--expect " + std::to_string(a.discover_expect) + ": found " + std::to_string(c.members.size()) +
-                    " nodes of this cluster");
-  return path;
-}
-
-std::string absolute(const std::string& path) {
-  if (path.empty() || path.front() == '/') return path;
-  char buf[PATH_MAX];
-  if (::realpath(path.c_str(), buf)) return buf;
-  return path;
-}
-
-int run_launch(const LaunchArgs& args) {
+int run_launch(const LaunchArgs& a) {
   using namespace lattice::cluster;
   auto fail = [](const std::string& m) {
     std::fprintf(stderr, "lattice launch: %s\n", m.c_str());
     return 2;
   };
-  LaunchArgs a = args;
-  if (a.discover) {
-    if (!a.hostfile.empty() || a.n > 0) return fail("--discover finds the hosts itself: no -n or --hostfile");
-    if (a.secret_file.empty()) return fail("--discover needs --secret-file (the secret the nodes announce the fingerprint of)");
-    if (a.discover_timeout_ms < 1 || a.discover_timeout_ms > 600000) return fail("--discover-timeout-ms must be in 1..600000");
-    auto path = discover_hostfile(a);
-    if (!path.ok()) return fail("--discover: " + path.status().to_string());
-    a.hostfile = *path;
-  }
-  if ((a.n > 0) == !a.hostfile.empty()) return fail("give either -n N (local ranks) or --hostfile FILE");
+  if (a.discover && (!a.hostfile.empty() || a.n > 0)) return fail("--discover finds the hosts itself: no -n or --hostfile");
+  if (a.discover && (a.discover_timeout_ms < 1 || a.discover_timeout_ms > 600000))
+    return fail("--discover-timeout-ms must be in 1..600000");
+  if (!a.discover && (a.n > 0) == !a.hostfile.empty()) return fail("give either -n N (local ranks) or --hostfile FILE");
   if (a.command.empty()) return fail("no command (lattice launch -n 2 -- CMD ARGS...)");
   if (a.insecure)
     std::fprintf(stderr, "lattice launch: WARNING: --insecure: ranks authenticate but do NOT encrypt their traffic\n");
@@ -132,40 +97,33 @@ int run_launch(const LaunchArgs& args) {
     if (!code.ok()) return fail(code.status().to_string());
     return *code;
   }
-  if (a.secret_file.empty())
-    return fail("--hostfile needs --secret-file (the same secret file, at the same path, on every host)");
-  if (auto s = crypto::load_secret_file(a.secret_file); !s.ok())  // refuse a bad file here, not in N ranks
-    return fail(s.status().to_string());
-  auto plan = plan_from_topology_file(a.hostfile);
-  if (!plan.ok()) return fail(plan.status().message());
-  std::string coordinator = a.coordinator.empty() ? plan->coordinator : a.coordinator;
-  auto hp = split_host_port(coordinator);
-  if (!hp.ok()) return fail("coordinator: " + hp.status().message());
-  if (coordinator.find(':') == std::string::npos || (coordinator.front() == '[' && coordinator.back() == ']'))
-    coordinator += ":" + std::to_string(kDefaultCoordinatorPort);
-  RankEnv e;
-  e.world_size = plan->world_size;
-  e.coordinator = coordinator;
-  e.provider = a.provider.empty() ? "tcp" : a.provider;
-  e.topology = absolute(a.hostfile);
-  e.secret_file = absolute(a.secret_file);
-  e.insecure = a.insecure;
-  e.heartbeat_ms = heartbeat_ms;
-  e.failure_timeout_ms = failure_timeout_ms;
-  for (int r = 0; r < plan->world_size; ++r) {
-    e.rank = r;
-    LaunchRank what;
-    what.rank = r;
-    what.argv = a.command;
-    what.env = e.to_env();
-    what.env.emplace_back(env::kLifeline, "stdin");  // the remote stdin closes with our ssh session
-    LaunchRank lr;
-    lr.rank = r;
-    lr.argv = {"/bin/sh", "-c", expand_remote(a.remote, plan->names[r], plan->ssh[r], r, what)};
-    lo.ranks.push_back(std::move(lr));
+  HostfileJob job;
+  job.secret_file = a.secret_file;
+  job.insecure = a.insecure;
+  job.remote = a.remote;
+  job.coordinator = a.coordinator;
+  job.provider = a.provider.empty() ? "tcp" : a.provider;
+  job.heartbeat_ms = heartbeat_ms;
+  job.failure_timeout_ms = failure_timeout_ms;
+  job.argv = a.command;
+  job.launch = lo;
+  Result<int> code = 0;
+  if (a.discover) {
+    if (a.secret_file.empty()) return fail("--discover needs --secret-file (the secret the nodes announce the fingerprint of)");
+    DiscoverJob d;
+    d.browse.timeout = std::chrono::milliseconds(a.discover_timeout_ms);
+    d.topology_out = a.discover_out;
+    d.expect = a.discover_expect;
+    std::string report;
+    code = run_discovered_job(d, std::move(job), &report);
+    if (!report.empty()) std::fprintf(stderr, "lattice launch: --discover: %s\n", report.c_str());
+  } else {
+    job.hostfile = a.hostfile;
+    code = run_hostfile_job(std::move(job));
   }
-  auto code = run_ranks(lo);
-  if (!code.ok()) return fail(code.status().to_string());
+  // Bad flags and files read as themselves ("FILE:LINE: ..."); anything else with its kind.
+  if (!code.ok())
+    return fail(code.status().code() == ErrorCode::kInvalidArgument ? code.status().message() : code.status().to_string());
   return *code;
 }
 
