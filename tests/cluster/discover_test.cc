@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "lattice/cluster/discover.h"
+#include "lattice/cluster/discover_probe.h"
 #include "lattice/cluster/discover_topology.h"
 #include "lattice/cluster/topology.h"
 
@@ -191,6 +192,33 @@ TEST(Discover, RenderedTopologyParsesWithFiguresAndUnjoinedNodesNoted) {
   EXPECT_DOUBLE_EQ(*topo->links[0].latency_us, 12.5);
   EXPECT_NE(text.find("not joined: c (foreign-secret"), std::string::npos) << text;
   EXPECT_NE(text.find("not chosen"), std::string::npos) << text;
+}
+
+// The probe over loopback: real sockets, the handshake and the sealed frames.
+TEST(DiscoverProbe, MeasuresOverLoopbackAndRefusesAnotherSecret) {
+  auto secret = crypto::ClusterSecret::generate();
+  auto server = ProbeServer::start(secret, 0);
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  ProbeOptions o;
+  o.pings = 5;
+  o.stream_time = std::chrono::milliseconds(20);
+  auto r = probe_direct(secret, "127.0.0.1", (*server)->port(), o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_GT(r->latency_us, 0);
+  EXPECT_GT(r->gbps, 0);
+  EXPECT_GT(r->bytes, 0u);
+  // A relayed probe: the server probes (itself) on our behalf.
+  auto relayed = probe_between(secret, "127.0.0.1", (*server)->port(), "127.0.0.1", (*server)->port(), o);
+  ASSERT_TRUE(relayed.ok()) << relayed.status().to_string();
+  EXPECT_GT(relayed->gbps, 0);
+  // Another cluster's secret gets nothing, and says so.
+  auto other = probe_direct(crypto::ClusterSecret::generate(), "127.0.0.1", (*server)->port(), o);
+  EXPECT_EQ(other.status().code(), ErrorCode::kAuthFailed) << other.status().to_string();
+  // The server probing a port where nothing listens reports the failure, within the bound.
+  auto t0 = Clock::now();
+  auto dead = probe_between(secret, "127.0.0.1", (*server)->port(), "127.0.0.1", 1, o);
+  EXPECT_EQ(dead.status().code(), ErrorCode::kUnavailable) << dead.status().to_string();
+  EXPECT_LT(Clock::now() - t0, o.timeout + std::chrono::seconds(2));
 }
 
 }  // namespace

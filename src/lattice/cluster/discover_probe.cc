@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <optional>
 #include <span>
 
@@ -198,19 +199,31 @@ ProbeServer::~ProbeServer() {
   stop_ = true;
   if (acceptor_.joinable()) acceptor_.join();
   ::close(listen_fd_);
-  std::vector<std::thread> conns;
+  std::vector<Conn> conns;
   {
     std::lock_guard lk(mu_);
     for (int fd : open_fds_) ::shutdown(fd, SHUT_RDWR);  // their reads end at once
     conns.swap(conns_);
   }
-  for (auto& t : conns) t.join();
+  for (auto& c : conns) c.thread.join();
+}
+
+void ProbeServer::reap_finished() {
+  std::vector<Conn> finished;
+  {
+    std::lock_guard lk(mu_);
+    auto mid = std::partition(conns_.begin(), conns_.end(), [](const Conn& c) { return !c.done->load(); });
+    std::move(mid, conns_.end(), std::back_inserter(finished));
+    conns_.erase(mid, conns_.end());
+  }
+  for (auto& c : finished) c.thread.join();
 }
 
 void ProbeServer::accept_loop() {
   constexpr size_t kMaxConns = 32;
   while (!stop_) {
     pollfd p{listen_fd_, POLLIN, 0};
+    reap_finished();
     if (::poll(&p, 1, 100) <= 0) continue;  // looks at stop_ every 100 ms
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) continue;
@@ -222,7 +235,12 @@ void ProbeServer::accept_loop() {
       continue;
     }
     open_fds_.push_back(fd);
-    conns_.emplace_back([this, fd] { serve(fd); });
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    conns_.push_back({std::thread([this, fd, done] {
+                        serve(fd);
+                        done->store(true);
+                      }),
+                      done});
   }
 }
 

@@ -68,7 +68,12 @@ class ProbeServer {
   std::atomic<bool> stop_{false};
   std::thread acceptor_;
   std::mutex mu_;
-  std::vector<std::thread> conns_;
+  struct Conn {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  void reap_finished();  // joins the connections that ended (a long-lived node serves many)
+  std::vector<Conn> conns_;
   std::vector<int> open_fds_;
 };
 
