@@ -8,6 +8,8 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config git
       libgtest-dev libgmock-dev libbenchmark-dev
       nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libsodium-dev libssl-dev
       libibverbs-dev iproute2 procps libboost-dev curl
+      # lattice discover: Avahi's embeddable mDNS core (no daemon: one responder per network namespace)
+      libavahi-core-dev
       # lattice train: PyTorch (CPU) as the gradient oracle of tests/train (capability "torch")
       # and the peer of bench/train_vs_torch.sh, with OpenBLAS so its matmuls are not the
       # reference BLAS; the King James Bible as the training corpus (scripts/kjv_corpus.sh).

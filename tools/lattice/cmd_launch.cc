@@ -2,11 +2,16 @@
 //
 //   lattice launch -n 3 [--provider shm|tcp] [--secret-file F] [--insecure] -- lattice ping
 //   lattice launch --hostfile hosts.json --secret-file F [--remote "ssh {ssh} {cmd}"] -- CMD...
+//   lattice launch --discover [--expect N] --secret-file F [--remote ...] -- CMD...
+//     (the hostfile measured on the fly: cluster/discover_topology.h, as `lattice topo --discover`)
 //
 // Each rank gets the rank environment (cluster/rank_env.h): rank, world size, coordinator,
 // provider and the secret (LATTICE_SECRET_FILE, or for local runs without --secret-file an
 // ephemeral LATTICE_SECRET generated here, which never leaves this machine).
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <climits>
 #include <cstdio>
@@ -17,6 +22,7 @@
 #include "command.h"
 #include "lattice/cluster/bootstrap.h"
 #include "lattice/cluster/control.h"
+#include "lattice/cluster/hostfile_job.h"
 #include "lattice/cluster/launcher.h"
 #include "lattice/cluster/rank_env.h"
 #include "lattice/cluster/topology_links.h"
@@ -41,14 +47,11 @@ struct LaunchArgs {
   int failure_timeout_ms = 0;
   std::string bind = "auto";
   std::vector<std::string> command;
+  bool discover = false;
+  std::string discover_out;
+  int discover_expect = 0;
+  int discover_timeout_ms = 1500;
 };
-
-std::string absolute(const std::string& path) {
-  if (path.empty() || path.front() == '/') return path;
-  char buf[PATH_MAX];
-  if (::realpath(path.c_str(), buf)) return buf;
-  return path;
-}
 
 int run_launch(const LaunchArgs& a) {
   using namespace lattice::cluster;
@@ -56,7 +59,10 @@ int run_launch(const LaunchArgs& a) {
     std::fprintf(stderr, "lattice launch: %s\n", m.c_str());
     return 2;
   };
-  if ((a.n > 0) == !a.hostfile.empty()) return fail("give either -n N (local ranks) or --hostfile FILE");
+  if (a.discover && (!a.hostfile.empty() || a.n > 0)) return fail("--discover finds the hosts itself: no -n or --hostfile");
+  if (a.discover && (a.discover_timeout_ms < 1 || a.discover_timeout_ms > 600000))
+    return fail("--discover-timeout-ms must be in 1..600000");
+  if (!a.discover && (a.n > 0) == !a.hostfile.empty()) return fail("give either -n N (local ranks) or --hostfile FILE");
   if (a.command.empty()) return fail("no command (lattice launch -n 2 -- CMD ARGS...)");
   if (a.insecure)
     std::fprintf(stderr, "lattice launch: WARNING: --insecure: ranks authenticate but do NOT encrypt their traffic\n");
@@ -91,40 +97,33 @@ int run_launch(const LaunchArgs& a) {
     if (!code.ok()) return fail(code.status().to_string());
     return *code;
   }
-  if (a.secret_file.empty())
-    return fail("--hostfile needs --secret-file (the same secret file, at the same path, on every host)");
-  if (auto s = crypto::load_secret_file(a.secret_file); !s.ok())  // refuse a bad file here, not in N ranks
-    return fail(s.status().to_string());
-  auto plan = plan_from_topology_file(a.hostfile);
-  if (!plan.ok()) return fail(plan.status().message());
-  std::string coordinator = a.coordinator.empty() ? plan->coordinator : a.coordinator;
-  auto hp = split_host_port(coordinator);
-  if (!hp.ok()) return fail("coordinator: " + hp.status().message());
-  if (coordinator.find(':') == std::string::npos || (coordinator.front() == '[' && coordinator.back() == ']'))
-    coordinator += ":" + std::to_string(kDefaultCoordinatorPort);
-  RankEnv e;
-  e.world_size = plan->world_size;
-  e.coordinator = coordinator;
-  e.provider = a.provider.empty() ? "tcp" : a.provider;
-  e.topology = absolute(a.hostfile);
-  e.secret_file = absolute(a.secret_file);
-  e.insecure = a.insecure;
-  e.heartbeat_ms = heartbeat_ms;
-  e.failure_timeout_ms = failure_timeout_ms;
-  for (int r = 0; r < plan->world_size; ++r) {
-    e.rank = r;
-    LaunchRank what;
-    what.rank = r;
-    what.argv = a.command;
-    what.env = e.to_env();
-    what.env.emplace_back(env::kLifeline, "stdin");  // the remote stdin closes with our ssh session
-    LaunchRank lr;
-    lr.rank = r;
-    lr.argv = {"/bin/sh", "-c", expand_remote(a.remote, plan->names[r], plan->ssh[r], r, what)};
-    lo.ranks.push_back(std::move(lr));
+  HostfileJob job;
+  job.secret_file = a.secret_file;
+  job.insecure = a.insecure;
+  job.remote = a.remote;
+  job.coordinator = a.coordinator;
+  job.provider = a.provider.empty() ? "tcp" : a.provider;
+  job.heartbeat_ms = heartbeat_ms;
+  job.failure_timeout_ms = failure_timeout_ms;
+  job.argv = a.command;
+  job.launch = lo;
+  Result<int> code = 0;
+  if (a.discover) {
+    if (a.secret_file.empty()) return fail("--discover needs --secret-file (the secret the nodes announce the fingerprint of)");
+    DiscoverJob d;
+    d.browse.timeout = std::chrono::milliseconds(a.discover_timeout_ms);
+    d.topology_out = a.discover_out;
+    d.expect = a.discover_expect;
+    std::string report;
+    code = run_discovered_job(d, std::move(job), &report);
+    if (!report.empty()) std::fprintf(stderr, "lattice launch: --discover: %s\n", report.c_str());
+  } else {
+    job.hostfile = a.hostfile;
+    code = run_hostfile_job(std::move(job));
   }
-  auto code = run_ranks(lo);
-  if (!code.ok()) return fail(code.status().to_string());
+  // Bad flags and files read as themselves ("FILE:LINE: ..."); anything else with its kind.
+  if (!code.ok())
+    return fail(code.status().code() == ErrorCode::kInvalidArgument ? code.status().message() : code.status().to_string());
   return *code;
 }
 
@@ -156,6 +155,15 @@ const Registrar kLaunch{{"launch", "start the ranks of a cluster (locally or ove
                            app.add_option("--heartbeat-ms", a->heartbeat_ms, "heartbeat interval for the ranks (default 100)");
                            app.add_option("--failure-timeout-ms", a->failure_timeout_ms,
                                           "silence after which a rank is declared dead (default 700)");
+                           app.add_flag("--discover", a->discover,
+                                        "find the hosts (lattice discover), measure their links and launch on them "
+                                        "(instead of --hostfile)");
+                           app.add_option("--discover-out", a->discover_out,
+                                          "--discover: where the topology goes (default ~/.cache/lattice/discovered.json; "
+                                          "the ranks read it at that path)");
+                           app.add_option("--expect", a->discover_expect, "--discover: stop browsing once N hosts are found; fewer is an error");
+                           app.add_option("--discover-timeout-ms", a->discover_timeout_ms, "--discover: browse at most this long")
+                               ->capture_default_str();
                            app.add_option("command", a->command, "the command each rank runs (after --)")->expected(-1);
                            return [a] { return run_launch(*a); };
                          }}};

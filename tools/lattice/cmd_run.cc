@@ -40,6 +40,9 @@ struct RunArgs {
   bool no_recover = false;
   std::string inject_fault;
   bool demo = false;
+  bool discover = false;
+  std::string secret_file, discover_out, remote = "ssh {ssh} {cmd}";
+  int expect = 0;
 };
 
 int fail(const std::string& msg) {
@@ -56,11 +59,14 @@ int run_dist(const RunArgs& a) {
   d.ignore_eos = a.ignore_eos, d.demo = a.demo, d.parallel = a.parallel, d.split = a.split;
   d.ep_replicate = a.ep_replicate, d.deadline_s = a.deadline_s;
   d.recover = !a.no_recover, d.inject_fault = a.inject_fault;
+  d.discover = a.discover, d.secret_file = a.secret_file, d.discover_out = a.discover_out, d.remote = a.remote;
+  d.expect = a.expect;
   return run_distributed(d);
 }
 
 int run(const RunArgs& a) {
-  if (a.nodes > 0 || a.demo || under_cluster_launcher()) return run_dist(a);
+  if (a.discover && a.nodes > 0) return fail("--discover finds the hosts: no --nodes");
+  if (a.nodes > 0 || a.demo || a.discover || under_cluster_launcher()) return run_dist(a);
   if (a.model.empty()) return fail("-m is required");
   if (a.deadline_s != 0) return fail("--deadline-s bounds a --nodes job (under lattice launch: launch --deadline-s)");
   if (a.n_predict < 0) return fail("-n must be >= 0");
@@ -162,6 +168,13 @@ Registrar run_cmd{{"run", "generate text from a GGUF model (llama, qwen2, qwen3,
                      app.add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-generation tokens");
                      app.add_flag("--no-pack", a->no_pack, "use every weight in place from the mapping (no repacking)");
                      app.add_option("--nodes", a->nodes, "tensor parallel over N local ranks (processes); -t is per rank");
+                     app.add_flag("--discover", a->discover,
+                                  "one rank per host found on the network (lattice discover), links measured (instead of --nodes)");
+                     app.add_option("--secret-file", a->secret_file, "with --discover: the cluster secret (same path on every host)");
+                     app.add_option("--remote", a->remote, "with --discover: how to start a rank on a host ({host} {ssh} {rank} {cmd})")
+                         ->capture_default_str();
+                     app.add_option("--expect", a->expect, "with --discover: stop browsing once N hosts are found; fewer is an error");
+                     app.add_option("--discover-out", a->discover_out, "with --discover: where the measured topology goes");
                      app.add_option("--provider", a->provider, "with --nodes: shm or tcp")->capture_default_str();
                      app.add_option("--parallel", a->parallel, "with --nodes: tp (tensor), pp (pipeline), ep (experts over ranks, the rest tensor) or auto (ep for mixture-of-experts files)")
                          ->capture_default_str();

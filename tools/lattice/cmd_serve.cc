@@ -11,6 +11,7 @@
 
 #include "command.h"
 #include "dist_run.h"
+#include "lattice/cluster/hostfile_job.h"
 #include "lattice/cluster/launcher.h"
 #include "lattice/serve/server.h"
 
@@ -23,6 +24,9 @@ struct ServeArgs {
   int nodes = 0;                 // local ranks to start (0: one process, or a rank under a launcher)
   std::string provider = "shm";
   int64_t max_body_mib = 8;
+  bool discover = false;  // one rank per discovered host instead of --nodes local ranks
+  std::string secret_file, discover_out, remote = "ssh {ssh} {cmd}";
+  int expect = 0;
 };
 
 int fail(const std::string& msg) {
@@ -38,12 +42,32 @@ constexpr const char* kKeyEnv = "LATTICE_SERVE_API_KEY";
 // rank 0 listens. The launcher hosts the coordinator, so a lost follower is survived.
 int launch_ranks(const ServeArgs& a, const std::string& key) {
   if (a.provider != "shm" && a.provider != "tcp") return fail("--provider must be shm or tcp");
-  cluster::LocalJob job;
-  job.world_size = a.nodes;
-  job.argv = {cluster::self_exe(), "serve", "-m", std::filesystem::absolute(a.model).string(), "--host", a.host,
+  const std::vector<std::string> argv = {cluster::self_exe(), "serve", "-m", std::filesystem::absolute(a.model).string(), "--host", a.host,
               "--port", std::to_string(a.port), "--slots", std::to_string(a.slots), "-t",
               std::to_string(std::max(1, a.threads)), "--ctx", std::to_string(a.ctx), "--queue", std::to_string(a.queue),
               "--max-body-mib", std::to_string(a.max_body_mib)};
+  if (a.discover) {
+    // The same ranks, one per discovered host (cluster/hostfile_job.h); rank 0 listens.
+    cluster::HostfileJob job;
+    job.secret_file = a.secret_file;
+    job.remote = a.remote;
+    job.argv = argv;
+    job.failure_timeout_ms = 3000;
+    if (!key.empty()) job.env = {{kKeyEnv, key}};
+    job.launch.prefix = false;
+    job.launch.keep_going = true;
+    cluster::DiscoverJob d;
+    d.topology_out = a.discover_out;
+    d.expect = a.expect;
+    std::string report;
+    auto code = cluster::run_discovered_job(d, std::move(job), &report);
+    if (!report.empty()) std::fprintf(stderr, "lattice serve: --discover: %s\n", report.c_str());
+    if (!code.ok()) return fail(code.status().to_string());
+    return *code;
+  }
+  cluster::LocalJob job;
+  job.world_size = a.nodes;
+  job.argv = argv;
   job.provider = a.provider;
   job.host_coordinator = true;
   // A server must not take a busy host's scheduling delays for a lost rank (each costs the
@@ -88,7 +112,9 @@ int serve(const ServeArgs& a) {
     if (o.api_key.empty()) return fail("--api-key-file " + a.api_key_file + " holds no key on its first line");
   }
   if (const char* k = std::getenv(kKeyEnv); o.api_key.empty() && k && *k) o.api_key = k;
-  if (a.nodes > 1) return launch_ranks(a, o.api_key);
+  if (a.discover && (a.nodes > 0 || ranked)) return fail("--discover finds the hosts: no --nodes, not under a launcher");
+  if (a.discover && a.secret_file.empty()) return fail("--discover needs --secret-file (the same file on every host)");
+  if (a.nodes > 1 || a.discover) return launch_ranks(a, o.api_key);
   const Status st = ranked ? serve::serve_rank(a.model, o) : serve::serve_until_signal(a.model, o);
   if (!st.ok()) return fail(st.to_string());
   return 0;
@@ -110,6 +136,13 @@ Registrar serve_cmd{{"serve", "an OpenAI-compatible HTTP server for a GGUF model
                                       "under `lattice launch` each process is a rank")
                            ->capture_default_str();
                        app.add_option("--provider", a->provider, "fabric between local ranks: shm or tcp")->capture_default_str();
+                       app.add_flag("--discover", a->discover,
+                                    "one rank per host found on the network (lattice discover), links measured (instead of --nodes)");
+                       app.add_option("--secret-file", a->secret_file, "with --discover: the cluster secret (same path on every host)");
+                       app.add_option("--remote", a->remote, "with --discover: how to start a rank on a host ({host} {ssh} {rank} {cmd})")
+                           ->capture_default_str();
+                       app.add_option("--expect", a->expect, "with --discover: stop browsing once N hosts are found; fewer is an error");
+                       app.add_option("--discover-out", a->discover_out, "with --discover: where the measured topology goes");
                        app.add_option("--api-key", a->api_key, "require Authorization: Bearer KEY");
                        app.add_option("--api-key-file", a->api_key_file, "the key from the first line of a file");
                        return [a] { return serve(*a); };

@@ -34,6 +34,11 @@ struct DistRunArgs {
   // the model over themselves and finish the request; false: the run fails, naming the rank.
   bool recover = true;
   std::string inject_fault;  // "RANK@TOKEN": that rank SIGKILLs itself after TOKEN tokens (demos, tests)
+  // --discover: find the hosts (cluster/discover_topology.h) and run one rank on each through
+  // `remote`, instead of local ranks; the secret file must be at the same path on every host.
+  bool discover = false;
+  std::string secret_file, discover_out, remote = "ssh {ssh} {cmd}";
+  int expect = 0;
 };
 
 // "RANK@N[:kill|:stop]" (empty: no fault) into the rank, the token or step N, and the signal
