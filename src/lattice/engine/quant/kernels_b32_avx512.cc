@@ -13,6 +13,12 @@
 namespace lattice::engine::detail {
 namespace {
 
+inline float hsum(__m256 v) {
+  __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
+}
+
 template <int kBits, bool kMin, class Block>
 float dot_b32(const void* row, const Act& a, size_t tok) {
   const auto* w = static_cast<const Block*>(row);
@@ -34,9 +40,7 @@ float dot_b32(const void* row, const Act& a, size_t tok) {
     if constexpr (kMin)
       macc = _mm_fmadd_ss(_mm_set_ss(_cvtsh_ss(blk.m) * d[b]), _mm_cvtsi32_ss(_mm_setzero_ps(), s[b]), macc);
   }
-  __m128 r = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-  return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r))) + _mm_cvtss_f32(macc);
+  return hsum(acc) + _mm_cvtss_f32(macc);
 }
 
 // IQ4_NL: the levels plus 128 (unsigned, 1..241) through vpshufb, so vpdpbusd applies; the
@@ -66,9 +70,7 @@ float dot_iq4_nl(const void* row, const Act& a, size_t tok) {
     const __m256i dot = _mm256_dpbusd_epi32(init, u, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + b * kQK)));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(_cvtsh_ss(w[b].d) * d[b]), acc);
   }
-  __m128 r = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-  return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
+  return hsum(acc);
 }
 
 }  // namespace
