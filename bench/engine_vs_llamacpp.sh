@@ -9,6 +9,8 @@
 #
 # Models are made once with `lattice make-model` (1.1B Llama shape: dim 2048, 22 layers,
 # 32/4 heads, ffn 5632, vocab 32000) into $MODELS_DIR (default /tmp/lattice-bench-models).
+# Types make-model does not write (q4_1 q5_0 q5_1 iq4_nl) are made from the q4_0 file by
+# llama.cpp's llama-quantize --allow-requantize (LLAMA_QUANTIZE, default next to llama-bench).
 # LATTICE (default build/lattice) and LLAMA_BENCH (default the peer build in
 # /tmp/lattice-peers) choose the binaries.
 set -euo pipefail
@@ -16,6 +18,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 LATTICE=${LATTICE:-$here/build/lattice}
 LLAMA_BENCH=${LLAMA_BENCH:-/tmp/lattice-peers/llama.cpp/build/bin/llama-bench}
 MODELS_DIR=${MODELS_DIR:-/tmp/lattice-bench-models}
+LLAMA_QUANTIZE=${LLAMA_QUANTIZE:-$(dirname "$LLAMA_BENCH")/llama-quantize}
 types="q4_0 q8_0"; prompts=64,512; gens=128; threads=1,2; reps=5; rounds=3; shape=tinyllama; json=0
 while (($#)); do
   case "$1" in
@@ -47,7 +50,14 @@ for type in $types; do
   model="$MODELS_DIR/$shape-$type.gguf"
   if [ ! -f "$model" ]; then
     echo "making $model" >&2
-    "$LATTICE" make-model --arch llama "${shape_args[@]}" --type "$type" --seed 1 -o "$model.tmp" >/dev/null
+    case "$type" in
+      q4_1|q5_0|q5_1|iq4_nl)
+        base="$MODELS_DIR/$shape-q4_0.gguf"
+        [ -f "$base" ] || "$LATTICE" make-model --arch llama "${shape_args[@]}" --type q4_0 --seed 1 -o "$base" >/dev/null
+        LD_LIBRARY_PATH=$(dirname "$LLAMA_QUANTIZE") "$LLAMA_QUANTIZE" --allow-requantize "$base" "$model.tmp" \
+          "${type^^}" >/dev/null 2>&1 ;;
+      *) "$LATTICE" make-model --arch llama "${shape_args[@]}" --type "$type" --seed 1 -o "$model.tmp" >/dev/null ;;
+    esac
     mv "$model.tmp" "$model"
   fi
   IFS=, read -ra tlist <<<"$threads"

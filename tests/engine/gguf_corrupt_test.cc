@@ -101,8 +101,8 @@ std::vector<Case> cases() {
                {"tensor 'w'", "unknown tensor type id 99"}});
   c.push_back({"UnknownTensorTypeInGap", [] { return one_tensor({8}, 4, 0, 32); }, ErrorCode::kCorrupt,
                {"tensor 'w'", "unknown tensor type id 4"}});
-  c.push_back({"UnsupportedTensorType", [] { return one_tensor({32}, 3, 0, 32); }, ErrorCode::kUnavailable,
-               {"tensor 'w'", "Q4_1", "not supported"}});
+  c.push_back({"UnsupportedTensorType", [] { return one_tensor({32}, 9, 0, 64); }, ErrorCode::kUnavailable,
+               {"tensor 'w'", "Q8_1", "not supported"}});
   c.push_back({"FiveDims", [] { return one_tensor({1, 1, 1, 1, 8}, 0, 0, 32); }, ErrorCode::kCorrupt,
                {"tensor 'w'", "5 dimensions"}});
   c.push_back({"ZeroDims", [] { return one_tensor({}, 0, 0, 32); }, ErrorCode::kCorrupt, {"tensor 'w'", "0 dimensions"}});

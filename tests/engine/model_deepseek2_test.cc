@@ -328,13 +328,10 @@ INSTANTIATE_TEST_SUITE_P(Files, Deepseek2LlamaCpp,
                                            Variant{"f32_fused_gate_up", "f32", false, true},
                                            Variant{"q8_0", "q8_0", false, false}),
                          [](const auto& info) { return std::string(info.param.name); });
-// Open: on this Q4_0 file the first greedy token already differs. llama.cpp's own distribution
-// there is flat (its top five within 0.08 nats) but lattice's choice is 0.12 nats below its
-// top, more than the Q8_0 activation-scale rounding explains alone; F32 files agree exactly,
-// so the suspicion is a router near-tie amplified through the quantized MLA products. Kept
-// visible (run with --gtest_also_run_disabled_tests) until it is explained.
-INSTANTIATE_TEST_SUITE_P(DISABLED_OpenQ4, Deepseek2LlamaCpp, ::testing::Values(Variant{"q4_0", "q4_0", false, false}),
-                         [](const auto& info) { return std::string(info.param.name); });
+// Q4_0: the first greedy token differs from llama.cpp's, because llama.cpp's Q4_0 products land
+// 0.25 nats from the exact products of the same weights where its top five lie within 0.083;
+// lattice keeps the exact answer. quant_deepseek2_q4_test.cc checks that against the file's
+// dequantized F32 twin (with the figures), so this file has no Q4_0 case.
 
 }  // namespace
 }  // namespace lattice::engine

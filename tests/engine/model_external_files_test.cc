@@ -72,7 +72,18 @@ INSTANTIATE_TEST_SUITE_P(
                       QuantizedFile{"llama-q4_k_m.gguf", {TensorType::kQ4_K, TensorType::kQ6_K}},
                       QuantizedFile{"qwen3moe-q2_k.gguf", {TensorType::kQ2_K, TensorType::kQ3_K}},
                       QuantizedFile{"gguf-py-llama-q3_k_m.gguf", {TensorType::kQ3_K, TensorType::kQ5_K}},
-                      QuantizedFile{"gguf-py-mixtral-q2_k.gguf", {TensorType::kQ2_K, TensorType::kQ3_K}}),
+                      QuantizedFile{"gguf-py-mixtral-q2_k.gguf", {TensorType::kQ2_K, TensorType::kQ3_K}},
+                      // The 32-element types, as llama-quantize writes them when asked.
+                      QuantizedFile{"llama-q4_1.gguf", {TensorType::kQ4_1, TensorType::kQ8_0}},
+                      QuantizedFile{"llama-q5_0.gguf", {TensorType::kQ5_0}},
+                      QuantizedFile{"llama-q5_1.gguf", {TensorType::kQ5_1}},
+                      QuantizedFile{"llama-iq4_nl.gguf", {TensorType::kIQ4_NL}},
+                      // deepseek2 with DeepSeek-V3's row widths: the 128-wide attn_k_b rows fall
+                      // back from the mix's 256-element type (make_quantized.sh lists to what).
+                      QuantizedFile{"deepseek2-q2_k.gguf", {TensorType::kQ2_K, TensorType::kQ3_K, TensorType::kQ4_0}},
+                      QuantizedFile{"deepseek2-q3_k_m.gguf", {TensorType::kQ3_K, TensorType::kQ4_K, TensorType::kIQ4_NL}},
+                      QuantizedFile{"deepseek2-q4_k_m.gguf", {TensorType::kQ4_K, TensorType::kQ6_K, TensorType::kQ5_0}},
+                      QuantizedFile{"deepseek2-q5_k_m.gguf", {TensorType::kQ5_K, TensorType::kQ5_1}}),
     [](const auto& info) {
       std::string n = info.param.file;
       n = n.substr(0, n.find('.'));

@@ -61,6 +61,10 @@ std::vector<float> make_x(size_t n_tok, size_t cols, uint32_t seed) {
 size_t act_block(TensorType t) {
   switch (t) {
     case TensorType::kQ4_0:
+    case TensorType::kQ4_1:
+    case TensorType::kQ5_0:
+    case TensorType::kQ5_1:
+    case TensorType::kIQ4_NL:
     case TensorType::kQ8_0: return 32;
     case TensorType::kQ4_K:
     case TensorType::kQ5_K:
@@ -94,8 +98,9 @@ Bound reference(const Mat& m, const std::vector<float>& x, size_t t, size_t r) {
 }
 
 const TensorType kTypes[] = {TensorType::kF32,  TensorType::kF16,  TensorType::kBF16, TensorType::kQ8_0,
-                             TensorType::kQ4_0, TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K,
-                             TensorType::kQ2_K, TensorType::kQ3_K};
+                             TensorType::kQ4_0, TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1,
+                             TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kQ2_K,
+                             TensorType::kQ3_K, TensorType::kIQ4_NL};
 
 bool is_kquant(TensorType t) {
   return t == TensorType::kQ2_K || t == TensorType::kQ3_K || t == TensorType::kQ4_K || t == TensorType::kQ5_K ||
@@ -129,7 +134,7 @@ TEST(Matmul, EveryTypeIsaLayoutAndTokenCountMatchesReference) {
     auto in_place = Weight::view(view);
     ASSERT_TRUE(packed.ok() && in_place.ok());
     // Which types get the interleaved layout: Q4_0/Q8_0 always, K-quants with AVX-512.
-    // Q2_K / Q3_K always run on their GGUF rows.
+    // Q2_K / Q3_K and Q4_1 / Q5_0 / Q5_1 / IQ4_NL always run on their GGUF rows.
     const bool packable_kquant = type == TensorType::kQ4_K || type == TensorType::kQ5_K || type == TensorType::kQ6_K;
     const bool expect_packed = type == TensorType::kQ4_0 || type == TensorType::kQ8_0 ||
                                (packable_kquant && active_isa() == Isa::kAvx512);
@@ -176,7 +181,8 @@ TEST(Matmul, AggregateErrorIsQuantizationSized) {
   };
   for (Case c : {Case{TensorType::kQ8_0, 1e-4}, Case{TensorType::kQ4_0, 1.5e-2}, Case{TensorType::kQ4_K, 1.2e-2},
                  Case{TensorType::kQ5_K, 4e-3}, Case{TensorType::kQ6_K, 1.5e-3}, Case{TensorType::kBF16, 1e-5},
-                 Case{TensorType::kQ3_K, 5e-2}, Case{TensorType::kQ2_K, 1.5e-1}}) {
+                 Case{TensorType::kQ3_K, 5e-2}, Case{TensorType::kQ2_K, 1.5e-1}, Case{TensorType::kQ4_1, 1.2e-2},
+                 Case{TensorType::kQ5_0, 4e-3}, Case{TensorType::kQ5_1, 3e-3}, Case{TensorType::kIQ4_NL, 1.5e-2}}) {
     std::mt19937 rng(1);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::vector<float> wf(rows * cols);
@@ -252,7 +258,7 @@ TEST(Matmul, SmallestAndLongRowsMatchReference) {
   ThreadPool pool(2);
   for (TensorType type : kTypes) {
     const size_t min_cols = is_kquant(type) ? 256
-                            : (type == TensorType::kQ4_0 || type == TensorType::kQ8_0)                       ? 32
+                            : act_block(type) == 32                                                        ? 32
                                                                                                               : 1;
     for (auto [rows, cols] : {std::pair<size_t, size_t>{1, min_cols}, {20, 5632}}) {
       const Mat m = make_mat(type, rows, cols, 5);

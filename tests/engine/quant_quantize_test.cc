@@ -34,6 +34,11 @@ double nmse(const std::vector<float>& a, const std::vector<float>& b) {
 // Bounds for unit gaussian data. A uniform quantizer of step s has error variance s^2/12.
 //  Q8_0: s = amax/127 per 32; E[amax] of 32 gaussians ~2.0 (tail to ~3): (3/127)^2/12 = 4.6e-5.
 //  Q4_0: s = amax/8 (asymmetric, largest maps to -8): (3/8)^2/12 = 1.2e-2 worst, ~7e-3 typical.
+//  Q4_1: s = range/15 per 32 (range of 32 gaussians ~4-5): (5/15)^2/12 = 9e-3 worst, ~6e-3 typical.
+//  Q5_0: s = amax/16 per 32: (3/16)^2/12 = 2.9e-3 worst, ~1.7e-3 typical.
+//  Q5_1: s = range/31 per 32: (5/31)^2/12 = 2.2e-3 worst, ~1.5e-3 typical.
+//  IQ4_NL: 16 levels over [-127, 113] * d, d = amax/127, closer together near zero: at most
+//        Q4_0's error (levels no further apart than Q4_0's step where the data is), ~5e-3.
 //  Q4_K: s = range/15 per 32, range ~4-5 sigma, plus 6-bit scale/min rounding: ~(5/15)^2/12 = 9e-3.
 //  Q5_K: same with 31 levels: (5/31)^2/12 = 2.2e-3.
 //  Q6_K: s = amax/32 per 16 (amax ~1.8-2.5) with 8-bit scales: (2.5/32)^2/12 = 5.1e-4.
@@ -82,7 +87,10 @@ TEST_P(QuantRoundTrip, ConstantAndZeroBlocks) {
 INSTANTIATE_TEST_SUITE_P(AllTypes, QuantRoundTrip,
                          ::testing::Values(RoundTrip{TensorType::kF32, 1e-30}, RoundTrip{TensorType::kF16, 1e-7},
                                            RoundTrip{TensorType::kBF16, 6e-6}, RoundTrip{TensorType::kQ8_0, 6e-5},
-                                           RoundTrip{TensorType::kQ4_0, 1.2e-2}, RoundTrip{TensorType::kQ4_K, 9e-3},
+                                           RoundTrip{TensorType::kQ4_0, 1.2e-2}, RoundTrip{TensorType::kQ4_1, 9e-3},
+                                           RoundTrip{TensorType::kQ5_0, 2.9e-3}, RoundTrip{TensorType::kQ5_1, 2.2e-3},
+                                           RoundTrip{TensorType::kIQ4_NL, 1.2e-2},
+                                           RoundTrip{TensorType::kQ4_K, 9e-3},
                                            RoundTrip{TensorType::kQ5_K, 2.2e-3}, RoundTrip{TensorType::kQ6_K, 5.1e-4},
                                            RoundTrip{TensorType::kQ3_K, 3.3e-2}, RoundTrip{TensorType::kQ2_K, 0.15}));
 
@@ -91,7 +99,8 @@ TEST(Quantize, RejectsPartialBlocksAndUnsupportedTypes) {
   std::vector<uint8_t> q(1024);
   EXPECT_EQ(quantize_row(TensorType::kQ4_0, x.data(), q.data(), 33).code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(quantize_row(TensorType::kQ4_K, x.data(), q.data(), 32).code(), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(quantize_row(TensorType::kQ5_1, x.data(), q.data(), 256).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(quantize_row(TensorType::kQ5_1, x.data(), q.data(), 48).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(quantize_row(TensorType::kQ8_1, x.data(), q.data(), 256).code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(quantize_row(TensorType::kQ3_K, x.data(), q.data(), 128).code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(dequantize_row(TensorType::kQ8_K, q.data(), x.data(), 256).code(), ErrorCode::kInvalidArgument);
 }
@@ -134,6 +143,51 @@ TEST(QuantLayout, Q4_0AndQ8_0) {
   for (int i = 0; i < 32; ++i) b80[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(i * 7 - 100));
   ASSERT_TRUE(dequantize_row(TensorType::kQ8_0, b80, y, 32).ok());
   for (int i = 0; i < 32; ++i) EXPECT_EQ(y[i], 0.5f * (i * 7 - 100));
+}
+
+TEST(QuantLayout, Q4_1Q5_0AndQ5_1) {
+  // Q4_1: [fp16 d][fp16 m][16 bytes]: x = d*q + m, byte i holds element i (low nibble) and i+16.
+  uint8_t b41[20];
+  put_u16(b41, 0x4000);      // d = 2
+  put_u16(b41 + 2, 0xbc00);  // m = -1
+  for (int i = 0; i < 16; ++i) b41[4 + i] = static_cast<uint8_t>(i | ((15 - i) << 4));
+  float y[32];
+  ASSERT_TRUE(dequantize_row(TensorType::kQ4_1, b41, y, 32).ok());
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ(y[i], 2.0f * i - 1);
+    EXPECT_EQ(y[i + 16], 2.0f * (15 - i) - 1);
+  }
+  // Q5_0: [fp16 d][qh: 4 bytes, bit e = fifth bit of element e][16 nibble bytes], offset 16.
+  // Q5_1: [fp16 d][fp16 m][qh][16 bytes], x = d*u + m.
+  const uint32_t qh = 0xa5c3'0f81u;
+  for (const bool with_min : {false, true}) {
+    uint8_t b[24];
+    put_u16(b, 0x3800);  // d = 0.5
+    if (with_min) put_u16(b + 2, 0x4200);  // m = 3
+    uint8_t* p = b + (with_min ? 4 : 2);
+    std::memcpy(p, &qh, 4);
+    for (int i = 0; i < 16; ++i) p[4 + i] = static_cast<uint8_t>(((i * 5) & 15) | (((i * 3 + 1) & 15) << 4));
+    ASSERT_TRUE(dequantize_row(with_min ? TensorType::kQ5_1 : TensorType::kQ5_0, b, y, 32).ok());
+    for (int e = 0; e < 32; ++e) {
+      const int nib = e < 16 ? (e * 5) & 15 : ((e - 16) * 3 + 1) & 15;
+      const int u = nib | (((qh >> e) & 1) << 4);
+      EXPECT_EQ(y[e], with_min ? 0.5f * u + 3 : 0.5f * (u - 16)) << "element " << e << " min " << with_min;
+    }
+  }
+}
+
+TEST(QuantLayout, IQ4_NL) {
+  // [fp16 d][16 bytes] as Q4_0, each nibble an index into the format's 16 levels.
+  static const int kLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  uint8_t b[18];
+  put_u16(b, 0x3400);  // d = 0.25
+  for (int i = 0; i < 16; ++i) b[2 + i] = static_cast<uint8_t>(i | ((15 - i) << 4));
+  float y[32];
+  ASSERT_TRUE(dequantize_row(TensorType::kIQ4_NL, b, y, 32).ok());
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ(y[i], 0.25f * kLevels[i]);
+    EXPECT_EQ(y[i + 16], 0.25f * kLevels[15 - i]);
+  }
 }
 
 // Q4_K / Q5_K scale bytes, as the format describes them: bytes 0-3 hold scale[0..3] in the
@@ -241,7 +295,8 @@ TEST(QuantLayout, Q2_KAndQ3_K) {
 TEST(QuantLayout, QuantizeProducesTheLayoutItDescribes) {
   // Quantizing the dequantized values of a random valid block must reproduce the block values
   // (quantize -> dequantize is idempotent on representable rows).
-  for (TensorType t : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ6_K, TensorType::kQ3_K}) {
+  for (TensorType t : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ5_0, TensorType::kIQ4_NL, TensorType::kQ6_K,
+                       TensorType::kQ3_K}) {
     auto x = gaussian(256, 11);
     std::vector<uint8_t> q(*row_bytes(t, 256)), q2(q.size());
     std::vector<float> y(256), y2(256);

@@ -164,7 +164,7 @@ struct TensorInfo {
 };
 
 struct OpenOptions {
-  // Accept tensor types the format knows but the engine has no kernels for (Q4_1, Q2_K...):
+  // Accept tensor types the format knows but the engine has no kernels for (Q8_1, Q8_K):
   // for inspection tools. Default: such a file is refused with kUnavailable naming the tensor.
   bool allow_unsupported_types = false;
   // Read every page in at open (MAP_POPULATE): for benchmarks that must not time page faults.

@@ -4,6 +4,12 @@
 // Dequantized values (q: stored integers, d/dmin: fp16 unless noted):
 //   Q8_0 (32):  x[i] = d * qs[i]
 //   Q4_0 (32):  x[i] = d * ((qs[i] & 15) - 8),  x[i+16] = d * ((qs[i] >> 4) - 8),  i < 16
+//   Q4_1 (32):  x[i] = d * (qs[i] & 15) + m,  x[i+16] = d * (qs[i] >> 4) + m  (m: fp16 offset)
+//   Q5_0 (32):  u = nibble as in Q4_0 | bit e of the little-endian 32-bit qh << 4 (e the element,
+//               0..31);  x[e] = d * (u - 16)
+//   Q5_1 (32):  u as in Q5_0;  x[e] = d * u + m
+//   IQ4_NL (32): nibbles as in Q4_0, each an index into the 16 non-uniform levels kIq4nlLevels;
+//               x = d * kIq4nlLevels[nibble]
 //   Q4_K (256): 8 sub-blocks of 32 with 6-bit scale sc[j] and min m[j] packed in scales[12];
 //               64-element chunk c (0..3) uses qs[32c..32c+31]: low nibbles are sub-block 2c,
 //               high nibbles sub-block 2c+1;  x = d*sc[j]*q - dmin*m[j]
@@ -34,6 +40,23 @@ struct BlockQ8_0 {
 };
 struct BlockQ4_0 {
   uint16_t d;
+  uint8_t qs[16];
+};
+using BlockIQ4_NL = BlockQ4_0;  // the same bytes: fp16 d, 16 nibble bytes
+// IQ4_NL's levels (the format's table: denser near zero, as weights are distributed).
+inline constexpr int8_t kIq4nlLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+struct BlockQ4_1 {
+  uint16_t d, m;
+  uint8_t qs[16];
+};
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];  // not a uint32_t: the block is 22 bytes, so qh sits at offset 2
+  uint8_t qs[16];
+};
+struct BlockQ5_1 {
+  uint16_t d, m;
+  uint8_t qh[4];
   uint8_t qs[16];
 };
 struct BlockQ4_K {
@@ -71,9 +94,17 @@ static_assert(sizeof(BlockQ2_K) == 84);
 static_assert(sizeof(BlockQ3_K) == 110);
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ4_0) == 18);
+static_assert(sizeof(BlockQ4_1) == 20);
+static_assert(sizeof(BlockQ5_0) == 22);
+static_assert(sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
+
+// The fifth bits of a Q5_0 / Q5_1 block as one word: bit e belongs to element e.
+inline uint32_t q5_high_bits(const uint8_t qh[4]) {
+  return uint32_t{qh[0]} | uint32_t{qh[1]} << 8 | uint32_t{qh[2]} << 16 | uint32_t{qh[3]} << 24;
+}
 
 // The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K super-block.
 inline void k4_scale_min(const uint8_t* s, int j, int* sc, int* m) {

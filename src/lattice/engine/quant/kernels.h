@@ -3,8 +3,9 @@
 //
 // Activations are quantized once per matmul call into one of these forms:
 //   kF32 : the float input itself (F32 / F16 / BF16 weights).
-//   kQ8  : blocks of 32 (Q4_0 / Q8_0 weights): int8 q[k], float d[k/32], int32 s[k/32] where
-//          x ~ d*q and s is the sum of the block's q (for the unsigned-weight offset trick).
+//   kQ8  : blocks of 32 (Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / Q8_0 weights): int8 q[k], float d[k/32],
+//          int32 s[k/32] where x ~ d*q and s is the sum of the block's q (for the unsigned-weight
+//          offset trick, and the m * sum(x) term of Q4_1 / Q5_1: what ggml's Q8_1 carries).
 //   kQ8K : blocks of 256 (K-quant weights, Q2_K..Q6_K): int8 q[k], float d[k/256], int16 bsum[k/16]
 //          (sum of each 16 q's, for the K-quant mins and the Q6_K offset of 32).
 // Token t's data starts at q + t*k, d + t*(k/block), s/bsum + t*(k/32 or k/16).
@@ -82,11 +83,13 @@ struct KernelTable {
   PackedTileFn tile_q4_0, tile_q8_0, tile_q4_k, tile_q5_k, tile_q6_k;
   FloatTileFn ftile_f32 = nullptr, ftile_f16 = nullptr, ftile_bf16 = nullptr;
   RowDotFn dot_q2_k = nullptr, dot_q3_k = nullptr;  // GGUF rows only (never packed)
+  RowDotFn dot_q4_1 = nullptr, dot_q5_0 = nullptr, dot_q5_1 = nullptr, dot_iq4_nl = nullptr;  // GGUF rows only
 };
 
 const KernelTable& scalar_kernels();
 const KernelTable& avx2_kernels();    // defined in kernels_avx2.cc
 const KernelTable& avx512_kernels();  // defined in kernels_avx512.cc
+void add_b32_avx512(KernelTable& k);  // Q4_1 / Q5_0 / Q5_1 / IQ4_NL rows (kernels_b32_avx512.cc)
 
 // Offsets inside one packed Q4_K (kBits 4) / Q5_K (kBits 5) super-block.
 template <int kBits>

@@ -171,6 +171,59 @@ float dot_q4_0(const void* row, const Act& a, size_t tok) {
   return hsum(acc) - corr;
 }
 
+// Q5_0 / Q5_1: the 32 fifth bits (bit e = element e) as 16 or 0 in byte e.
+inline __m256i q5_fifth_bits(uint32_t qh) {
+  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+  const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), spread), bit);
+  return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(16));
+}
+
+// Q4_1 / Q5_0 / Q5_1 rows: unsigned values u (<= 31: pair sums <= 2*31*127), the offset of
+// Q5_0 (16) and the min of Q4_1 / Q5_1 applied per block from the activation sums.
+template <int kBits, bool kMin, class Block>
+float dot_b32(const void* row, const Act& a, size_t tok) {
+  const auto* w = static_cast<const Block*>(row);
+  const size_t nb = a.k / kQK;
+  const int8_t* q = a.q + tok * a.k;
+  const float* d = a.d + tok * nb;
+  const int32_t* s = a.s + tok * nb;
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  __m256 acc = _mm256_setzero_ps();
+  float corr = 0;
+  for (size_t b = 0; b < nb; ++b) {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
+    __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
+    if constexpr (kBits == 5) u = _mm256_or_si256(u, q5_fifth_bits(q5_high_bits(w[b].qh)));
+    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + b * kQK));
+    const float ds = h2f(w[b].d) * d[b];
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8(u, xv)), _mm256_set1_ps(ds), acc);
+    if constexpr (kMin) corr -= h2f(w[b].m) * d[b] * static_cast<float>(s[b]);
+    else corr += ds * static_cast<float>(16 * s[b]);
+  }
+  return hsum(acc) - corr;
+}
+
+// IQ4_NL rows: the nibbles index the 16 levels through vpshufb; signed x signed products.
+float dot_iq4_nl(const void* row, const Act& a, size_t tok) {
+  const auto* w = static_cast<const BlockIQ4_NL*>(row);
+  const size_t nb = a.k / kQK;
+  const int8_t* q = a.q + tok * a.k;
+  const float* d = a.d + tok * nb;
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i levels = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlLevels)));
+  __m256 acc = _mm256_setzero_ps();
+  for (size_t b = 0; b < nb; ++b) {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
+    const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
+    const __m256i v = _mm256_shuffle_epi8(levels, nib);  // |v| <= 127: dot_s8's bound holds
+    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + b * kQK));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_s8(v, xv)), _mm256_set1_ps(h2f(w[b].d) * d[b]), acc);
+  }
+  return hsum(acc);
+}
+
 template <int kBits, class Block>
 float dot_k4like(const void* row, const Act& a, size_t tok) {
   const auto* w = static_cast<const Block*>(row);
@@ -394,6 +447,10 @@ const KernelTable& avx2_kernels() {
     };
     k.dot_q2_k = dot_q2_k;
     k.dot_q3_k = dot_q3_k;
+    k.dot_q4_1 = dot_b32<4, true, BlockQ4_1>;
+    k.dot_q5_0 = dot_b32<5, false, BlockQ5_0>;
+    k.dot_q5_1 = dot_b32<5, true, BlockQ5_1>;
+    k.dot_iq4_nl = dot_iq4_nl;
     return k;
   }();
   return t;

@@ -566,6 +566,7 @@ const KernelTable& avx512_kernels() {
     k.tile_q6_k = tile_q6_k;
     k.dot_q2_k = dot_q2_k;
     k.dot_q3_k = dot_q3_k;
+    add_b32_avx512(k);
     return k;
   }();
   return t;

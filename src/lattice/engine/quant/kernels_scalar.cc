@@ -97,6 +97,45 @@ float dot_q4_0(const void* row, const Act& a, size_t tok) {
   return sum;
 }
 
+// Q4_1 / Q5_0 / Q5_1 rows: sum_b dw*dx*(sum u*q - off*s) + m*dx*s, s the block's sum of q.
+template <int kBits, bool kMin, class Block>
+float dot_b32(const void* row, const Act& a, size_t tok) {
+  const auto* w = static_cast<const Block*>(row);
+  const size_t nb = a.k / kQK;
+  const int8_t* q = a.q + tok * a.k;
+  const float* d = a.d + tok * nb;
+  const int32_t* s = a.s + tok * nb;
+  constexpr int off = kMin ? 0 : (1 << (kBits - 1));
+  float sum = 0;
+  for (size_t b = 0; b < nb; ++b) {
+    uint32_t qh = 0;
+    if constexpr (kBits == 5) qh = q5_high_bits(w[b].qh);
+    int32_t acc = 0;
+    for (int i = 0; i < 16; ++i) {
+      acc += ((w[b].qs[i] & 15) | ((qh >> i) & 1) << 4) * q[b * kQK + i];
+      acc += ((w[b].qs[i] >> 4) | ((qh >> (i + 16)) & 1) << 4) * q[b * kQK + 16 + i];
+    }
+    sum += fp16_to_fp32(w[b].d) * d[b] * static_cast<float>(acc - off * s[b]);
+    if constexpr (kMin) sum += fp16_to_fp32(w[b].m) * d[b] * static_cast<float>(s[b]);
+  }
+  return sum;
+}
+
+float dot_iq4_nl(const void* row, const Act& a, size_t tok) {
+  const auto* w = static_cast<const BlockIQ4_NL*>(row);
+  const size_t nb = a.k / kQK;
+  const int8_t* q = a.q + tok * a.k;
+  const float* d = a.d + tok * nb;
+  float sum = 0;
+  for (size_t b = 0; b < nb; ++b) {
+    int32_t acc = 0;
+    for (int i = 0; i < 16; ++i)
+      acc += kIq4nlLevels[w[b].qs[i] & 15] * q[b * kQK + i] + kIq4nlLevels[w[b].qs[i] >> 4] * q[b * kQK + 16 + i];
+    sum += fp16_to_fp32(w[b].d) * d[b] * static_cast<float>(acc);
+  }
+  return sum;
+}
+
 template <int kBits, class Block>
 float dot_k4like(const void* row, const Act& a, size_t tok) {
   const auto* w = static_cast<const Block*>(row);
@@ -298,6 +337,10 @@ const KernelTable& scalar_kernels() {
     };
     k.dot_q2_k = dot_q2_k;
     k.dot_q3_k = dot_q3_k;
+    k.dot_q4_1 = dot_b32<4, true, BlockQ4_1>;
+    k.dot_q5_0 = dot_b32<5, false, BlockQ5_0>;
+    k.dot_q5_1 = dot_b32<5, true, BlockQ5_1>;
+    k.dot_iq4_nl = dot_iq4_nl;
     return k;
   }();
   return t;

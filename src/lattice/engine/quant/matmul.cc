@@ -107,6 +107,10 @@ enum class ActKind { kF32, kQ8, kQ8K };
 ActKind act_kind(TensorType t) {
   switch (t) {
     case TensorType::kQ4_0:
+    case TensorType::kQ4_1:
+    case TensorType::kQ5_0:
+    case TensorType::kQ5_1:
+    case TensorType::kIQ4_NL:
     case TensorType::kQ8_0: return ActKind::kQ8;
     case TensorType::kQ4_K:
     case TensorType::kQ5_K:
@@ -129,6 +133,10 @@ RowDotFn row_dot(const KernelTable& k, TensorType t) {
     case TensorType::kQ6_K: return k.dot_q6_k;
     case TensorType::kQ2_K: return k.dot_q2_k;
     case TensorType::kQ3_K: return k.dot_q3_k;
+    case TensorType::kQ4_1: return k.dot_q4_1;
+    case TensorType::kQ5_0: return k.dot_q5_0;
+    case TensorType::kQ5_1: return k.dot_q5_1;
+    case TensorType::kIQ4_NL: return k.dot_iq4_nl;
     default: return nullptr;
   }
 }

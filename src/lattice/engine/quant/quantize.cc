@@ -45,6 +45,88 @@ void quantize_q4_0(const float* x, BlockQ4_0* y, size_t nb) {
   }
 }
 
+// Q5_0: as Q4_0 with 5 bits, the element of largest magnitude mapping to -16.
+void quantize_q5_0(const float* x, BlockQ5_0* y, size_t nb) {
+  for (size_t b = 0; b < nb; ++b, x += kQK) {
+    float vmax = 0;
+    for (int i = 0; i < kQK; ++i)
+      if (std::fabs(x[i]) > std::fabs(vmax)) vmax = x[i];
+    y[b].d = fp32_to_fp16(vmax / -16.0f);
+    const float ds = fp16_to_fp32(y[b].d);
+    const float id = ds != 0 ? 1.0f / ds : 0.0f;
+    uint32_t qh = 0;
+    for (int i = 0; i < 16; ++i) {
+      const int lo = std::clamp(round_int(x[i] * id) + 16, 0, 31), hi = std::clamp(round_int(x[i + 16] * id) + 16, 0, 31);
+      y[b].qs[i] = static_cast<uint8_t>((lo & 15) | ((hi & 15) << 4));
+      qh |= uint32_t(lo >> 4) << i | uint32_t(hi >> 4) << (i + 16);
+    }
+    for (int i = 0; i < 4; ++i) y[b].qh[i] = static_cast<uint8_t>(qh >> (8 * i));
+  }
+}
+
+// IQ4_NL: the element of largest magnitude maps to the level -127; each element then takes
+// its nearest level, and d is refitted by least squares over the chosen levels.
+void quantize_iq4_nl(const float* x, BlockIQ4_NL* y, size_t nb) {
+  for (size_t b = 0; b < nb; ++b, x += kQK) {
+    float vmax = 0;
+    for (int i = 0; i < kQK; ++i)
+      if (std::fabs(x[i]) > std::fabs(vmax)) vmax = x[i];
+    const float d0 = vmax / -127.0f, id = d0 != 0 ? 1.0f / d0 : 0.0f;
+    uint8_t q[kQK];
+    float sxv = 0, svv = 0;
+    for (int i = 0; i < kQK; ++i) {
+      const float t = x[i] * id;
+      int best = 0;
+      for (int j = 1; j < 16; ++j)
+        if (std::fabs(t - kIq4nlLevels[j]) < std::fabs(t - kIq4nlLevels[best])) best = j;
+      q[i] = static_cast<uint8_t>(best);
+      sxv += x[i] * kIq4nlLevels[best];
+      svv += float(kIq4nlLevels[best]) * kIq4nlLevels[best];
+    }
+    y[b].d = fp32_to_fp16(d0 != 0 && svv > 0 ? sxv / svv : 0.0f);
+    for (int i = 0; i < 16; ++i) y[b].qs[i] = static_cast<uint8_t>(q[i] | (q[i + 16] << 4));
+  }
+}
+
+// Q4_1 / Q5_1: x ~ d*q + m over the block's range, q in 0..2^bits-1.
+template <int kBits, class Block>
+void quantize_b32_min(const float* x, Block* y, size_t nb) {
+  constexpr int nmax = (1 << kBits) - 1;
+  for (size_t b = 0; b < nb; ++b, x += kQK) {
+    const auto [lo, hi] = std::minmax_element(x, x + kQK);
+    y[b].d = fp32_to_fp16((*hi - *lo) / nmax);
+    y[b].m = fp32_to_fp16(*lo);
+    const float ds = fp16_to_fp32(y[b].d), ms = fp16_to_fp32(y[b].m);
+    const float id = ds > 0 ? 1.0f / ds : 0.0f;
+    uint32_t qh = 0;
+    for (int i = 0; i < 16; ++i) {
+      const int a = std::clamp(round_int((x[i] - ms) * id), 0, nmax), c = std::clamp(round_int((x[i + 16] - ms) * id), 0, nmax);
+      y[b].qs[i] = static_cast<uint8_t>((a & 15) | ((c & 15) << 4));
+      qh |= uint32_t(a >> 4) << i | uint32_t(c >> 4) << (i + 16);
+    }
+    if constexpr (kBits == 5)
+      for (int i = 0; i < 4; ++i) y[b].qh[i] = static_cast<uint8_t>(qh >> (8 * i));
+  }
+}
+
+// Dequantizes the 32-element types: x = d * (u - offset) + m, u the 4- or 5-bit value.
+template <int kBits, bool kMin, class Block>
+void dequantize_b32(const Block* y, float* x, size_t nb) {
+  for (size_t b = 0; b < nb; ++b, x += kQK) {
+    const float d = fp16_to_fp32(y[b].d);
+    float m = 0;
+    if constexpr (kMin) m = fp16_to_fp32(y[b].m);
+    uint32_t qh = 0;
+    if constexpr (kBits == 5) qh = q5_high_bits(y[b].qh);
+    constexpr int off = kMin ? 0 : (1 << (kBits - 1));
+    for (int i = 0; i < 16; ++i) {
+      const int lo = (y[b].qs[i] & 15) | ((qh >> i) & 1) << 4, hi = (y[b].qs[i] >> 4) | ((qh >> (i + 16)) & 1) << 4;
+      x[i] = d * (lo - off) + m;
+      x[i + 16] = d * (hi - off) + m;
+    }
+  }
+}
+
 // Asymmetric sub-block quantization shared by Q4_K (nmax 15) and Q5_K (nmax 31): x ~ s*q - m
 // with q in [0, nmax], m >= 0. Returns per-sub-block (s, m) search results; the search tries a
 // few scales around (max-min)/nmax and keeps the one with the least squared error.
@@ -300,6 +382,10 @@ bool is_supported_weight_type(TensorType type) {
     case TensorType::kBF16:
     case TensorType::kQ8_0:
     case TensorType::kQ4_0:
+    case TensorType::kQ4_1:
+    case TensorType::kQ5_0:
+    case TensorType::kQ5_1:
+    case TensorType::kIQ4_NL:
     case TensorType::kQ4_K:
     case TensorType::kQ5_K:
     case TensorType::kQ6_K:
@@ -329,6 +415,10 @@ Status quantize_row(TensorType type, const float* src, void* dst, size_t n) {
     }
     case TensorType::kQ8_0: quantize_q8_0(src, static_cast<BlockQ8_0*>(dst), n / kQK); break;
     case TensorType::kQ4_0: quantize_q4_0(src, static_cast<BlockQ4_0*>(dst), n / kQK); break;
+    case TensorType::kQ4_1: quantize_b32_min<4>(src, static_cast<BlockQ4_1*>(dst), n / kQK); break;
+    case TensorType::kQ5_0: quantize_q5_0(src, static_cast<BlockQ5_0*>(dst), n / kQK); break;
+    case TensorType::kQ5_1: quantize_b32_min<5>(src, static_cast<BlockQ5_1*>(dst), n / kQK); break;
+    case TensorType::kIQ4_NL: quantize_iq4_nl(src, static_cast<BlockIQ4_NL*>(dst), n / kQK); break;
     case TensorType::kQ4_K: quantize_k4like<4>(src, static_cast<BlockQ4_K*>(dst), n / kQKK); break;
     case TensorType::kQ5_K: quantize_k4like<5>(src, static_cast<BlockQ5_K*>(dst), n / kQKK); break;
     case TensorType::kQ6_K: quantize_q6_k(src, static_cast<BlockQ6_K*>(dst), n / kQKK); break;
@@ -370,6 +460,20 @@ Status dequantize_row(TensorType type, const void* src, float* dst, size_t n) {
         for (int i = 0; i < 16; ++i) {
           dst[b * kQK + i] = d * ((y[b].qs[i] & 15) - 8);
           dst[b * kQK + 16 + i] = d * ((y[b].qs[i] >> 4) - 8);
+        }
+      }
+      break;
+    }
+    case TensorType::kQ4_1: dequantize_b32<4, true>(static_cast<const BlockQ4_1*>(src), dst, n / kQK); break;
+    case TensorType::kQ5_0: dequantize_b32<5, false>(static_cast<const BlockQ5_0*>(src), dst, n / kQK); break;
+    case TensorType::kQ5_1: dequantize_b32<5, true>(static_cast<const BlockQ5_1*>(src), dst, n / kQK); break;
+    case TensorType::kIQ4_NL: {
+      auto* y = static_cast<const BlockIQ4_NL*>(src);
+      for (size_t b = 0; b < n / kQK; ++b) {
+        const float d = fp16_to_fp32(y[b].d);
+        for (int i = 0; i < 16; ++i) {
+          dst[b * kQK + i] = d * kIq4nlLevels[y[b].qs[i] & 15];
+          dst[b * kQK + 16 + i] = d * kIq4nlLevels[y[b].qs[i] >> 4];
         }
       }
       break;

@@ -1,5 +1,5 @@
 // Float <-> block conversion for every weight type the engine supports (F32, F16, BF16, Q8_0,
-// Q4_0, Q4_K, Q5_K, Q6_K), in the exact GGUF/ggml block layouts. Scalar code: used by
+// Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K), in the exact GGUF/ggml block layouts. Scalar code: used by
 // make-model, tests and slow paths; the matmul kernels never call it per token.
 //
 // Thread safety: pure functions, safe to call concurrently. No allocation.

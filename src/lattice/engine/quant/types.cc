@@ -15,13 +15,13 @@ struct Row {
 // Block sizes as fixed by the GGUF/ggml format.
 constexpr std::array kTypes{
     Row{0, {"F32", 1, 4, true}},       Row{1, {"F16", 1, 2, true}},
-    Row{2, {"Q4_0", 32, 18, true}},    Row{3, {"Q4_1", 32, 20, false}},
-    Row{6, {"Q5_0", 32, 22, false}},   Row{7, {"Q5_1", 32, 24, false}},
+    Row{2, {"Q4_0", 32, 18, true}},    Row{3, {"Q4_1", 32, 20, true}},
+    Row{6, {"Q5_0", 32, 22, true}},   Row{7, {"Q5_1", 32, 24, true}},
     Row{8, {"Q8_0", 32, 34, true}},    Row{9, {"Q8_1", 32, 36, false}},
     Row{10, {"Q2_K", 256, 84, true}},  Row{11, {"Q3_K", 256, 110, true}},
     Row{12, {"Q4_K", 256, 144, true}}, Row{13, {"Q5_K", 256, 176, true}},
     Row{14, {"Q6_K", 256, 210, true}}, Row{15, {"Q8_K", 256, 292, false}},
-    Row{30, {"BF16", 1, 2, true}},
+    Row{20, {"IQ4_NL", 32, 18, true}}, Row{30, {"BF16", 1, 2, true}},
 };
 }  // namespace
 

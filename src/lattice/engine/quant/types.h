@@ -24,6 +24,7 @@ enum class TensorType : uint32_t {
   kQ5_K = 13,
   kQ6_K = 14,
   kQ8_K = 15,
+  kIQ4_NL = 20,
   kBF16 = 30,
 };
 
