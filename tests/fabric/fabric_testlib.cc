@@ -10,7 +10,8 @@ const std::vector<std::string>& provider_uris() {
   // caller set one (set before any peer process is spawned, so they inherit it).
   ::setenv("LATTICE_SECRET", "5ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2", 0);
   static const std::vector<std::string> uris = {"shm", "tcp://127.0.0.1:0", "tcp://127.0.0.1:0?secure=1",
-                                                "verbs-emu://apple-tb5", "verbs-emu://linux-rc"};
+                                                "verbs-emu://apple-tb5", "verbs-emu://apple-tb5?secure=1",
+                                                "verbs-emu://linux-rc", "verbs-emu://linux-rc?secure=1"};
   return uris;
 }
 
