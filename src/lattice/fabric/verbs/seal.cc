@@ -127,6 +127,7 @@ Result<LinkSeal::Verdict> LinkSeal::open_header(const std::byte* slot) {
   SealBlock b;
   std::memcpy(&b, slot + sizeof(ChunkHeader), sizeof b);
   if (b.nonce < rx_next_ || b.nonce == ~uint64_t{0}) return Verdict::kStale;
+  if (b.reserved != 0) return AuthFailed("the seal block's reserved field is set (not covered by the tag: must be 0)");
   uint8_t ad[kHeaderAd];
   header_ad(slot, ad);
   std::byte none{};
