@@ -102,6 +102,11 @@ class DirectionState {
   // `in` may equal `p` (in place) or not overlap it at all.
   virtual bool open(const uint8_t* in, uint8_t* p, size_t n, const uint8_t* ad, size_t ad_n, const uint8_t* nonce,
                     const uint8_t* tag) = 0;
+  // Opening one frame in pieces (OpenSSL only; see SessionCipher::open_begin).
+  virtual bool can_stream(size_t) const { return false; }
+  virtual bool stream_begin(const uint8_t*, size_t, const uint8_t*) { return false; }
+  virtual bool stream_update(uint8_t*, size_t) { return false; }
+  virtual bool stream_end(const uint8_t*) { return false; }
 };
 
 class SodiumState final : public DirectionState {
@@ -176,6 +181,18 @@ class OpenSslState final : public DirectionState {
     uint8_t tail[16];
     return EVP_DecryptFinal_ex(ctx_, tail, &len) == 1;
   }
+  bool can_stream(size_t) const override { return !encrypt_; }
+  bool stream_begin(const uint8_t* ad, size_t ad_n, const uint8_t* nonce) override {
+    return EVP_DecryptInit_ex(ctx_, nullptr, nullptr, nullptr, nonce) == 1 && feed(ad, ad_n, nullptr);
+  }
+  bool stream_update(uint8_t* p, size_t n) override { return feed(p, n, p); }
+  bool stream_end(const uint8_t* tag) override {
+    int len = 0;
+    uint8_t tail[16];
+    return EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_SET_TAG, static_cast<int>(kTagBytes), const_cast<uint8_t*>(tag)) ==
+               1 &&
+           EVP_DecryptFinal_ex(ctx_, tail, &len) == 1;
+  }
 
  private:
   explicit OpenSslState(bool encrypt) : ctx_(EVP_CIPHER_CTX_new()), encrypt_(encrypt) {}
@@ -220,6 +237,12 @@ class SplitState final : public DirectionState {
             const uint8_t* tag) override {
     return (n <= kSmallFrame ? small_ : large_)->open(in, p, n, ad, ad_n, nonce, tag);
   }
+  bool can_stream(size_t n) const override { return n > kSmallFrame && large_->can_stream(n); }
+  bool stream_begin(const uint8_t* ad, size_t ad_n, const uint8_t* nonce) override {
+    return large_->stream_begin(ad, ad_n, nonce);
+  }
+  bool stream_update(uint8_t* p, size_t n) override { return large_->stream_update(p, n); }
+  bool stream_end(const uint8_t* tag) override { return large_->stream_end(tag); }
 
  private:
   std::unique_ptr<DirectionState> small_, large_;
@@ -283,6 +306,7 @@ struct SessionCipher::Impl {
   std::unique_ptr<DirectionState> tx, rx;
   uint64_t tx_seq = 0;
   uint64_t rx_seq = 0;
+  bool streaming = false;  // between open_begin and open_end
   std::atomic<bool> failed{false};
   mutable std::mutex failure_mu;
   Status failure;
@@ -348,6 +372,44 @@ Result<uint64_t> SessionCipher::seal_to(std::span<const std::byte> in, std::byte
                   ad.size(), nonce, tag.data()))
     return s.fail(Internal("AEAD seal failed"));
   return s.tx_seq++;
+}
+
+bool SessionCipher::can_stream(size_t n) const { return n <= kMaxFrameBytes && impl_->rx->can_stream(n); }
+
+Status SessionCipher::open_begin(std::span<const std::byte> ad) {
+  Impl& s = *impl_;
+  if (s.failed.load(std::memory_order_acquire)) [[unlikely]]
+    return s.sticky();
+  if (s.streaming) return s.fail(Internal("open_begin while a frame is being opened"));
+  uint8_t nonce[kNonceBytes];
+  make_nonce(s.rx_seq, nonce);
+  if (!s.rx->stream_begin(reinterpret_cast<const uint8_t*>(ad.data()), ad.size(), nonce))
+    return s.fail(Internal("AEAD: cannot open a frame in pieces here (check can_stream first)"));
+  s.streaming = true;
+  return Status::Ok();
+}
+
+Status SessionCipher::open_update(std::span<std::byte> piece) {
+  Impl& s = *impl_;
+  if (s.failed.load(std::memory_order_acquire)) [[unlikely]]
+    return s.sticky();
+  if (!s.streaming) return s.fail(Internal("open_update without open_begin"));
+  if (!s.rx->stream_update(reinterpret_cast<uint8_t*>(piece.data()), piece.size()))
+    return s.fail(AuthFailed("AEAD: decrypting a piece failed"));
+  return Status::Ok();
+}
+
+Status SessionCipher::open_end(const Tag& tag) {
+  Impl& s = *impl_;
+  if (s.failed.load(std::memory_order_acquire)) [[unlikely]]
+    return s.sticky();
+  if (!s.streaming) return s.fail(Internal("open_end without open_begin"));
+  s.streaming = false;
+  if (!s.rx->stream_end(tag.data()))
+    return s.fail(
+        AuthFailed("frame " + std::to_string(s.rx_seq) + " failed authentication (tampered, or keys differ)"));
+  ++s.rx_seq;
+  return Status::Ok();
 }
 
 Status SessionCipher::open(uint64_t seq, std::span<std::byte> data, std::span<const std::byte> ad, const Tag& tag) {

@@ -114,6 +114,17 @@ class SessionCipher {
     return open(next_rx_seq(), data, ad, tag);
   }
 
+  // Opening the next frame in pieces, for a payload that arrives over time: open_begin(ad),
+  // then open_update() on each piece as it lands (decrypted where it lies, while it is still in
+  // cache: no second pass over the frame), then open_end(tag), which verifies and takes the
+  // sequence number. Until open_end succeeds the pieces hold unauthenticated plaintext: on any
+  // failure the caller must wipe all of them (the cipher is failed for good, as with open()).
+  // can_stream(n): whether a frame of n bytes can be opened so (OpenSSL, frames above 1 KiB).
+  bool can_stream(size_t n) const;
+  Status open_begin(std::span<const std::byte> ad);
+  Status open_update(std::span<std::byte> piece);
+  Status open_end(const Tag& tag);
+
   uint64_t next_tx_seq() const;
   uint64_t next_rx_seq() const;
   // The sticky failure, ok while healthy.
