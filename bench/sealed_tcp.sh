@@ -48,16 +48,22 @@ case "$FABRIC" in
   *) echo "FABRIC must be tcp or verbs" >&2; exit 2 ;;
 esac
 
-# loopback: kind (plain|sealed) rep -> "$work/lo.KIND" gets "gbps cpu_s"
+# loopback: kind (plain|sealed) seconds -> "$work/lo.KIND.SECONDS" gets "gbps cpu_s". Each rep
+# runs a long and a short stream: the difference of their CPU time over the difference of the
+# bytes they moved is the cost per GB of streaming alone, without process start, join and
+# handshake (which on a loaded machine would otherwise dominate the figure).
+SHORT=${SHORT:-0.25}
 loopback() {
   local q=""; [ "$1" = sealed ] && q="${sep}secure=1"
   /usr/bin/time -f "%U %S" -o "$work/time" "$lattice" bench fabric --provider "$base$q" --op send \
-    --min "$SIZE" --max "$SIZE" --measure bw --bw-time "$BW_TIME" > "$work/out" 2>&1 ||
+    --min "$SIZE" --max "$SIZE" --measure bw --bw-time "$2" > "$work/out" 2>&1 ||
     { cat "$work/out" >&2; exit 1; }
-  echo "$(bw_of "$work/out") $(awk '{print $1 + $2}' "$work/time")" >> "$work/lo.$1"
+  echo "$(bw_of "$work/out") $(awk '{print $1 + $2}' "$work/time")" >> "$work/lo.$1.$2"
 }
 
-for rep in $(seq "$REPS"); do loopback plain; loopback sealed; done
+for rep in $(seq "$REPS"); do
+  loopback plain "$BW_TIME"; loopback plain "$SHORT"; loopback sealed "$BW_TIME"; loopback sealed "$SHORT"
+done
 
 # The cipher's own cost: seal + open of one buffer of SIZE, CPU time (aead_bench).
 seal_open_gbps=""
@@ -69,17 +75,23 @@ if [ -x "$build/bench/aead_bench" ]; then
 fi
 
 echo "## sealed vs plain $FABRIC ($base), $SIZE sends, $REPS alternating runs of ${BW_TIME} s; $(nproc) cores; load: $(cut -d' ' -f1-3 /proc/loadavg)"
-python3 - "$work" "$BW_TIME" "$(nproc)" "$seal_open_gbps" "$FABRIC" "${bytes:-}" <<'PY'
+python3 - "$work" "$BW_TIME" "$(nproc)" "$seal_open_gbps" "$FABRIC" "${bytes:-}" "$SHORT" <<'PY'
 import statistics, sys
 work, secs, cores, so, fabric, cbytes = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
-def load(kind):
-    return [tuple(map(float, l.split())) for l in open(f"{work}/lo.{kind}")]
-p, s = load("plain"), load("sealed")
+short_secs = float(sys.argv[7])
+def load(kind, t):
+    return [tuple(map(float, l.split())) for l in open(f"{work}/lo.{kind}.{t}")]
+def marginal(kind):
+    # core-seconds per GB of streaming: (CPU long - CPU short) / (GB long - GB short), per rep
+    out = []
+    for (bl, cl), (bs, cs) in zip(load(kind, sys.argv[2]), load(kind, sys.argv[7])):
+        gb = bl * secs - bs * short_secs
+        if gb > 0: out.append((cl - cs) / gb)
+    return statistics.median(out) if out else float("nan")
+p, s = load("plain", sys.argv[2]), load("sealed", sys.argv[2])
 pb, sb = statistics.median(b for b, _ in p), statistics.median(b for b, _ in s)
-# core-seconds per GB moved: CPU time over (GB/s x streaming seconds)
-pc = statistics.median(c / (b * secs) for b, c in p)
-sc = statistics.median(c / (b * secs) for b, c in s)
-print(f"{'':8} {'GB/s runs':>40} {'median':>7} {'core-s/GB':>10}")
+pc, sc = marginal("plain"), marginal("sealed")
+print(f"{'':8} {'GB/s runs (' + sys.argv[2] + ' s)':>40} {'median':>7} {'core-s/GB':>10}")
 print(f"{'plain':8} {' '.join(f'{b:.2f}' for b, _ in p):>40} {pb:>7.2f} {pc:>10.3f}")
 print(f"{'sealed':8} {' '.join(f'{b:.2f}' for b, _ in s):>40} {sb:>7.2f} {sc:>10.3f}")
 print(f"ratio sealed/plain: {sb / pb:.2f}")
