@@ -3,6 +3,7 @@
 // provider URIs per test, so the verbs runs live here.)
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <thread>
 
 #include "coll_testlib.h"
@@ -58,6 +59,12 @@ void every_op(const std::string& uri, int world) {
 
 TEST(CollVerbsEmu, EveryOpOverAppleTb5Profile) { every_op("verbs-emu://apple-tb5", 3); }
 TEST(CollVerbsEmu, EveryOpOverLinuxRcProfile) { every_op("verbs-emu://linux-rc", 3); }
+// Sealed (as a cluster runs it by default): RC one-sided operations are refused, so every
+// algorithm must get through on the two-sided path the caps point it to.
+TEST(CollVerbsEmu, EveryOpOverSealedLinuxRcProfile) {
+  ::setenv("LATTICE_SECRET", "5ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2", 0);
+  every_op("verbs-emu://linux-rc?secure=1", 3);
+}
 
 }  // namespace
 }  // namespace lattice::coll

@@ -1,11 +1,18 @@
 // Smoke tests of the CLI's fabric commands: `lattice bench fabric` and `lattice demo`, run as
 // real processes (the built binary at LATTICE_BINARY_DIR/lattice). They check behaviour
 // (exit codes, JSON fields, matrix shape, payload checks), never speed.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <thread>
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
@@ -86,6 +93,69 @@ TEST(BenchCliProcess, TwoHostModeWithoutASecretNamesTheFlagItHas) {
   EXPECT_NE(missing.out.find("/nonexistent/lattice.secret"), std::string::npos) << missing.out;
   CliRun help = run_lattice("bench fabric --help");
   EXPECT_NE(help.out.find("--secret-file"), std::string::npos) << help.out;
+}
+
+// `--listen` meets its peer through the cluster's control plane, authenticated with the cluster
+// secret: a stranger holding another secret is refused at once, a silent one holds no slot,
+// and the real peer still gets through while the silent one keeps its socket open.
+TEST(BenchCliProcess, ListenRefusesStrangersAtOnceAndServesThePeer) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("lattice-listen-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string bin = std::string(LATTICE_BINARY_DIR) + "/lattice";
+  ASSERT_EQ(run_lattice("keygen -o " + (dir / "good").string()).exit_code, 0);
+  ASSERT_EQ(run_lattice("keygen -o " + (dir / "bad").string()).exit_code, 0);
+  const int port = 20000 + static_cast<int>(::getpid() % 20000);
+  const std::string common = " bench fabric --provider tcp --min 8 --max 8 --iters 20 --warmup 2 --measure lat --json";
+  // The listener, in the background (its output in files).
+  const std::string listen_cmd = "LATTICE_SECRET= LATTICE_SECRET_FILE=" + (dir / "good").string() + " timeout -k 5 120 " +
+                                 bin + common + " --listen " + std::to_string(port) + " --timeout 100 >" +
+                                 (dir / "listen.out").string() + " 2>" + (dir / "listen.err").string() + " & echo $! >" +
+                                 (dir / "listen.pid").string();
+  ASSERT_EQ(std::system(("sh -c '" + listen_cmd + "'").c_str()), 0);
+  auto read_file = [](const fs::path& p) {
+    std::ifstream f(p);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  for (int i = 0; i < 400 && read_file(dir / "listen.err").find("waiting") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  ASSERT_NE(read_file(dir / "listen.err").find("waiting for a peer"), std::string::npos) << read_file(dir / "listen.err");
+  // A silent stranger: connects and says nothing, for the whole test.
+  int silent = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(silent, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  auto peer = [&](const char* secret) {
+    const std::string cmd = "LATTICE_SECRET= LATTICE_SECRET_FILE=" + (dir / secret).string() + " timeout -k 5 120 " + bin +
+                            common + " --peer 127.0.0.1:" + std::to_string(port) + " --timeout 60 2>&1";
+    CliRun r;
+    FILE* f = ::popen(cmd.c_str(), "r");
+    char buf[4096];
+    for (size_t n; f && (n = std::fread(buf, 1, sizeof buf, f)) > 0;) r.out.append(buf, n);
+    int st = f ? ::pclose(f) : -1;
+    r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return r;
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  CliRun stranger = peer("bad");
+  const auto refused_after = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(stranger.exit_code, 1) << stranger.out;
+  EXPECT_NE(stranger.out.find("secret"), std::string::npos) << stranger.out;
+  // At once: the join's setup deadline is 20 s; a refusal by timeout would take that long.
+  EXPECT_LT(refused_after, std::chrono::seconds(15)) << stranger.out;
+  CliRun real = peer("good");
+  EXPECT_EQ(real.exit_code, 0) << real.out << "\nlistener:\n" << read_file(dir / "listen.err");
+  EXPECT_EQ(json_lines(real.out).size(), 1u) << real.out;
+  ::close(silent);
+  const std::string pid = read_file(dir / "listen.pid");
+  // The listener ends by itself once its peer is done (kill is only the test's own bound).
+  for (int i = 0; i < 400 && ::kill(std::stoi(pid), 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  EXPECT_NE(::kill(std::stoi(pid), 0), 0) << "listener still running:\n" << read_file(dir / "listen.err");
+  if (::kill(std::stoi(pid), 0) == 0) ::kill(std::stoi(pid), SIGKILL);
+  EXPECT_NE(read_file(dir / "listen.err").find("refused"), std::string::npos) << read_file(dir / "listen.err");
+  fs::remove_all(dir);
 }
 
 TEST(BenchCliProcess, UnknownProviderFailsCleanly) {

@@ -1,6 +1,7 @@
 #include "fabric_testlib.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 namespace lattice::fabric::testing {
@@ -10,7 +11,8 @@ const std::vector<std::string>& provider_uris() {
   // caller set one (set before any peer process is spawned, so they inherit it).
   ::setenv("LATTICE_SECRET", "5ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2", 0);
   static const std::vector<std::string> uris = {"shm", "tcp://127.0.0.1:0", "tcp://127.0.0.1:0?secure=1",
-                                                "verbs-emu://apple-tb5", "verbs-emu://linux-rc"};
+                                                "verbs-emu://apple-tb5", "verbs-emu://apple-tb5?secure=1",
+                                                "verbs-emu://linux-rc", "verbs-emu://linux-rc?secure=1"};
   return uris;
 }
 
@@ -35,9 +37,10 @@ Side::~Side() {
   provider.reset();
 }
 
-Result<std::unique_ptr<Side>> make_side(const std::string& uri, const EndpointOptions& options) {
+Result<std::unique_ptr<Side>> make_side(const std::string& uri, const EndpointOptions& options,
+                                        const ProviderOptions& provider_options) {
   auto side = std::make_unique<Side>();
-  LATTICE_ASSIGN_OR_RETURN(side->provider, make_provider(uri));
+  LATTICE_ASSIGN_OR_RETURN(side->provider, make_provider(uri, provider_options));
   LATTICE_ASSIGN_OR_RETURN(side->send_cq, side->provider->create_cq(4096));
   LATTICE_ASSIGN_OR_RETURN(side->recv_cq, side->provider->create_cq(4096));
   LATTICE_ASSIGN_OR_RETURN(side->ep,
@@ -64,6 +67,41 @@ Result<Pair> make_pair(const std::string& uri, EndpointOptions options) {
   LATTICE_ASSIGN_OR_RETURN(p.b, make_side(uri, options));
   LATTICE_RETURN_IF_ERROR(connect_pair(*p.a, *p.b, generous()));
   return p;
+}
+
+FaultRun run_faulty(const std::string& uri, int n, size_t len) {
+  FaultRun out;
+  auto p = make_pair(uri);
+  EXPECT_TRUE(p.ok()) << p.status().to_string();
+  if (!p.ok()) return out;
+  out.pair = std::move(*p);
+  Side* a = out.pair.a.get();
+  Side* b = out.pair.b.get();
+  const size_t kLen = len;
+  auto src_r = a->provider->allocate_memory(kLen * n, kAllAccess);
+  auto dst_r = b->provider->allocate_memory(kLen * n, kAllAccess);
+  EXPECT_TRUE(src_r.ok() && dst_r.ok());
+  if (!src_r.ok() || !dst_r.ok()) return out;
+  out.src = std::move(*src_r);
+  out.dst = std::move(*dst_r);
+  MemoryRegion* src = out.src.get();
+  MemoryRegion* dst = out.dst.get();
+  fill_pattern(src->data(), kLen * n, 99);
+  for (int i = 0; i < n; ++i) EXPECT_TRUE(b->ep->post_recv({dst, kLen * i, kLen}, i).ok());
+  for (int i = 0; i < n; ++i) {
+    Status st = a->ep->post_send({src, kLen * i, kLen}, 1000 + i);
+    if (!st.ok()) break;
+  }
+  Pump pump({a->send_cq.get(), b->recv_cq.get()});
+  for (int i = 0; i < n; ++i) {
+    auto c = pump.next(b->recv_cq.get(), generous());
+    if (!c.ok()) break;
+    out.recv_status.push_back(c->status);
+    if (c->status.ok() &&
+        std::memcmp(dst->data() + kLen * c->id, src->data() + kLen * c->id, kLen) != 0)
+      out.data_ok = false;
+  }
+  return out;
 }
 
 void Pump::poll_all() {

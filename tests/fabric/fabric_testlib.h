@@ -31,7 +31,8 @@ struct Side {
 };
 
 // Creates a side (no connect). kUnavailable when the provider is not built.
-Result<std::unique_ptr<Side>> make_side(const std::string& uri, const EndpointOptions& options = {});
+Result<std::unique_ptr<Side>> make_side(const std::string& uri, const EndpointOptions& options = {},
+                                        const ProviderOptions& provider_options = {});
 // Connects two sides, each connect() on its own thread (a provider may block in connect
 // until its peer connects too).
 Status connect_pair(Side& a, Side& b, Deadline deadline);
@@ -42,6 +43,16 @@ struct Pair {
 };
 // Two connected sides, peer ranks 0 (a) and 1 (b).
 Result<Pair> make_pair(const std::string& uri, EndpointOptions options = {});
+
+// `n` messages of `len` bytes from a to b of a fresh pair (each receive posted first): the
+// receive statuses in completion order and whether every completed payload was intact.
+struct FaultRun {
+  std::unique_ptr<MemoryRegion> src, dst;  // outlive the pair: a failed run may leave sends posted
+  Pair pair;
+  std::vector<Status> recv_status;
+  bool data_ok = true;
+};
+FaultRun run_faulty(const std::string& uri, int n, size_t len = 1000);
 
 // Polls a set of queues round-robin, keeping completions per queue, so one thread can drive
 // both ends of a pair whatever provider progresses where.

@@ -337,40 +337,6 @@ TEST(VerbsProvider, TenEndpointsFitUnderTheAppleLimitsAndTeardownNeverWedges) {
 }
 
 // A pair over a faulty device, `n` messages a -> b with distinct payloads; every byte checked.
-struct FaultRun {
-  Pair pair;
-  std::vector<Status> recv_status;
-  bool data_ok = true;
-};
-FaultRun run_faulty(const std::string& uri, int n, size_t len = 1000) {
-  FaultRun out;
-  auto p = make_pair(uri);
-  EXPECT_TRUE(p.ok()) << p.status().to_string();
-  if (!p.ok()) return out;
-  out.pair = std::move(*p);
-  Side* a = out.pair.a.get();
-  Side* b = out.pair.b.get();
-  const size_t kLen = len;
-  auto src = a->provider->allocate_memory(kLen * n, kAllAccess);
-  auto dst = b->provider->allocate_memory(kLen * n, kAllAccess);
-  fill_pattern((*src)->data(), kLen * n, 99);
-  for (int i = 0; i < n; ++i) EXPECT_TRUE(b->ep->post_recv({dst->get(), kLen * i, kLen}, i).ok());
-  for (int i = 0; i < n; ++i) {
-    Status st = a->ep->post_send({src->get(), kLen * i, kLen}, 1000 + i);
-    if (!st.ok()) break;
-  }
-  Pump pump({a->send_cq.get(), b->recv_cq.get()});
-  for (int i = 0; i < n; ++i) {
-    auto c = pump.next(b->recv_cq.get(), generous());
-    if (!c.ok()) break;
-    out.recv_status.push_back(c->status);
-    if (c->status.ok() &&
-        std::memcmp((*dst)->data() + kLen * c->id, (*src)->data() + kLen * c->id, kLen) != 0)
-      out.data_ok = false;
-  }
-  return out;
-}
-
 // Frames counted per device from 1; each staged message is 8 frames, so N = 8k+1 is the header
 // frame of the sender's (k+1)th message: well past the handshake, inside the data.
 constexpr int kMessages = 200;  // frame 961 is the 121st message: far past any handshake

@@ -99,7 +99,14 @@ class DirectionState {
   // `in` may equal `p` (in place) or not overlap it at all.
   virtual bool seal(const uint8_t* in, uint8_t* p, size_t n, const uint8_t* ad, size_t ad_n, const uint8_t* nonce,
                     uint8_t* tag) = 0;
-  virtual bool open(uint8_t* p, size_t n, const uint8_t* ad, size_t ad_n, const uint8_t* nonce, const uint8_t* tag) = 0;
+  // `in` may equal `p` (in place) or not overlap it at all.
+  virtual bool open(const uint8_t* in, uint8_t* p, size_t n, const uint8_t* ad, size_t ad_n, const uint8_t* nonce,
+                    const uint8_t* tag) = 0;
+  // Opening one frame in pieces (OpenSSL only; see SessionCipher::open_begin).
+  virtual bool can_stream(size_t) const { return false; }
+  virtual bool stream_begin(const uint8_t*, size_t, const uint8_t*) { return false; }
+  virtual bool stream_update(uint8_t*, size_t) { return false; }
+  virtual bool stream_end(const uint8_t*) { return false; }
 };
 
 class SodiumState final : public DirectionState {
@@ -122,12 +129,14 @@ class SodiumState final : public DirectionState {
     return crypto_aead_chacha20poly1305_ietf_encrypt_detached(p, tag, &tag_len, in, n, ad, ad_n, nullptr, nonce,
                                                               key_.data()) == 0;
   }
-  bool open(uint8_t* p, size_t n, const uint8_t* ad, size_t ad_n, const uint8_t* nonce, const uint8_t* tag) override {
+  bool open(const uint8_t* in, uint8_t* p, size_t n, const uint8_t* ad, size_t ad_n, const uint8_t* nonce,
+            const uint8_t* tag) override {
     uint8_t dummy = 0;
-    if (n == 0) p = &dummy;
+    if (n == 0) p = &dummy, in = &dummy;
     if (cipher_ == Cipher::kAes256Gcm)
-      return crypto_aead_aes256gcm_decrypt_detached_afternm(p, nullptr, p, n, tag, ad, ad_n, nonce, &aes_) == 0;
-    return crypto_aead_chacha20poly1305_ietf_decrypt_detached(p, nullptr, p, n, tag, ad, ad_n, nonce, key_.data()) == 0;
+      return crypto_aead_aes256gcm_decrypt_detached_afternm(p, nullptr, in, n, tag, ad, ad_n, nonce, &aes_) == 0;
+    return crypto_aead_chacha20poly1305_ietf_decrypt_detached(p, nullptr, in, n, tag, ad, ad_n, nonce, key_.data()) ==
+           0;
   }
 
  private:
@@ -162,14 +171,27 @@ class OpenSslState final : public DirectionState {
     return EVP_EncryptFinal_ex(ctx_, tail, &len) == 1 &&
            EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_GET_TAG, static_cast<int>(kTagBytes), tag) == 1;
   }
-  bool open(uint8_t* p, size_t n, const uint8_t* ad, size_t ad_n, const uint8_t* nonce, const uint8_t* tag) override {
+  bool open(const uint8_t* in, uint8_t* p, size_t n, const uint8_t* ad, size_t ad_n, const uint8_t* nonce,
+            const uint8_t* tag) override {
     int len = 0;
     if (EVP_DecryptInit_ex(ctx_, nullptr, nullptr, nullptr, nonce) != 1 ||
         EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_SET_TAG, static_cast<int>(kTagBytes), const_cast<uint8_t*>(tag)) != 1)
       return false;
-    if (!feed(ad, ad_n, nullptr) || !feed(p, n, p)) return false;
+    if (!feed(ad, ad_n, nullptr) || !feed(in, n, p)) return false;
     uint8_t tail[16];
     return EVP_DecryptFinal_ex(ctx_, tail, &len) == 1;
+  }
+  bool can_stream(size_t) const override { return !encrypt_; }
+  bool stream_begin(const uint8_t* ad, size_t ad_n, const uint8_t* nonce) override {
+    return EVP_DecryptInit_ex(ctx_, nullptr, nullptr, nullptr, nonce) == 1 && feed(ad, ad_n, nullptr);
+  }
+  bool stream_update(uint8_t* p, size_t n) override { return feed(p, n, p); }
+  bool stream_end(const uint8_t* tag) override {
+    int len = 0;
+    uint8_t tail[16];
+    return EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_SET_TAG, static_cast<int>(kTagBytes), const_cast<uint8_t*>(tag)) ==
+               1 &&
+           EVP_DecryptFinal_ex(ctx_, tail, &len) == 1;
   }
 
  private:
@@ -211,9 +233,16 @@ class SplitState final : public DirectionState {
             uint8_t* tag) override {
     return (n <= kSmallFrame ? small_ : large_)->seal(in, p, n, ad, ad_n, nonce, tag);
   }
-  bool open(uint8_t* p, size_t n, const uint8_t* ad, size_t ad_n, const uint8_t* nonce, const uint8_t* tag) override {
-    return (n <= kSmallFrame ? small_ : large_)->open(p, n, ad, ad_n, nonce, tag);
+  bool open(const uint8_t* in, uint8_t* p, size_t n, const uint8_t* ad, size_t ad_n, const uint8_t* nonce,
+            const uint8_t* tag) override {
+    return (n <= kSmallFrame ? small_ : large_)->open(in, p, n, ad, ad_n, nonce, tag);
   }
+  bool can_stream(size_t n) const override { return n > kSmallFrame && large_->can_stream(n); }
+  bool stream_begin(const uint8_t* ad, size_t ad_n, const uint8_t* nonce) override {
+    return large_->stream_begin(ad, ad_n, nonce);
+  }
+  bool stream_update(uint8_t* p, size_t n) override { return large_->stream_update(p, n); }
+  bool stream_end(const uint8_t* tag) override { return large_->stream_end(tag); }
 
  private:
   std::unique_ptr<DirectionState> small_, large_;
@@ -263,7 +292,7 @@ Status open_once(Cipher cipher, AeadBackend backend, const Key& key, const Nonce
                  std::span<const std::byte> ad, std::span<std::byte> data, const Tag& tag) {
   if (data.size() > kMaxFrameBytes) return InvalidArgument("frame exceeds the 4 GiB AEAD limit");
   LATTICE_ASSIGN_OR_RETURN(auto state, one_shot_state(cipher, backend, key, false));
-  if (!state->open(reinterpret_cast<uint8_t*>(data.data()), data.size(), reinterpret_cast<const uint8_t*>(ad.data()),
+  if (!state->open(reinterpret_cast<uint8_t*>(data.data()), reinterpret_cast<uint8_t*>(data.data()), data.size(), reinterpret_cast<const uint8_t*>(ad.data()),
                    ad.size(), nonce.data(), tag.data())) {
     sodium_memzero(data.data(), data.size());
     return AuthFailed("frame failed authentication (tampered, or keys differ)");
@@ -277,6 +306,7 @@ struct SessionCipher::Impl {
   std::unique_ptr<DirectionState> tx, rx;
   uint64_t tx_seq = 0;
   uint64_t rx_seq = 0;
+  bool streaming = false;  // between open_begin and open_end
   std::atomic<bool> failed{false};
   mutable std::mutex failure_mu;
   Status failure;
@@ -344,6 +374,44 @@ Result<uint64_t> SessionCipher::seal_to(std::span<const std::byte> in, std::byte
   return s.tx_seq++;
 }
 
+bool SessionCipher::can_stream(size_t n) const { return n <= kMaxFrameBytes && impl_->rx->can_stream(n); }
+
+Status SessionCipher::open_begin(std::span<const std::byte> ad) {
+  Impl& s = *impl_;
+  if (s.failed.load(std::memory_order_acquire)) [[unlikely]]
+    return s.sticky();
+  if (s.streaming) return s.fail(Internal("open_begin while a frame is being opened"));
+  uint8_t nonce[kNonceBytes];
+  make_nonce(s.rx_seq, nonce);
+  if (!s.rx->stream_begin(reinterpret_cast<const uint8_t*>(ad.data()), ad.size(), nonce))
+    return s.fail(Internal("AEAD: cannot open a frame in pieces here (check can_stream first)"));
+  s.streaming = true;
+  return Status::Ok();
+}
+
+Status SessionCipher::open_update(std::span<std::byte> piece) {
+  Impl& s = *impl_;
+  if (s.failed.load(std::memory_order_acquire)) [[unlikely]]
+    return s.sticky();
+  if (!s.streaming) return s.fail(Internal("open_update without open_begin"));
+  if (!s.rx->stream_update(reinterpret_cast<uint8_t*>(piece.data()), piece.size()))
+    return s.fail(AuthFailed("AEAD: decrypting a piece failed"));
+  return Status::Ok();
+}
+
+Status SessionCipher::open_end(const Tag& tag) {
+  Impl& s = *impl_;
+  if (s.failed.load(std::memory_order_acquire)) [[unlikely]]
+    return s.sticky();
+  if (!s.streaming) return s.fail(Internal("open_end without open_begin"));
+  s.streaming = false;
+  if (!s.rx->stream_end(tag.data()))
+    return s.fail(
+        AuthFailed("frame " + std::to_string(s.rx_seq) + " failed authentication (tampered, or keys differ)"));
+  ++s.rx_seq;
+  return Status::Ok();
+}
+
 Status SessionCipher::open(uint64_t seq, std::span<std::byte> data, std::span<const std::byte> ad, const Tag& tag) {
   Impl& s = *impl_;
   auto wipe = [&] { sodium_memzero(data.data(), data.size()); };
@@ -362,12 +430,106 @@ Status SessionCipher::open(uint64_t seq, std::span<std::byte> data, std::span<co
   }
   uint8_t nonce[kNonceBytes];
   make_nonce(seq, nonce);
-  if (!s.rx->open(reinterpret_cast<uint8_t*>(data.data()), data.size(), reinterpret_cast<const uint8_t*>(ad.data()),
+  if (!s.rx->open(reinterpret_cast<uint8_t*>(data.data()), reinterpret_cast<uint8_t*>(data.data()), data.size(), reinterpret_cast<const uint8_t*>(ad.data()),
                   ad.size(), nonce, tag.data())) {
     wipe();  // decrypted-but-unauthenticated bytes must not reach the caller
     return s.fail(AuthFailed("frame " + std::to_string(seq) + " failed authentication (tampered, or keys differ)"));
   }
   ++s.rx_seq;
+  return Status::Ok();
+}
+
+struct FrameCipher::Impl {
+  Cipher cipher;
+  std::unique_ptr<DirectionState> tx, rx;
+  uint64_t next_in_lane[kLanes] = {};  // sealing: the smallest number each lane may take next
+  std::atomic<bool> failed{false};
+  mutable std::mutex failure_mu;
+  Status failure;
+
+  Status fail(Status s) {
+    std::lock_guard lock(failure_mu);
+    if (!failed.load(std::memory_order_relaxed)) {
+      failure = std::move(s);
+      failed.store(true, std::memory_order_release);
+    }
+    return failure;
+  }
+  Status sticky() const {
+    std::lock_guard lock(failure_mu);
+    return failure;
+  }
+};
+
+namespace {
+inline void make_lane_nonce(uint32_t lane, uint64_t number, uint8_t out[kNonceBytes]) {
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(number >> (8 * i));
+  for (int i = 0; i < 4; ++i) out[8 + i] = static_cast<uint8_t>(lane >> (8 * i));
+}
+}  // namespace
+
+Result<FrameCipher> FrameCipher::create(Cipher cipher, const SessionKeys& keys, AeadBackend backend) {
+  LATTICE_RETURN_IF_ERROR(detail::ensure_sodium());
+  AeadBackend b = resolve(backend);
+  if (!backend_available(b)) return Unavailable("AEAD backend " + std::string(to_string(b)) + " is not built in");
+  if (!cipher_available(cipher, b))
+    return Unavailable(std::string(to_string(cipher)) + " is not available on this CPU with " +
+                       std::string(to_string(b)) + " (needs AES-NI and PCLMUL)");
+  auto impl = std::make_unique<Impl>();
+  impl->cipher = cipher;
+  impl->tx = make_state(backend, b, cipher, keys.tx, true);
+  impl->rx = make_state(backend, b, cipher, keys.rx, false);
+  if (!impl->tx || !impl->rx) return Internal("cannot initialise " + std::string(to_string(cipher)));
+  return FrameCipher(std::move(impl));
+}
+
+FrameCipher::FrameCipher(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+FrameCipher::FrameCipher(FrameCipher&&) noexcept = default;
+FrameCipher& FrameCipher::operator=(FrameCipher&&) noexcept = default;
+FrameCipher::~FrameCipher() = default;
+Cipher FrameCipher::cipher() const { return impl_->cipher; }
+Status FrameCipher::failure() const { return impl_->sticky(); }
+
+Status FrameCipher::seal_to(uint32_t lane, uint64_t number, std::span<const std::byte> in, std::byte* out,
+                            std::span<const std::byte> ad, Tag& tag) {
+  Impl& s = *impl_;
+  if (s.failed.load(std::memory_order_acquire)) [[unlikely]]
+    return s.sticky();
+  if (lane >= kLanes) return InvalidArgument("frame cipher lane " + std::to_string(lane) + " out of range");
+  if (number < s.next_in_lane[lane] || number == ~uint64_t{0})
+    return Internal("frame cipher: number " + std::to_string(number) + " in lane " + std::to_string(lane) +
+                    " was sealed already (a nonce must never seal twice)");
+  if (in.size() > kMaxFrameBytes) return InvalidArgument("frame exceeds the 4 GiB AEAD limit");
+  uint8_t nonce[kNonceBytes];
+  make_lane_nonce(lane, number, nonce);
+  if (!s.tx->seal(reinterpret_cast<const uint8_t*>(in.data()), reinterpret_cast<uint8_t*>(out), in.size(),
+                  reinterpret_cast<const uint8_t*>(ad.data()), ad.size(), nonce, tag.data()))
+    return s.fail(Internal("AEAD seal failed"));
+  s.next_in_lane[lane] = number + 1;
+  return Status::Ok();
+}
+
+Status FrameCipher::open_to(uint32_t lane, uint64_t number, std::span<const std::byte> in, std::byte* out,
+                            std::span<const std::byte> ad, const Tag& tag) {
+  Impl& s = *impl_;
+  auto wipe = [&] { sodium_memzero(out, in.size()); };
+  if (s.failed.load(std::memory_order_acquire)) [[unlikely]] {
+    wipe();
+    return s.sticky();
+  }
+  if (lane >= kLanes || in.size() > kMaxFrameBytes) {
+    wipe();
+    return s.fail(AuthFailed("frame with lane " + std::to_string(lane) + " or size " + std::to_string(in.size()) +
+                             " out of range"));
+  }
+  uint8_t nonce[kNonceBytes];
+  make_lane_nonce(lane, number, nonce);
+  if (!s.rx->open(reinterpret_cast<const uint8_t*>(in.data()), reinterpret_cast<uint8_t*>(out), in.size(),
+                  reinterpret_cast<const uint8_t*>(ad.data()), ad.size(), nonce, tag.data())) {
+    wipe();
+    return s.fail(AuthFailed("frame " + std::to_string(number) + " (lane " + std::to_string(lane) +
+                             ") failed authentication (tampered, or keys differ)"));
+  }
   return Status::Ok();
 }
 

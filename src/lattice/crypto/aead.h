@@ -114,6 +114,17 @@ class SessionCipher {
     return open(next_rx_seq(), data, ad, tag);
   }
 
+  // Opening the next frame in pieces, for a payload that arrives over time: open_begin(ad),
+  // then open_update() on each piece as it lands (decrypted where it lies, while it is still in
+  // cache: no second pass over the frame), then open_end(tag), which verifies and takes the
+  // sequence number. Until open_end succeeds the pieces hold unauthenticated plaintext: on any
+  // failure the caller must wipe all of them (the cipher is failed for good, as with open()).
+  // can_stream(n): whether a frame of n bytes can be opened so (OpenSSL, frames above 1 KiB).
+  bool can_stream(size_t n) const;
+  Status open_begin(std::span<const std::byte> ad);
+  Status open_update(std::span<std::byte> piece);
+  Status open_end(const Tag& tag);
+
   uint64_t next_tx_seq() const;
   uint64_t next_rx_seq() const;
   // The sticky failure, ok while healthy.
@@ -122,6 +133,44 @@ class SessionCipher {
  private:
   struct Impl;
   explicit SessionCipher(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// FrameCipher: for links that may lose, duplicate or reorder frames, where the caller
+// numbers frames itself (the verbs staged protocol: go-back-N resends a data chunk under
+// its old number). Same keys and arithmetic as SessionCipher; the nonce is the caller's
+// (lane, number): the 64-bit number little-endian, then the 32-bit lane little-endian. A
+// caller gives each kind of number its own lane (e.g. 1: every transmission, 2: data
+// sequence numbers).
+//
+// Sealing guards against nonce reuse: in each lane the numbers must strictly increase
+// (else kInternal, a bug in the caller; nothing is written). Opening checks only the tag:
+// which numbers are still acceptable (replay, reordering) is the caller's decision, since
+// only it knows what go-back-N may legitimately resend. A failed open wipes its output,
+// returns kAuthFailed and, like SessionCipher, leaves the cipher failed for good.
+//
+// Thread safety: one sealer and one opener may run at once; not two of either.
+class FrameCipher {
+ public:
+  static constexpr uint32_t kLanes = 4;
+  static Result<FrameCipher> create(Cipher cipher, const SessionKeys& keys, AeadBackend backend = AeadBackend::kAuto);
+
+  FrameCipher(FrameCipher&&) noexcept;
+  FrameCipher& operator=(FrameCipher&&) noexcept;
+  ~FrameCipher();
+
+  Cipher cipher() const;
+  // Encrypts `in` into `out` (in.data() itself, or memory not overlapping it).
+  Status seal_to(uint32_t lane, uint64_t number, std::span<const std::byte> in, std::byte* out,
+                 std::span<const std::byte> ad, Tag& tag);
+  // Decrypts `in` into `out` (in place or not overlapping) if the tag verifies.
+  Status open_to(uint32_t lane, uint64_t number, std::span<const std::byte> in, std::byte* out,
+                 std::span<const std::byte> ad, const Tag& tag);
+  Status failure() const;
+
+ private:
+  struct Impl;
+  explicit FrameCipher(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -146,10 +146,15 @@ Status Conn::release_buffer(WorkId id) {
         // The tag covers every byte: the message is opened aside (and dropped), so what already
         // landed in the caller's buffer moves there too.
         const size_t got = sink_len_ - static_cast<size_t>(sink_left_);
+        std::byte* old_start = sink_ - got;
         rx_scratch_.resize(sink_len_);
-        if (got) std::memcpy(rx_scratch_.data(), sink_ - got, got);
+        if (got) std::memcpy(rx_scratch_.data(), old_start, got);
         sink_ = rx_scratch_.data() + got;
         sink_scratch_ = true;
+        if (rx_stream_) {  // opening as it lands: carry on in the scratch copy, leave nothing unverified
+          rx_opened_ = rx_scratch_.data() + (rx_opened_ - old_start);
+          if (got) std::memset(old_start, 0, got);
+        }
       } else {
         discard_left_ += sink_left_;
         sink_left_ = 0;
@@ -250,6 +255,10 @@ void Conn::fail(Status s, bool tell_peer, bool clean_eof) {
   error_ = s;
   failed_.store(true);
   poll_fd_.store(-1);
+  if (rx_stream_) {  // a payload half opened as it landed: its pieces were never verified
+    rx_stream_ = false;
+    std::memset(sink_ - (sink_len_ - sink_left_), 0, sink_len_ - sink_left_);
+  }
   // A peer closing its endpoint (EOF) is how every run ends: not worth a warning.
   if (clean_eof) {
     LATTICE_LOG_INFO("tcp endpoint: {}", s.to_string());

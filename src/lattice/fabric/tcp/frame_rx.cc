@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include <sodium.h>
+
 #include "lattice/core/log.h"
 #include "lattice/fabric/tcp/endpoint.h"
 #include "lattice/fabric/tcp/provider.h"
@@ -35,12 +37,14 @@ void Conn::read_rx() {
     ssize_t r;
     if (rx_ == Rx::kPayload && stage_r_ == stage_w_ && sink_left_ >= kDirectReadMin) {
       // Large payload tail: straight into its destination, no staging copy.
-      const size_t asked = sink_left_;
+      // Opening as it lands: pieces small enough to be decrypted while still in cache.
+      const size_t asked = rx_stream_ ? std::min<uint64_t>(sink_left_, kStreamOpenPiece) : sink_left_;
       r = ::recv(fd_, sink_, asked, MSG_DONTWAIT);
       if (r > 0) {
         sink_ += r;
         sink_left_ -= static_cast<uint64_t>(r);
         last_rx_ = Clock::now();
+        if (rx_stream_ && !open_landed()) return;
         if (sink_left_ == 0 && discard_left_ == 0) payload_done();
         if (static_cast<size_t>(r) < asked) return;  // drained: the next progress call reads on
         continue;
@@ -120,7 +124,14 @@ bool Conn::parse_staged() {
       std::memcpy(tag.data(), staging_.data() + stage_r_, kSealTagBytes);
       stage_r_ += kSealTagBytes;
       std::byte* start = sink_ - sink_len_;
-      Status s = cipher_->open_next({start, sink_len_}, std::as_bytes(std::span<const FrameHeader>(&cur_, 1)), tag);
+      Status s;
+      if (rx_stream_) {
+        rx_stream_ = false;
+        s = cipher_->open_end(tag);
+        if (!s.ok()) sodium_memzero(start, sink_len_);  // the pieces were decrypted unverified
+      } else {
+        s = cipher_->open_next({start, sink_len_}, std::as_bytes(std::span<const FrameHeader>(&cur_, 1)), tag);
+      }
       if (!s.ok()) {
         fail(AuthFailed(peer_text() + " sent a payload that failed authentication (tampered): " + s.message(),
                         options_.peer_rank),
@@ -137,6 +148,7 @@ bool Conn::parse_staged() {
       sink_left_ -= n;
       stage_r_ += n;
       avail -= n;
+      if (rx_stream_ && !open_landed()) return false;
     }
     if (sink_left_ == 0 && discard_left_ > 0) {
       size_t n = static_cast<size_t>(std::min<uint64_t>(avail, discard_left_));
@@ -145,6 +157,24 @@ bool Conn::parse_staged() {
     }
     if (sink_left_ == 0 && discard_left_ == 0) payload_done();
   }
+}
+
+void Conn::begin_stream_open() {
+  rx_stream_ = false;
+  if (!cipher_ || sink_len_ == 0 || discard_left_ != 0 || !cipher_->can_stream(sink_len_)) return;
+  if (!cipher_->open_begin(std::as_bytes(std::span<const FrameHeader>(&cur_, 1))).ok()) return;  // failed: open_next says why
+  rx_stream_ = true;
+  rx_opened_ = sink_;
+}
+
+bool Conn::open_landed() {
+  Status s = cipher_->open_update({rx_opened_, static_cast<size_t>(sink_ - rx_opened_)});
+  rx_opened_ = sink_;
+  if (s.ok()) return true;
+  rx_stream_ = false;
+  sodium_memzero(sink_ - (sink_len_ - sink_left_), sink_len_ - sink_left_);
+  fail(AuthFailed(peer_text() + " sent a payload that could not be opened: " + s.message(), options_.peer_rank), true);
+  return false;
 }
 
 void Conn::payload_done() {
@@ -338,6 +368,7 @@ Status Conn::begin_frame() {
     default:
       return Corrupt(peer_text() + " sent a frame of unknown type " + std::to_string(h.type), rank);
   }
+  begin_stream_open();
   if (sink_left_ == 0 && discard_left_ == 0) payload_done();
   return Status::Ok();
 }

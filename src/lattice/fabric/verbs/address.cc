@@ -49,7 +49,8 @@ Result<AddressBlob> decode_address(std::span<const std::byte> bytes) {
   if (b.magic != kAddressMagic || b.version != 1)
     return InvalidArgument("verbs: peer address has a bad magic or version (not a verbs endpoint address)");
   if (b.crc != crc32c(&b, offsetof(AddressBlob, crc))) return InvalidArgument("verbs: peer address checksum mismatch");
-  if (b.mode != static_cast<uint8_t>(Mode::kStaged) && b.mode != static_cast<uint8_t>(Mode::kRc))
+  const uint8_t mode = b.mode & static_cast<uint8_t>(~kModeSealed);
+  if (mode != static_cast<uint8_t>(Mode::kStaged) && mode != static_cast<uint8_t>(Mode::kRc))
     return InvalidArgument("verbs: peer address has an unknown mode");
   if (b.qpn > 0xffffff || b.psn > 0xffffff) return InvalidArgument("verbs: peer QPN/PSN out of range");
   if (b.slot_bytes != kSlotBytes || b.recv_slots != kRecvSlots)

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -57,6 +58,18 @@ uint32_t crc32c(const void* data, size_t n, uint32_t seed) {
   if (has_hw()) return ~crc_hw(p, n, c);
 #endif
   return ~crc_table(p, n, c);
+}
+
+}  // namespace lattice::fabric::verbs
+
+namespace lattice::fabric::verbs {
+
+uint32_t chunk_crc(const std::byte* slot) {
+  ChunkHeader h;
+  std::memcpy(&h, slot, sizeof h);
+  h.crc = 0;
+  const size_t body = chunk_body_offset(h) - sizeof h + std::min<size_t>(h.payload_bytes, chunk_capacity(h));
+  return crc32c(slot + sizeof h, body, crc32c(&h, sizeof h));
 }
 
 }  // namespace lattice::fabric::verbs

@@ -7,6 +7,7 @@
 #include "lattice/core/log.h"
 #include "lattice/core/random.h"
 #include "lattice/fabric/verbs/endpoint.h"
+#include "lattice/fabric/verbs/seal.h"
 
 namespace lattice::fabric::verbs {
 namespace {
@@ -97,7 +98,7 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
 
   std::vector<std::byte> local_address() const override {
     AddressBlob b{};
-    b.mode = static_cast<uint8_t>(Mode::kStaged);
+    b.mode = static_cast<uint8_t>(Mode::kStaged) | (dev_->secret ? kModeSealed : 0);
     b.port = dev_->port;
     std::memcpy(b.gid, dev_->gid.raw, 16);
     b.qpn = qp_->qp_num;
@@ -110,9 +111,20 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
 
   Status connect(std::span<const std::byte> peer_address, Deadline deadline) override {
     LATTICE_ASSIGN_OR_RETURN(AddressBlob peer, decode_address(peer_address));
+    const bool peer_sealed = (peer.mode & kModeSealed) != 0;
+    if (peer_sealed != dev_->secret.has_value())
+      return InvalidArgument(dev_->secret ? "verbs: the peer runs plaintext (no cluster secret) but this endpoint "
+                                            "requires encryption"
+                                          : "verbs: the peer requires encryption (cluster secret) but this endpoint "
+                                            "runs plaintext");
     std::unique_lock lk(mu_);
     if (state_ != kIdle) return InvalidArgument("verbs: endpoint already connected");
     peer_ = peer;
+    if (dev_->secret) {
+      auto seal = LinkSeal::start(*dev_->secret, local_address(), peer_address);
+      if (!seal.ok()) return seal.status();
+      seal_.emplace(std::move(*seal));
+    }
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_RTR;
     a.path_mtu = IBV_MTU_4096;
@@ -166,7 +178,11 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
       if (deadline.is_never()) {
         cv_.wait(lk);
       } else if (cv_.wait_until(lk, deadline.when()) == std::cv_status::timeout && state_ == kConnecting) {
-        fail_locked(Timeout("verbs: peer did not answer the hello before the deadline", opts_.peer_rank));
+        fail_locked(seal_ && !seal_->ready()
+                        ? Timeout("verbs: the peer did not complete the crypto handshake before the deadline (is it "
+                                  "up, and does it hold the same cluster secret?)",
+                                  opts_.peer_rank)
+                        : Timeout("verbs: peer did not answer the hello before the deadline", opts_.peer_rank));
       }
     }
     return state_ == kConnected ? Status() : error_;
@@ -240,7 +256,9 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
 
   EndpointStats stats() const {
     std::lock_guard lk(mu_);
-    return stats_;
+    EndpointStats s = stats_;
+    s.sealed = seal_.has_value();
+    return s;
   }
 
  private:
@@ -350,6 +368,12 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
       std::lock_guard lk(mu_);
       if (state_ == kFailed) return error_;
     }
+    if (dev_->secret && dev_->qp_type == IBV_QPT_RC)
+      return Unavailable(std::string("verbs: one-sided ") + op + " is refused on a sealed link: the NIC places an RC " +
+                         "write or read in memory without the target's CPU, so nothing there could authenticate or " +
+                         "decrypt it. Use two-sided sends (caps.rma_write/rma_read/atomics are false when sealed, and " +
+                         "the collectives take their two-sided algorithms), or run plaintext (--insecure) on a " +
+                         "trusted link");
     return Unavailable(std::string("verbs: ") + op + " is not available on " + dev_->name +
                        " (two-sided staged path; caps.rma_write/rma_read/atomics are false)");
   }
@@ -374,7 +398,13 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
     h.credit_limit = credit_limit();
     h.crc = 0;
     std::memcpy(p, &h, sizeof h);
-    h.crc = crc32c(p + sizeof h, h.payload_bytes, crc32c(&h, sizeof h));
+    if (h.flags & kFlagSealed) {
+      if (Status st = seal_->seal_header(p); !st.ok()) {
+        fail_locked(st);
+        return false;
+      }
+    }
+    h.crc = chunk_crc(p);
     std::memcpy(p, &h, sizeof h);
     last_credit_sent_ = h.credit_limit;
     last_ack_sent_ = h.ack;
@@ -408,13 +438,19 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
     return true;
   }
 
-  bool send_ctrl(ChunkType type, uint8_t flags, Clock::time_point now) {
+  // A control chunk; sealed once the session has keys, except a handshake hello (its payload:
+  // `body`, the handshake message).
+  bool send_ctrl(ChunkType type, uint8_t flags, Clock::time_point now, std::span<const uint8_t> body = {}) {
     for (uint32_t i = 0; i < kCtrlSlots; ++i) {
       if (ctrl_busy_[i]) continue;
       ChunkHeader h{};
       h.type = static_cast<uint8_t>(type);
       h.flags = flags;
+      if (seal_ && seal_->ready() && !(flags & kFlagHandshake)) h.flags |= kFlagSealed;
+      h.payload_bytes = static_cast<uint32_t>(body.size());
       std::memcpy(ctrl_slot(i), &h, sizeof h);
+      std::memset(ctrl_slot(i) + sizeof h, 0, sizeof(SealBlock));
+      if (!body.empty()) std::memcpy(ctrl_slot(i) + chunk_body_offset(h), body.data(), body.size());
       if (!post_slot(ctrl_slot(i), wr_id(kKindCtrl, i), now)) return false;
       ctrl_busy_[i] = true;
       if (type == ChunkType::kAck) stats_.acks_sent++;
@@ -498,8 +534,13 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
     if (state_ == kFailed) return work;
     work |= deliver_held(now);
     if (state_ == kConnecting) {
-      if (now - last_hello_ >= kHelloPeriod && send_ctrl(ChunkType::kHello, heard_peer_ ? kFlagHeard : 0, now))
-        last_hello_ = now;
+      if (now - last_hello_ >= kHelloPeriod) {
+        bool sent = true;
+        // Sealed: the handshake message due (M1, M2 or M3), and once the keys exist a sealed hello.
+        if (seal_ && !seal_->outgoing().empty()) sent = send_ctrl(ChunkType::kHello, kFlagHandshake, now, seal_->outgoing());
+        if (!seal_ || seal_->ready()) sent = send_ctrl(ChunkType::kHello, heard_peer_ ? kFlagHeard : 0, now) && sent;
+        if (sent) last_hello_ = now;
+      }
       return work;
     }
     if (state_ != kConnected) return work;
@@ -584,9 +625,9 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
     std::memcpy(&h, recv_slot(j), sizeof h);
     uint32_t crc = h.crc;
     h.crc = 0;
+    h.crc = crc;
     bool ok = byte_len == kSlotBytes && h.magic == kChunkMagic && h.session == peer_.session &&
-              h.payload_bytes <= kChunkPayload &&
-              crc32c(recv_slot(j) + sizeof h, h.payload_bytes, crc32c(&h, sizeof h)) == crc;
+              h.payload_bytes <= chunk_capacity(h) && chunk_crc(recv_slot(j)) == crc;
     if (!ok) {
       // Corrupted on the wire (or a stale session): drop it, ask for a retransmission.
       stats_.bad_crc++;
@@ -594,6 +635,7 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
       post_recv_slot(j);
       return;
     }
+    if (!admit_sealed(j, h, now)) return;
     last_heard_ = now;
     auto type = static_cast<ChunkType>(h.type);
     if (state_ == kConnecting && (type == ChunkType::kData || type == ChunkType::kAck)) {
@@ -634,6 +676,74 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
         break;
     }
     post_recv_slot(j);
+  }
+
+  // Sealed sessions: handshake hellos, the header tag, replays. True when the chunk goes on
+  // to the protocol; false when it was handled or dropped here (its slot reposted).
+  bool admit_sealed(uint32_t j, const ChunkHeader& h, Clock::time_point now) {
+    const bool sealed = (h.flags & kFlagSealed) != 0;
+    const bool handshake = static_cast<ChunkType>(h.type) == ChunkType::kHello && (h.flags & kFlagHandshake);
+    if (!seal_) {
+      if (!sealed && !handshake) return true;
+      post_recv_slot(j);
+      fail_locked(InvalidArgument("verbs: the peer requires encryption (cluster secret) but this endpoint runs plaintext"));
+      return false;
+    }
+    if (handshake && !sealed) {
+      std::vector<uint8_t> reject;
+      Status st = seal_->on_handshake({recv_slot(j) + sizeof h, h.payload_bytes}, &reject);
+      post_recv_slot(j);
+      if (!st.ok()) {
+        if (!reject.empty()) send_ctrl(ChunkType::kHello, kFlagHandshake, now, reject);
+        fail_locked(st.code() == ErrorCode::kAuthFailed
+                        ? AuthFailed("verbs: the crypto handshake with the peer failed (does it hold the same cluster "
+                                     "secret?): " + st.message(),
+                                     opts_.peer_rank)
+                        : st.with_context("verbs: crypto handshake"));
+        return false;
+      }
+      last_heard_ = now;
+      if (!seal_->outgoing().empty() || seal_->ready()) last_hello_ = Clock::time_point{};  // answer at once
+      return false;
+    }
+    if (!sealed) {
+      post_recv_slot(j);
+      fail_locked(state_ == kConnecting
+                      ? InvalidArgument("verbs: the peer runs plaintext (no cluster secret) but this endpoint requires "
+                                        "encryption")
+                      : AuthFailed("verbs: the peer sent an unsealed frame in a sealed session", opts_.peer_rank));
+      return false;
+    }
+    if (!seal_->ready()) {  // the initiator's first sealed frames can pass its M3: it resends
+      post_recv_slot(j);
+      return false;
+    }
+    auto verdict = seal_->open_header(recv_slot(j));
+    if (!verdict.ok()) {
+      post_recv_slot(j);
+      fail_locked(AuthFailed("verbs: a frame from the peer failed authentication (tampered on the wire; its checksum "
+                             "matched, so not line noise): " + verdict.status().message(),
+                             opts_.peer_rank));
+      return false;
+    }
+    if (*verdict == LinkSeal::Verdict::kStale) {  // replayed or reordered: never delivered
+      stats_.stale++;
+      nack_due_ = true;
+      post_recv_slot(j);
+      return false;
+    }
+    return true;
+  }
+
+  // Opens a sealed data chunk's payload; on failure the endpoint fails with kAuthFailed.
+  bool open_payload(uint32_t j, std::byte* dst) {
+    if (Status st = seal_->open_payload(recv_slot(j), dst); !st.ok()) {
+      fail_locked(AuthFailed("verbs: a payload from the peer failed authentication (tampered on the wire): " +
+                                 st.message(),
+                             opts_.peer_rank));
+      return false;
+    }
+    return true;
   }
 
   void set_connected() {
@@ -687,18 +797,27 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
         uint32_t i = static_cast<uint32_t>(next_seq_ % kDataSlots);
         DataSlot& d = dslots_[i];
         if (d.in_flight || d.used) return work;
-        uint64_t n = std::min<uint64_t>(kChunkPayload, s.src.length - s.next_offset);
+        const bool sealed = seal_.has_value();
+        uint64_t n = std::min<uint64_t>(sealed ? kSealedChunkPayload : kChunkPayload, s.src.length - s.next_offset);
         ChunkHeader h{};
         h.type = static_cast<uint8_t>(ChunkType::kData);
         h.flags = (s.next_offset == 0 ? kFlagFirst : 0) | (s.next_offset + n == s.src.length ? kFlagLast : 0) |
-                  (s.op == Opcode::kWriteImm ? kFlagImm : 0);
+                  (s.op == Opcode::kWriteImm ? kFlagImm : 0) | (sealed ? kFlagSealed : 0);
         h.imm = s.imm;
         h.payload_bytes = static_cast<uint32_t>(n);
         h.seq = next_seq_;
         h.msg_bytes = s.src.length;
         h.offset = s.next_offset;
         std::memcpy(data_slot(i), &h, sizeof h);
-        if (n) std::memcpy(data_slot(i) + sizeof h, s.src.data() + s.next_offset, n);
+        if (sealed) {
+          // Encrypting from the user's buffer into the slot is the copy: one pass, not two.
+          if (Status st = seal_->seal_payload(data_slot(i), s.src.data() + s.next_offset); !st.ok()) {
+            fail_locked(st);
+            return true;
+          }
+        } else if (n) {
+          std::memcpy(data_slot(i) + sizeof h, s.src.data() + s.next_offset, n);
+        }
         if (!post_slot(data_slot(i), wr_id(kKindData, i), now)) return true;
         d = {next_seq_, true, true, false};
         stats_.chunks_sent++;
@@ -731,7 +850,9 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
                             opts_.peer_rank));
         return true;
       }
+      std::byte* body = recv_slot(j) + chunk_body_offset(h);
       if (first && (h.flags & kFlagImm)) {
+        if (seal_ && !open_payload(j, body)) return true;
         rcq_->push({r.id, Opcode::kRecvImm, Status(), 0, h.imm});
         recvs_.pop_front();
         held_.pop_front();
@@ -740,9 +861,16 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
         continue;
       }
       if (first) cur_ = {true, h.msg_bytes, 0};
-      if (h.offset < r.dst.length) {
+      if (seal_) {
+        // Decrypting from the slot into the receive is the copy (one pass); a chunk that does not
+        // fit whole (a truncated message) is opened in its slot, then copied.
+        const bool whole = h.offset + h.payload_bytes <= r.dst.length;
+        if (!open_payload(j, whole ? r.dst.data() + h.offset : body)) return true;
+        if (!whole && h.offset < r.dst.length)
+          std::memcpy(r.dst.data() + h.offset, body, std::min<uint64_t>(h.payload_bytes, r.dst.length - h.offset));
+      } else if (h.offset < r.dst.length) {
         size_t n = std::min<uint64_t>(h.payload_bytes, r.dst.length - h.offset);
-        std::memcpy(r.dst.data() + h.offset, recv_slot(j) + sizeof h, n);
+        std::memcpy(r.dst.data() + h.offset, body, n);
       }
       cur_.got += h.payload_bytes;
       held_.pop_front();
@@ -810,6 +938,7 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
   uint64_t accepted_since_ack_ = 0, last_credit_sent_ = 0, last_ack_sent_ = 0;
   bool ack_due_ = false, nack_due_ = false;
   EndpointStats stats_;
+  std::optional<LinkSeal> seal_;  // sealed sessions (the provider holds the cluster secret)
 };
 
 }  // namespace

@@ -14,6 +14,8 @@ namespace lattice::fabric::verbs {
 // Counters of the reliability layer (tests read them through endpoint_stats()).
 struct EndpointStats {
   uint64_t chunks_sent = 0, retransmits = 0, bad_crc = 0, duplicates = 0, gaps = 0, acks_sent = 0;
+  uint64_t stale = 0;  // sealed sessions: replayed or reordered frames, dropped undelivered
+  bool sealed = false;
 };
 
 Result<std::unique_ptr<Endpoint>> make_endpoint(std::shared_ptr<Device> dev, VerbsCompletionQueue* send_cq,

@@ -70,7 +70,8 @@ Result<std::unique_ptr<MemoryRegion>> VerbsProvider::wrap_region(std::byte* data
 
 Result<std::unique_ptr<VerbsProvider>> VerbsProvider::open(const VerbsApi* api, std::string_view device_name,
                                                            const emu::Faults* faults, const ProviderOptions& options,
-                                                           std::string scheme) {
+                                                           std::string scheme,
+                                                           std::optional<crypto::ClusterSecret> secret) {
   int n = 0;
   ibv_device** list = api->get_device_list(&n);
   if (list == nullptr || n == 0) {
@@ -121,9 +122,13 @@ Result<std::unique_ptr<VerbsProvider>> VerbsProvider::open(const VerbsApi* api, 
     return Unavailable("verbs: device " + dev->name + " max message " + std::to_string(dev->max_msg) +
                        " is below the " + std::to_string(kSlotBytes) + "-byte slot");
   dev->qp_type = rc_supported(*api, dev->ctx, dev->pd) ? IBV_QPT_RC : IBV_QPT_UC;
-  dev->rma = dev->qp_type == IBV_QPT_RC && dev->emulated;
-  LATTICE_LOG_DEBUG("verbs: {} port {} gid[{}] {} {} QPs", dev->name, dev->port, dev->gid_index,
-                    gid_to_string(dev->gid), dev->qp_type == IBV_QPT_RC ? "RC" : "UC");
+  if (options.secret) secret = crypto::ClusterSecret::from_bytes(*options.secret);
+  dev->secret = std::move(secret);
+  // Sealed: no one-sided operations, and no region registered for remote access.
+  dev->rma = dev->qp_type == IBV_QPT_RC && dev->emulated && !dev->secret;
+  LATTICE_LOG_DEBUG("verbs: {} port {} gid[{}] {} {} QPs{}", dev->name, dev->port, dev->gid_index,
+                    gid_to_string(dev->gid), dev->qp_type == IBV_QPT_RC ? "RC" : "UC",
+                    dev->secret ? ", sealed" : "");
   return std::unique_ptr<VerbsProvider>(new VerbsProvider(std::move(dev), std::move(scheme)));
 }
 
@@ -168,17 +173,40 @@ bool parse_flag(std::string_view query, std::string_view key) {
   size_t pos = query.find(key);
   return pos != std::string_view::npos && query.substr(pos + key.size()).starts_with("=1");
 }
+
+// "secure=1" (or true) in a verbs URI: seal with the secret from the environment, as tcp does.
+Result<std::optional<crypto::ClusterSecret>> secret_for(bool secure, const ProviderOptions& options) {
+  if (!secure || options.secret) return std::optional<crypto::ClusterSecret>{};
+  auto secret = crypto::load_secret("");
+  if (!secret.ok()) return secret.status().with_context("verbs URI asks for secure=1");
+  return std::optional<crypto::ClusterSecret>(*secret);
+}
+bool is_secure_kv(std::string_view kv) { return kv == "secure=1" || kv == "secure=true"; }
+bool is_plain_kv(std::string_view kv) { return kv == "secure=0" || kv == "secure=false"; }
 }  // namespace
 
-// "verbs" or "verbs://<device>": the system's verbs library.
+// "verbs" or "verbs://<device>[?secure=1]": the system's verbs library.
 Result<std::unique_ptr<Provider>> make_verbs_provider(std::string_view params, const ProviderOptions& options) {
   LATTICE_ASSIGN_OR_RETURN(const verbs::VerbsApi* api, verbs::load_system_verbs());
-  std::string_view device = params.substr(0, params.find('?'));
-  LATTICE_ASSIGN_OR_RETURN(auto p, verbs::VerbsProvider::open(api, device, nullptr, options, "verbs"));
+  size_t q = params.find('?');
+  std::string_view device = params.substr(0, q);
+  std::string_view query = q == std::string_view::npos ? std::string_view{} : params.substr(q + 1);
+  bool secure = false;
+  for (size_t start = 0; start < query.size();) {
+    size_t amp = query.find('&', start);
+    std::string_view kv = query.substr(start, amp == std::string_view::npos ? std::string_view::npos : amp - start);
+    if (is_secure_kv(kv)) secure = true;
+    else if (!is_plain_kv(kv) && !kv.empty())
+      return InvalidArgument("verbs URI: unknown option '" + std::string(kv) + "' (known: secure=0|1)");
+    if (amp == std::string_view::npos) break;
+    start = amp + 1;
+  }
+  LATTICE_ASSIGN_OR_RETURN(auto secret, secret_for(secure, options));
+  LATTICE_ASSIGN_OR_RETURN(auto p, verbs::VerbsProvider::open(api, device, nullptr, options, "verbs", std::move(secret)));
   return std::unique_ptr<Provider>(std::move(p));
 }
 
-// "verbs-emu://apple-tb5?drop=17&..." or "verbs-emu://linux-rc": the emulated device.
+// "verbs-emu://apple-tb5?drop=17&secure=1&..." or "verbs-emu://linux-rc": the emulated device.
 Result<std::unique_ptr<Provider>> make_verbs_emu_provider(std::string_view params, const ProviderOptions& options) {
   size_t q = params.find('?');
   std::string_view profile = params.substr(0, q);
@@ -190,11 +218,14 @@ Result<std::unique_ptr<Provider>> make_verbs_emu_provider(std::string_view param
   // busy_poll=1 is a provider option, not a fault.
   ProviderOptions opts = options;
   std::string faults_query;
+  bool secure = false;
   for (size_t start = 0; start <= query.size();) {
     size_t amp = query.find('&', start);
     std::string_view kv = query.substr(start, amp == std::string_view::npos ? std::string_view::npos : amp - start);
     if (kv.starts_with("busy_poll=")) {
       opts.busy_poll = parse_flag(kv, "busy_poll");
+    } else if (is_secure_kv(kv) || is_plain_kv(kv)) {
+      secure = is_secure_kv(kv);
     } else if (!kv.empty()) {
       if (!faults_query.empty()) faults_query += '&';
       faults_query += kv;
@@ -203,7 +234,9 @@ Result<std::unique_ptr<Provider>> make_verbs_emu_provider(std::string_view param
     start = amp + 1;
   }
   LATTICE_ASSIGN_OR_RETURN(verbs::emu::Faults faults, verbs::emu::parse_faults(faults_query));
-  LATTICE_ASSIGN_OR_RETURN(auto p, verbs::VerbsProvider::open(&verbs::emu::api(), device, &faults, opts, "verbs-emu"));
+  LATTICE_ASSIGN_OR_RETURN(auto secret, secret_for(secure, options));
+  LATTICE_ASSIGN_OR_RETURN(auto p, verbs::VerbsProvider::open(&verbs::emu::api(), device, &faults, opts, "verbs-emu",
+                                                              std::move(secret)));
   return std::unique_ptr<Provider>(std::move(p));
 }
 

@@ -16,6 +16,10 @@
 //     checks rkey, rights and bounds. Write-with-imm is the write followed, on the same QP, by a
 //     sequenced zero-byte staged message carrying the immediate. Enabled on the emulated device
 //     only: real NICs need zero-based registration (ibv_reg_mr_iova2), not wired yet.
+//   - sealed sessions (ProviderOptions::secret, or ?secure=1 with the secret from the
+//     environment; what the cluster passes unless --insecure, as for tcp): seal.h. Both paths
+//     seal every chunk with the session cipher; RC one-sided operations are refused then
+//     (caps.rma_* false, kUnavailable saying why), since the NIC would place them unopened.
 //
 // Progress: one thread per endpoint polls the verbs CQ, runs the protocol and pushes fabric
 // completions; it sleeps (bounded by the heartbeat period) when idle, or spins with busy_poll.
@@ -25,9 +29,11 @@
 #include <infiniband/verbs.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include "lattice/crypto/secret.h"
 #include "lattice/fabric/fabric.h"
 #include "lattice/fabric/verbs/address.h"
 #include "lattice/fabric/verbs/api.h"
@@ -56,6 +62,9 @@ struct Device {
   // are addressed by offset (zero-based). The emulator does that; on real NICs it needs
   // zero-based registration (ibv_reg_mr_iova2 with iova 0), not wired yet, so off there.
   bool rma = false;
+  // Sealed sessions (seal.h) when set: every endpoint runs the crypto handshake and seals every
+  // chunk; one-sided operations are then off (nothing on the target could open them).
+  std::optional<crypto::ClusterSecret> secret;
   ~Device();
 };
 
@@ -63,7 +72,8 @@ class VerbsProvider final : public Provider {
  public:
   static Result<std::unique_ptr<VerbsProvider>> open(const VerbsApi* api, std::string_view device_name,
                                                      const emu::Faults* faults, const ProviderOptions& options,
-                                                     std::string scheme);
+                                                     std::string scheme,
+                                                     std::optional<crypto::ClusterSecret> secret = std::nullopt);
   std::string_view name() const override { return scheme_; }
   const ProviderCaps& caps() const override { return caps_; }
   Result<std::unique_ptr<MemoryRegion>> allocate_memory(size_t n_bytes, uint32_t access) override;

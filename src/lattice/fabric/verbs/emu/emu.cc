@@ -1,5 +1,7 @@
 #include "lattice/fabric/verbs/emu/emu.h"
 
+#include "lattice/fabric/verbs/wire.h"  // tamper= fixes up the provider's chunk checksum
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -168,6 +170,9 @@ struct Qp {
   std::deque<PostedRecv> rq;
   uint64_t next_req = 0;
   std::deque<std::pair<uint64_t, Awaiting>> awaiting;  // in request order
+  // replay= / reorder=: a copy of one message, delivered once the next message went out.
+  std::vector<std::byte> held;
+  int held_state = 0;  // 0 none, 1 waiting for the next message, 2 due
 };
 
 struct Cq {
@@ -261,9 +266,23 @@ bool publish(Qp* qp, const PendingSend& s, int copies, uint32_t* flags_out) {
   return true;
 }
 
+// Delivers the held copy of replay= / reorder= once it is due. Caller holds ctx->mu.
+void flush_held(Qp* qp) {
+  if (qp->held_state != 2 || qp->peer == nullptr || qp->peer->alive.load(std::memory_order_acquire) == 0) return;
+  PendingSend h{0, qp->held.data(), static_cast<uint32_t>(qp->held.size()), false};
+  uint32_t flags = 0;
+  if (!publish(qp, h, 1, &flags)) return;  // no receive posted yet: next time
+  Segment* peer = qp->peer;
+  peer->frames_head.store(peer->frames_head.load(std::memory_order_relaxed) + frames_for(h), std::memory_order_relaxed);
+  peer->msgs_written.store(peer->msgs_written.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  qp->held.clear();
+  qp->held_state = 0;
+}
+
 // Moves the QP's pending sends out in order. Caller holds ctx->mu.
 void progress_sends(Qp* qp) {
   Context* ctx = qp->ctx;
+  flush_held(qp);
   while (!qp->sq.empty()) {
     PendingSend s = qp->sq.front();
     if (ctx->port_dead || qp->peer == nullptr) {
@@ -283,8 +302,37 @@ void progress_sends(Qp* qp) {
     auto hits = [&](uint64_t n) { return n != 0 && n >= first && n <= last; };
     int copies = hits(ctx->faults.dup_frame) ? 2 : 1;
     bool drop = hits(ctx->faults.drop_frame);
+    std::vector<std::byte> tampered;
+    if (s.op == kOpSend && s.length >= sizeof(ChunkHeader) && hits(ctx->faults.tamper_frame)) {
+      tampered.assign(s.addr, s.addr + s.length);
+      size_t off = (ctx->faults.tamper_frame - first) * kFrame + 17;
+      ChunkHeader h;
+      std::memcpy(&h, tampered.data(), sizeof h);
+      size_t covered = chunk_body_offset(h) + std::min<size_t>(h.payload_bytes, chunk_capacity(h));
+      if (off >= covered) off = covered - 1;
+      tampered[off] ^= std::byte{0x5a};
+      if (off < offsetof(ChunkHeader, crc) || off >= offsetof(ChunkHeader, crc) + 4) {
+        std::memcpy(&h, tampered.data(), sizeof h);  // the flip may have hit the flags or the length
+        if (s.length >= kSlotBytes) {
+          h.crc = chunk_crc(tampered.data());
+          std::memcpy(tampered.data() + offsetof(ChunkHeader, crc), &h.crc, sizeof h.crc);
+        }
+      }
+      s.addr = tampered.data();
+      ctx->stats.tampered++;
+    }
+    const bool replay = s.op == kOpSend && qp->held_state == 0 && hits(ctx->faults.replay_frame);
+    const bool reorder = s.op == kOpSend && qp->held_state == 0 && hits(ctx->faults.reorder_frame);
+    if (replay || reorder) {
+      qp->held.assign(s.addr, s.addr + s.length);
+      qp->held_state = 1;
+      (replay ? ctx->stats.replayed : ctx->stats.reordered)++;
+    }
+    const bool releases_held = !replay && !reorder && s.op == kOpSend && qp->held_state == 1;
     uint32_t flags = 0;
-    if (!drop) {
+    if (reorder) {
+      // Held back: it goes out after the next message (its completion fires now, as UC's would).
+    } else if (!drop) {
       if (!publish(qp, s, copies, &flags)) return;  // wait for credit or ring space
       Segment* peer = qp->peer;
       uint64_t written = peer->msgs_written.load(std::memory_order_relaxed);
@@ -308,6 +356,8 @@ void progress_sends(Qp* qp) {
     }
     ctx->stats.frames_sent += nf;
     qp->sq.pop_front();
+    if (releases_held) qp->held_state = 2;  // this message went out: the held one follows it
+    flush_held(qp);
     if (s.op != kOpSend) {
       // RC one-sided: completes when the target's response comes back.
       qp->awaiting.emplace_back(qp->next_req++, Awaiting{s.wr_id, s.op, s.addr, s.length});
@@ -904,9 +954,16 @@ Result<Faults> parse_faults(std::string_view query) {
     std::string_view key = kv.substr(0, eq), val = kv.substr(eq + 1);
     auto bad = [&] { return InvalidArgument("verbs-emu: bad value '" + std::string(val) + "' for " + std::string(key)); };
     uint64_t n = 0;
-    if (key == "drop" || key == "dup" || key == "corrupt" || key == "kill_port_after") {
+    if (key == "drop" || key == "dup" || key == "corrupt" || key == "tamper" || key == "replay" || key == "reorder" ||
+        key == "kill_port_after") {
       if (!parse_u64(val, &n) || n == 0) return bad();
-      (key == "drop" ? f.drop_frame : key == "dup" ? f.dup_frame : key == "corrupt" ? f.corrupt_frame : f.kill_port_after) = n;
+      (key == "drop"      ? f.drop_frame
+       : key == "dup"     ? f.dup_frame
+       : key == "corrupt" ? f.corrupt_frame
+       : key == "tamper"  ? f.tamper_frame
+       : key == "replay"  ? f.replay_frame
+       : key == "reorder" ? f.reorder_frame
+                          : f.kill_port_after) = n;
     } else if (key == "delay") {
       size_t colon = val.find(':');
       if (colon == std::string_view::npos) return bad();
@@ -921,7 +978,7 @@ Result<Faults> parse_faults(std::string_view query) {
       f.no_ipv4 = val == "1";
     } else {
       return InvalidArgument("verbs-emu: unknown parameter '" + std::string(key) +
-                             "' (known: drop, dup, corrupt, delay, kill_port_after, no_ipv4)");
+                             "' (known: drop, dup, corrupt, tamper, replay, reorder, delay, kill_port_after, no_ipv4)");
     }
   }
   return f;

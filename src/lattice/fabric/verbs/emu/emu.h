@@ -25,6 +25,10 @@
 //   dup=N        the message holding frame N is delivered twice
 //   corrupt=N    one byte of frame N is flipped on the wire
 //   delay=N:Dms  the message holding frame N is held back D (later ones queue behind it)
+//   tamper=N     one byte of frame N is flipped and the lattice chunk checksum (wire.h) fixed
+//                up to match: an attacker on the wire, not line noise (only a tag notices)
+//   replay=N     the message holding frame N is delivered again after the next message
+//   reorder=N    the message holding frame N is delivered after the next message, not before
 //   kill_port_after=N  the port goes DOWN once N frames were sent: later sends fail with
 //                IBV_WC_RETRY_EXC_ERR and nothing more is received
 //   no_ipv4=1    GID index 1 is empty (the interface has no IPv4 address)
@@ -56,12 +60,15 @@ struct Faults {
   uint64_t dup_frame = 0;
   uint64_t corrupt_frame = 0;
   uint64_t delay_frame = 0;
+  uint64_t tamper_frame = 0;
+  uint64_t replay_frame = 0;
+  uint64_t reorder_frame = 0;
   std::chrono::milliseconds delay{0};
   uint64_t kill_port_after = 0;
   bool no_ipv4 = false;
 };
 
-// Parses "drop=17&corrupt=40&dup=9&delay=5:10ms&kill_port_after=N&no_ipv4=1". Unknown keys
+// Parses "drop=17&corrupt=40&dup=9&tamper=9&replay=9&reorder=9&delay=5:10ms&kill_port_after=N&no_ipv4=1". Unknown keys
 // and malformed values are kInvalidArgument.
 Result<Faults> parse_faults(std::string_view query);
 
@@ -79,7 +86,7 @@ Result<MachineFaults> machine_faults_from_env();
 // What the emulator did to one opened device (for tests).
 struct Stats {
   uint64_t frames_sent = 0;
-  uint64_t dropped = 0, duplicated = 0, corrupted = 0, delayed = 0;
+  uint64_t dropped = 0, duplicated = 0, corrupted = 0, delayed = 0, tampered = 0, replayed = 0, reordered = 0;
   bool port_killed = false;
   bool wedged = false;  // a QP was moved to ERR (apple-tb5)
 };
