@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <thread>
@@ -182,6 +184,50 @@ TEST(ParallelDeepseek2, ExpertParallelFusedLayoutsUnevenShares3RanksShm) {
 TEST(ParallelDeepseek2, ARankWithoutHeadsStillAddsItsColumns) {
   // Shares 1:0 give rank 1 no head, no FFN column and no vocabulary row: it only relays.
   expect_same_tokens(ds_file({}), 2, false, {1, 0});
+}
+
+// Quantized weights: the shards cut attn_output, the FFNs and the experts on block
+// boundaries, so the ranks' partial sums add up to the single node's logits but for the
+// order of float additions.
+TEST(ParallelDeepseek2, QuantizedShardsGiveTheSingleNodesLogits) {
+  for (const char* type : {"q8_0", "q4_0"}) {
+    const std::string path = ds_file({.type = type});
+    auto whole = Model::load(path);
+    ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+    auto solo = Session::create(**whole, {.n_ctx = 64});
+    ASSERT_TRUE(solo.ok());
+    ASSERT_TRUE((*solo)->prefill(kPrompt).ok());
+    const auto ref = (*solo)->forward().logits(0);
+    float scale = 0;
+    for (float v : ref) scale = std::max(scale, std::fabs(v));
+    for (const bool ep : {false, true}) {
+      auto g = cluster::make_local_groups(3, "shm", Deadline::after(std::chrono::seconds(60)));
+      ASSERT_TRUE(g.ok());
+      std::vector<float> got;
+      std::vector<Status> st(3);
+      std::vector<std::thread> th;
+      for (int r = 0; r < 3; ++r)
+        th.emplace_back([&, r] {
+          st[r] = [&]() -> Status {
+            LATTICE_ASSIGN_OR_RETURN(auto comm, coll::Communicator::create(*(*g)[r]));
+            LATTICE_ASSIGN_OR_RETURN(auto m, Model::load(path, shard(r, 3, ep)));
+            parallel::CommGroup group(*comm);
+            LATTICE_ASSIGN_OR_RETURN(auto s, Session::create(*m, group, {.n_ctx = 64}));
+            LATTICE_RETURN_IF_ERROR(s->prefill(kPrompt));
+            std::vector<float> full;
+            LATTICE_RETURN_IF_ERROR(s->forward().gather_logits(0, &full));
+            if (r == 0) got = std::move(full);
+            return Status::Ok();
+          }();
+        });
+      for (auto& t : th) t.join();
+      for (int r = 0; r < 3; ++r) ASSERT_TRUE(st[r].ok()) << st[r].to_string();
+      ASSERT_EQ(got.size(), ref.size());
+      float worst = 0;
+      for (size_t v = 0; v < ref.size(); ++v) worst = std::max(worst, std::fabs(got[v] - ref[v]));
+      EXPECT_LT(worst, 2e-3f * scale) << type << (ep ? " ep" : " tp") << ": logits up to " << scale;
+    }
+  }
 }
 
 TEST(ParallelDeepseek2, ShardsHoldTheirHeadsAndColumnsTheLatentOnEveryRank) {
