@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <thread>
 
@@ -24,6 +23,7 @@
 #include "lattice/engine/parallel/plan.h"
 #include "lattice/engine/runtime/forward.h"
 #include "lattice/engine/runtime/session.h"
+#include "model_testlib.h"
 
 namespace lattice::engine {
 namespace {
@@ -314,20 +314,9 @@ TEST(ParallelDeepseek2Plan, CountsHeadsColumnsAndTheWholeLatentPerNode) {
 // The file llama.cpp's gguf-py writes (tests/engine/deepseek2_gguf_py.py) over 2 and 3 ranks
 // (gguf-py from scripts/gguf_py.sh, or a PYTHONPATH that already holds it).
 TEST(ParallelDeepseek2GgufPyIntegration, AFileWrittenByGgufPyMatchesSingleNodeOnTwoAndThreeRanks) {
-  const fs::path src(LATTICE_SOURCE_DIR);
   const std::string path = (temp.dir / "gguf-py-deepseek2.gguf").string();
-  const std::string cmd = "PYTHONPATH=\"$('" + (src / "scripts" / "gguf_py.sh").string() + "' '" +
-                          std::string(LATTICE_BINARY_DIR) + "')${PYTHONPATH:+:$PYTHONPATH}\" /usr/bin/python3 '" +
-                          (src / "tests" / "engine" / "deepseek2_gguf_py.py").string() + "' '" + path + "' 2>&1";
-  std::string out;
-  int rc = -1;
-  if (FILE* p = ::popen(cmd.c_str(), "r")) {
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    rc = ::pclose(p);
-  }
-  if (rc != 0) LATTICE_SKIP_OR_FAIL("oracle", "gguf-py (scripts/gguf_py.sh, from the oracle's bundle) did not run: " + out);
+  if (const Status made = testing::write_gguf_py_deepseek2(path); !made.ok())
+    LATTICE_SKIP_OR_FAIL("oracle", made.to_string());
   expect_same_tokens(path, 2, false);
   expect_same_tokens(path, 3, true, {}, "tcp://127.0.0.1:0");
 }
