@@ -349,18 +349,8 @@ TEST(Deepseek2GgufPyLlamaCpp, AFileWrittenByGgufPyAgreesWithLlamaCpp) {
   if (!fs::exists(src / "scripts" / "gguf_py.sh"))
     LATTICE_SKIP_OR_FAIL("oracle", "scripts/gguf_py.sh (gguf-py from the oracle's bundle) is absent");
   const std::string path = (temp.dir / "gguf-py-deepseek2.gguf").string();
-  const std::string cmd = "PYTHONPATH=\"$('" + (src / "scripts" / "gguf_py.sh").string() + "' '" +
-                          std::string(LATTICE_BINARY_DIR) + "')\" /usr/bin/python3 '" +
-                          (src / "tests" / "engine" / "deepseek2_gguf_py.py").string() + "' '" + path + "' 2>&1";
-  std::string out;
-  int rc = -1;
-  if (FILE* p = ::popen(cmd.c_str(), "r")) {
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    rc = ::pclose(p);
-  }
-  ASSERT_EQ(rc, 0) << out;
+  const Status made = testing::write_gguf_py_deepseek2(path);
+  ASSERT_TRUE(made.ok()) << made.to_string();
   auto m = Model::load(path);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   const std::vector<int32_t> prompt = {104, 101, 108, 108, 111, 32, 116, 104, 101, 114, 101};  // "hello there"

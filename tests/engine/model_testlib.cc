@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 
 #include "lattice/engine/quant/quantize.h"
 
@@ -218,6 +219,23 @@ std::vector<int32_t> golden_prompt() {
   std::vector<int32_t> prompt;
   for (int i = 0; i < 8; ++i) prompt.push_back((i * 53 + 3) % 384);
   return prompt;
+}
+
+Status write_gguf_py_deepseek2(const std::string& path) {
+  const std::string src = LATTICE_SOURCE_DIR;
+  const std::string cmd = "PYTHONPATH=\"$('" + src + "/scripts/gguf_py.sh' '" + std::string(LATTICE_BINARY_DIR) +
+                          "')${PYTHONPATH:+:$PYTHONPATH}\" /usr/bin/python3 '" + src +
+                          "/tests/engine/deepseek2_gguf_py.py' '" + path + "' 2>&1";
+  std::string out;
+  int rc = -1;
+  if (FILE* p = ::popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    rc = ::pclose(p);
+  }
+  if (rc != 0) return Unavailable("gguf-py did not write " + path + ": " + out);
+  return Status::Ok();
 }
 
 }  // namespace lattice::engine::testing

@@ -37,6 +37,11 @@ std::vector<int32_t> golden_prompt();
 inline constexpr int kGoldenSteps = 24;
 inline const std::string kGoldenPath = std::string(LATTICE_SOURCE_DIR) + "/tests/engine/golden_greedy.json";
 
+// Writes the deepseek2 file of tests/engine/deepseek2_gguf_py.py (llama.cpp's gguf-py, a file
+// lattice did not write) to `path`: gguf-py from scripts/gguf_py.sh, or from a PYTHONPATH that
+// already holds it. On failure, kUnavailable with the script's output.
+Status write_gguf_py_deepseek2(const std::string& path);
+
 // Cosine similarity and normalized mean squared error of two vectors.
 double cosine(std::span<const double> a, std::span<const float> b);
 double nmse(std::span<const double> ref, std::span<const float> got);

@@ -90,6 +90,43 @@ std::string moe_model_path() {
   return path;
 }
 
+// deepseek2 (F32): multi-head latent attention split by heads, 8 experts in 4 groups (2
+// used, 2 a token), a shared expert and a leading dense block; 4 heads, so 3 ranks hold 2, 1, 1
+// and the 2 survivors 2, 2.
+std::string ds_model_path() {
+  static const std::string path = [] {
+    const fs::path dir = fs::temp_directory_path() / ("lattice-recovery-test-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    MakeModelOptions o;
+    o.arch = "deepseek2";
+    o.dim = 256;
+    o.layers = 3;
+    o.heads = 4;
+    o.ffn = 512;
+    o.q_lora = 64;
+    o.kv_lora = 64;
+    o.rope_dim = 16;
+    o.nope_dim = 32;
+    o.v_dim = 32;
+    o.experts = 8;
+    o.experts_used = 2;
+    o.expert_groups = 4;
+    o.groups_used = 2;
+    o.shared_experts = 1;
+    o.dense_layers = 1;
+    o.expert_ffn = 128;
+    o.vocab = 384;
+    o.type = "f32";
+    o.pure = true;
+    o.seed = 7;
+    o.threads = 1;
+    const std::string p = (dir / "ds2.gguf").string();
+    EXPECT_TRUE(make_model(o, p).ok());
+    return p;
+  }();
+  return path;
+}
+
 struct Cleanup {
   ~Cleanup() {
     std::error_code ec;
@@ -204,6 +241,15 @@ void lose_a_rank_mid_request(const std::string& provider, Parallelism mode, int 
     EXPECT_EQ(res->recoveries[0].lost_ranks, std::vector<int>{victim});
     EXPECT_EQ(res->recoveries[0].at_token, at);
     EXPECT_EQ(res->world, world - 1);
+    if (mode != Parallelism::kPipeline) {
+      // The survivors' query heads cover the model's, each head on one of them.
+      uint32_t heads = 0;
+      for (const auto& rk : res->ranks) {
+        EXPECT_EQ(rk["heads"][0].get<uint32_t>(), heads) << rk.dump();
+        heads = rk["heads"][1].get<uint32_t>();
+      }
+      EXPECT_EQ(heads, 4u);
+    }
     if (mode == Parallelism::kExpert) {
       // The lost rank's experts now live on the survivors: every expert on one of them.
       ASSERT_TRUE(res->expert_load.is_object());
@@ -228,6 +274,12 @@ TEST(RecoveryFault, ExpertParallelLosesARankAndItsExpertsAreRePlaced) {
 }
 TEST(RecoveryFault, ExpertParallelLosesRankZeroOverTcp) {
   lose_a_rank_mid_request("tcp", Parallelism::kExpert, 2, 0, 7, moe_model_path());
+}
+TEST(RecoveryFault, Deepseek2TensorParallelLosesARankAndItsHeadsAreRePlaced) {
+  lose_a_rank_mid_request("shm", Parallelism::kTensor, 3, 1, 6, ds_model_path());
+}
+TEST(RecoveryFault, Deepseek2ExpertParallelLosesARankOverTcp) {
+  lose_a_rank_mid_request("tcp", Parallelism::kExpert, 3, 2, 5, ds_model_path());
 }
 TEST(RecoveryFault, PipelineLosesAStageAndFinishes) { lose_a_rank_mid_request("shm", Parallelism::kPipeline, 3, 1, 4); }
 

@@ -36,11 +36,14 @@ Result<Layout> place(const ModelShape& s, const std::vector<double>& mem, Mode m
   if (mode == Mode::kExpert && !s.moe()) return InvalidArgument("sim: --parallel ep needs a mixture-of-experts model");
   Layout L;
   if (mode == Mode::kAuto) {
-    // plan_placement's rule (engine/parallel/plan.cc).
-    mode = W <= static_cast<int>(s.n_head_kv) ? Mode::kTensor : Mode::kPipeline;
-    L.why = mode == Mode::kTensor ? "auto: tensor parallel (every node owns >= 1 of " + std::to_string(s.n_head_kv) + " KV heads)"
-                                  : "auto: pipeline (" + std::to_string(W) + " nodes > " + std::to_string(s.n_head_kv) +
-                                        " KV heads)";
+    // plan_placement's rule (engine/parallel/plan.cc): the heads tensor parallelism splits
+    // are the KV heads, or under MLA (one latent for every head) the query heads.
+    const uint32_t heads = s.kv_lora_rank ? s.n_head : s.n_head_kv;
+    const std::string what = s.kv_lora_rank ? " heads" : " KV heads";
+    mode = W <= static_cast<int>(heads) ? Mode::kTensor : Mode::kPipeline;
+    L.why = mode == Mode::kTensor ? "auto: tensor parallel (every node owns >= 1 of " + std::to_string(heads) + what + ")"
+                                  : "auto: pipeline (" + std::to_string(W) + " nodes > " + std::to_string(heads) + what +
+                                        ")";
   } else {
     L.why = "--parallel " + std::string(to_string(mode));
   }
@@ -79,13 +82,16 @@ Result<Layout> place(const ModelShape& s, const std::vector<double>& mem, Mode m
     hp.n_expert = s.n_expert;
     hp.n_ff_exp = s.n_ff_exp;
     hp.n_vocab = s.n_vocab;
+    hp.kv_lora_rank = s.kv_lora_rank;  // MLA: split by query heads
+    hp.mla_v_dim = hp.head_dim_v;
     LATTICE_ASSIGN_OR_RETURN(engine::ShardLayout sl, engine::make_shard_layout(hp, 1, 1, W, split));
     std::vector<engine::Range> experts;
     if (mode == Mode::kExpert) experts = engine::split_units(s.n_expert, W, split);
     for (int i = 0; i < W; ++i) {
       NodeShare n;
       n.layers = {0, s.n_layer};
-      n.f_kv = double(sl.kv_heads[i].size()) / s.n_head_kv;
+      n.f_kv = s.kv_lora_rank ? double(sl.heads[i].size()) / s.n_head : double(sl.kv_heads[i].size()) / s.n_head_kv;
+      const std::string heads = s.kv_lora_rank ? "heads " + rs(sl.heads[i]) : "kv heads " + rs(sl.kv_heads[i]);
       n.f_ff = double(sl.ff[i].size()) / hp.ffn_width();
       n.f_vocab = double(sl.vocab[i].size()) / s.n_vocab;
       // Dense FFNs split by columns with the same share as the experts' columns.
@@ -94,10 +100,10 @@ Result<Layout> place(const ModelShape& s, const std::vector<double>& mem, Mode m
       if (mode == Mode::kExpert) {
         n.experts = experts[i];
         w += s.expert_bytes * double(n.experts.size()) / s.n_expert + s.shared_bytes * n.f_ff;
-        n.part = "kv heads " + rs(sl.kv_heads[i]) + " experts " + rs(n.experts);
+        n.part = heads + " experts " + rs(n.experts);
       } else {
         w += (s.expert_bytes + s.shared_bytes) * n.f_ff;
-        n.part = "kv heads " + rs(sl.kv_heads[i]) + " ffn " + rs(sl.ff[i]) + " vocab " + rs(sl.vocab[i]);
+        n.part = heads + " ffn " + rs(sl.ff[i]) + " vocab " + rs(sl.vocab[i]);
       }
       n.weight_bytes = w;
       // MLA caches one latent per token that every head reads: each node keeps all of it.

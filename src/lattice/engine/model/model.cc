@@ -60,25 +60,62 @@ std::vector<int> place_experts(uint32_t n_expert, int world, std::span<const dou
   return owner;
 }
 
+namespace {
+// `width` FFN columns over the ranks in multiples of a granule (the down matrix's block, at
+// least 32 when that divides): one node takes them all.
+Result<std::vector<Range>> split_columns(uint32_t width, uint32_t block, int world, std::span<const double> weights,
+                                         const char* what, uint32_t* granule) {
+  uint32_t g = std::max<uint32_t>(block, 1);
+  if (width % std::max<uint32_t>(g, 32) == 0) g = std::max<uint32_t>(g, 32);
+  if (world == 1) return std::vector<Range>{{0, width}};
+  if (width % g != 0)
+    return Unavailable(std::string("tensor parallel: ") + what + " width " + std::to_string(width) +
+                       " is not a multiple of the block size " + std::to_string(g));
+  if (granule) *granule = g;
+  std::vector<Range> out = split_units(width / g, world, weights);
+  for (Range& r : out) r = {r.begin * g, r.end * g};
+  return out;
+}
+}  // namespace
+
 Result<ShardLayout> make_shard_layout(const Hparams& hp, uint32_t ff_block_elems, uint32_t wo_block_elems, int world,
                                       std::span<const double> weights) {
   if (world < 1) return InvalidArgument("tensor parallel: world size must be >= 1");
   ShardLayout L;
-  // A rank's wo columns start at kv0 * group * head_dim: they must start on a block.
-  const uint64_t cols_per_kv = static_cast<uint64_t>(hp.group()) * hp.head_dim_v;
-  if (world > 1 && cols_per_kv % wo_block_elems != 0)
-    return Unavailable("tensor parallel: attention output blocks of " + std::to_string(wo_block_elems) +
-                       " do not align with KV-head groups of " + std::to_string(cols_per_kv) + " columns");
-  L.kv_heads = split_units(hp.n_head_kv, world, weights);
-  uint32_t g = std::max<uint32_t>(ff_block_elems, 1);
-  const uint32_t F = hp.ffn_width();
-  if (F % std::max<uint32_t>(g, 32) == 0) g = std::max<uint32_t>(g, 32);
-  if (F % g != 0)
-    return Unavailable("tensor parallel: FFN width " + std::to_string(F) + " is not a multiple of the block size " +
-                       std::to_string(g));
-  L.ff_granularity = g;
-  L.ff = split_units(hp.ffn_width() / g, world, weights);
-  for (Range& r : L.ff) r = {r.begin * g, r.end * g};
+  const uint32_t wo_blk = std::max<uint32_t>(wo_block_elems, 1);
+  if (hp.kv_lora_rank > 0) {
+    // MLA: query heads, in groups whose value columns fill whole attn_output blocks.
+    const uint32_t g = wo_blk / std::gcd(wo_blk, std::max<uint32_t>(hp.mla_v_dim, 1));
+    if (world > 1 && hp.n_head % g != 0)
+      return Unavailable("tensor parallel: attention output blocks of " + std::to_string(wo_blk) + " hold " +
+                         std::to_string(g) + " heads of " + std::to_string(hp.mla_v_dim) +
+                         " value columns, which do not divide the " + std::to_string(hp.n_head) + " heads");
+    L.head_granularity = world > 1 ? g : 1;
+    L.heads = split_units(hp.n_head / L.head_granularity, world, weights);
+    for (Range& r : L.heads) r = {r.begin * L.head_granularity, r.end * L.head_granularity};
+    L.kv_heads = L.heads;
+  } else {
+    // A rank's wo columns start at kv0 * group * head_dim: they must start on a block.
+    const uint64_t cols_per_kv = static_cast<uint64_t>(hp.group()) * hp.head_dim_v;
+    if (world > 1 && cols_per_kv % wo_blk != 0)
+      return Unavailable("tensor parallel: attention output blocks of " + std::to_string(wo_blk) +
+                         " do not align with KV-head groups of " + std::to_string(cols_per_kv) + " columns");
+    L.kv_heads = split_units(hp.n_head_kv, world, weights);
+    L.head_granularity = hp.group();
+    for (const Range& r : L.kv_heads) L.heads.push_back({r.begin * hp.group(), r.end * hp.group()});
+  }
+  LATTICE_ASSIGN_OR_RETURN(L.ff, split_columns(hp.ffn_width(), ff_block_elems, world, weights, "FFN", &L.ff_granularity));
+  if (hp.moe() && hp.n_layer_dense_lead > 0) {
+    LATTICE_ASSIGN_OR_RETURN(L.ff_dense, split_columns(hp.n_ff, ff_block_elems, world, weights, "dense FFN", nullptr));
+  } else {
+    L.ff_dense = hp.moe() ? std::vector<Range>(world) : L.ff;
+  }
+  if (hp.moe() && hp.n_expert_shared > 0) {
+    LATTICE_ASSIGN_OR_RETURN(L.ff_shared, split_columns(hp.n_ff_exp * hp.n_expert_shared, ff_block_elems, world,
+                                                        weights, "shared-expert", nullptr));
+  } else {
+    L.ff_shared.assign(world, Range{});
+  }
   L.vocab = split_units(hp.n_vocab, world, weights);
   return L;
 }
@@ -193,11 +230,13 @@ Status Model::bind_all(const LoadOptions& options) {
     return "blk." + std::to_string(i) + "." + std::string(base) + "." + suffix;
   };
 
-  // Block sizes decide where FFN and attention-output columns may be cut.
+  // Block sizes decide where FFN and attention-output columns may be cut (one granule for
+  // every FFN down matrix: dense, experts, shared experts).
   uint32_t ff_blk = 1, wo_blk = 1;
   for (uint32_t i = 0; i < hp_.n_layer; ++i)
-    for (auto [base, dst] : {std::pair{hp_.moe() ? nm.down_exps : nm.down, &ff_blk}, std::pair{nm.wo, &wo_blk}})
-      if (const TensorInfo* t = file_->find_tensor(blk(i, base)))
+    for (auto [base, dst] : {std::pair{nm.down, &ff_blk}, std::pair{nm.down_exps, &ff_blk},
+                             std::pair{nm.down_shexp, &ff_blk}, std::pair{nm.wo, &wo_blk}})
+      if (const TensorInfo* t = base.empty() ? nullptr : file_->find_tensor(blk(i, base)))
         *dst = std::max<uint32_t>(*dst, type_traits(static_cast<uint32_t>(t->type))->block_elems);
   LATTICE_ASSIGN_OR_RETURN(layout_, make_shard_layout(hp_, ff_blk, wo_blk, shard_.world, shard_.weights));
   layer_begin_ = shard_.layer_begin;
@@ -228,9 +267,6 @@ Status Model::bind_all(const LoadOptions& options) {
   LATTICE_ASSIGN_OR_RETURN(rope_freqs_, vec(global(nm.rope_freqs), hp_.rope.n_rot / 2, false));
 
   const bool mla = arch_->attention == AttentionKind::kMla;
-  if (mla && shard_.world > 1)
-    return Unavailable("tensor parallel: " + std::string(arch_->name) +
-                       " (multi-head latent attention) runs on one node only for now");
   layers_.resize(layer_end_ - layer_begin_);
   for (uint32_t i = layer_begin_; i < layer_end_; ++i) {
     LayerWeights& L = layers_[i - layer_begin_];
@@ -266,8 +302,8 @@ Status Model::bind_all(const LoadOptions& options) {
       if (hp_.n_expert_shared > 0) LATTICE_RETURN_IF_ERROR(bind_shared_experts(L, i, pack));
       continue;
     }
-    // A leading dense block of a mixture-of-experts model is n_ff wide (one node only).
-    const Range fd = hp_.moe() ? Range{0, hp_.n_ff} : f;
+    // A leading dense block of a mixture-of-experts model is n_ff wide, split on its own.
+    const Range fd = layout_.ff_dense[shard_.rank];
     LATTICE_ASSIGN_OR_RETURN(const TensorInfo* tg, matrix_info(blk(i, nm.gate), E, hp_.n_ff));
     LATTICE_ASSIGN_OR_RETURN(const TensorInfo* tu, matrix_info(blk(i, nm.up), E, hp_.n_ff));
     LATTICE_ASSIGN_OR_RETURN(const TensorInfo* td, matrix_info(blk(i, nm.down), hp_.n_ff, E));

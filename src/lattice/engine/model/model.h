@@ -5,8 +5,11 @@
 //
 // Tensor-parallel layout (every rank keeps the full residual stream, n_embd floats a token):
 //   attention  split by KV heads: rank r owns KV heads [kv0, kv1) and their query heads:
-//              row ranges of wq/wk/wv, the matching columns of wo;
-//   FFN        gate/up rows [f0, f1) and the same columns of w_down;
+//              row ranges of wq/wk/wv, the matching columns of wo; multi-head latent
+//              attention by query heads [h0, h1): wq_b (or wq) rows, k_b / v_b of those
+//              heads, wo columns, with the latent projections and norms on every rank;
+//   FFN        gate/up rows [f0, f1) and the same columns of w_down (the leading dense
+//              blocks and the shared experts of a mixture of experts: their own ranges);
 //   output     vocabulary rows [v0, v1) of the output matrix;
 //   experts    tensor parallel: the FFN columns [f0, f1) of every expert; expert parallel
 //              (Shard::expert_parallel): the experts this rank owns, whole, and nothing of
@@ -56,7 +59,8 @@ struct LayerWeights {
   // wq_b [n_head * k_dim x q_lora], or wq [n_head * k_dim x n_embd] when q_lora_rank is 0;
   // wkv_a [kv_lora + rope x n_embd] + kv_a_norm [kv_lora]; per head k_b [kv_lora x nope]
   // (absorbs a query's nope part into latent space) and v_b [v_dim x kv_lora] (expands the
-  // attended latent); wo [n_embd x n_head * v_dim].
+  // attended latent); wo [n_embd x n_head * v_dim]. Over N ranks: this rank's heads only
+  // (heads()): wq_b / wq rows, k_b / v_b per local head, wo columns; wq_a, wkv_a whole.
   Weight wq_a, wq_b, wkv_a;
   const float* q_a_norm = nullptr;
   const float* kv_a_norm = nullptr;
@@ -93,6 +97,7 @@ class Model {
   int world() const { return shard_.world; }
   const ShardLayout& layout() const { return layout_; }
   Range kv_heads() const { return layout_.kv_heads[shard_.rank]; }
+  Range heads() const { return layout_.heads[shard_.rank]; }  // query heads (MLA: what is split)
   Range ff() const { return layout_.ff[shard_.rank]; }
   Range vocab() const { return layout_.vocab[shard_.rank]; }
   uint32_t layer_begin() const { return layer_begin_; }

@@ -35,15 +35,29 @@ std::vector<int> place_experts(uint32_t n_expert, int world, std::span<const dou
                                std::span<const double> load = {});
 
 // The tensor-parallel layout of one model over `world` ranks, per rank.
+//
+// Multi-head latent attention (hp.kv_lora_rank > 0) is split by query heads: a rank owns the
+// heads `heads` (their attn_q_b / attn_q rows, attn_k_b / attn_v_b matrices and attn_output
+// columns), while the small latent projections (attn_q_a, attn_kv_a_mqa and their norms) are
+// on every rank, so every rank keeps the whole latent cache its heads read (as DeepSeek's own
+// reference and vLLM split it: the cache is one latent a token, shared by all heads, so
+// splitting it would need every rank's heads to read every rank's part). For MLA kv_heads
+// holds the same ranges as heads. Head ranges start on attn_output blocks (whole groups of
+// heads when a head's value columns are fewer than a block).
 struct ShardLayout {
-  std::vector<Range> kv_heads;  // in KV heads (each with its group of query heads)
-  std::vector<Range> ff;        // in n_ff columns (multiples of ff_granularity)
+  std::vector<Range> kv_heads;  // in KV heads (each with its group of query heads); MLA: = heads
+  std::vector<Range> heads;     // in query heads
+  std::vector<Range> ff;        // in ffn_width() columns (multiples of ff_granularity): FFN or each expert's
+  std::vector<Range> ff_dense;  // mixture of experts: the leading dense blocks' n_ff columns (else = ff)
+  std::vector<Range> ff_shared; // shared experts: columns of their n_ff_exp * n_expert_shared (else empty)
   std::vector<Range> vocab;     // in tokens
   uint32_t ff_granularity = 1;
+  uint32_t head_granularity = 1;  // MLA: heads per unit of the split
 };
 
 // kInvalidArgument for world < 1, kUnavailable when the weight types' block sizes cannot be
-// split on head / FFN boundaries.
+// split on head / FFN boundaries (ff_block_elems: the largest block of any FFN down matrix,
+// wo_block_elems: of attn_output).
 Result<ShardLayout> make_shard_layout(const Hparams& hp, uint32_t ff_block_elems, uint32_t wo_block_elems, int world,
                                       std::span<const double> weights = {});
 

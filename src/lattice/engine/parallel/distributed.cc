@@ -272,6 +272,7 @@ Result<DistResult> generate_distributed(cluster::Cluster& c, const DistOptions& 
                          {"first_rank", rank0},
                          {"layers", {m.layer_begin(), m.layer_end()}},
                          {"kv_heads", {m.kv_heads().begin, m.kv_heads().end}},
+                         {"heads", {m.heads().begin, m.heads().end}},
                          {"ff", {m.ff().begin, m.ff().end}},
                          {"vocab", {m.vocab().begin, m.vocab().end}},
                          {"shard_bytes", m.shard_bytes()},

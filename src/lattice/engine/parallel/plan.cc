@@ -36,24 +36,27 @@ Result<Placement> plan_placement(const GgufFile& file, const std::vector<NodeSpe
   std::vector<double> mem(W);
   for (int i = 0; i < W; ++i) mem[i] = static_cast<double>(nodes[i].memory_bytes);
 
+  // The heads tensor parallelism splits: KV heads, or under multi-head latent attention
+  // (one latent shared by every head) the query heads.
+  const uint32_t tp_heads = hp.kv_lora_rank ? hp.n_head : hp.n_head_kv;
+  const std::string heads_name = hp.kv_lora_rank ? " heads" : " KV heads";
   if (mode == ParallelMode::kAuto && hp.moe() && W > 1 && W <= static_cast<int>(hp.n_expert) &&
-      W <= static_cast<int>(hp.n_head_kv)) {
+      W <= static_cast<int>(tp_heads)) {
     mode = ParallelMode::kExpert;
     p.why = "auto: expert parallel (" + std::to_string(hp.n_expert) + " experts over " + std::to_string(W) +
             " nodes by memory, attention tensor parallel)";
   } else if (mode == ParallelMode::kAuto) {
     // Tensor parallel streams 1/W of the weights per token on every node at once (the fastest
     // decode) as long as every node owns at least one KV head; beyond that, pipeline stages.
-    mode = W <= static_cast<int>(hp.n_head_kv) ? ParallelMode::kTensor : ParallelMode::kPipeline;
+    mode = W <= static_cast<int>(tp_heads) ? ParallelMode::kTensor : ParallelMode::kPipeline;
     p.why = mode == ParallelMode::kTensor
-                ? "auto: tensor parallel (every node owns >= 1 of " + std::to_string(hp.n_head_kv) + " KV heads)"
-                : "auto: pipeline (" + std::to_string(W) + " nodes > " + std::to_string(hp.n_head_kv) + " KV heads)";
+                ? "auto: tensor parallel (every node owns >= 1 of " + std::to_string(tp_heads) + heads_name + ")"
+                : "auto: pipeline (" + std::to_string(W) + " nodes > " + std::to_string(tp_heads) + heads_name + ")";
   } else {
     p.why = mode == ParallelMode::kTensor ? "--parallel tp" : mode == ParallelMode::kExpert ? "--parallel ep" : "--parallel pp";
   }
   const uint64_t kv_per_head_layer = 2ull * p.n_ctx * hp.head_dim * sizeof(float);
   const uint64_t scratch = 64ull * (hp.n_embd * 4 + hp.n_ff * 2) * sizeof(float);
-  const uint64_t layer_norms = 2ull * hp.n_embd * sizeof(float);
 
   if (mode == ParallelMode::kExpert && !hp.moe()) {
     mode = ParallelMode::kTensor;
@@ -72,26 +75,15 @@ Result<Placement> plan_placement(const GgufFile& file, const std::vector<NodeSpe
       NodePlacement n;
       n.name = nodes[i].name;
       n.memory_bytes = nodes[i].memory_bytes;
-      const double fkv = double(layout->kv_heads[i].size()) / hp.n_head_kv;
-      const double fff = double(layout->ff[i].size()) / hp.n_ff;
-      const double fv = double(layout->vocab[i].size()) / hp.n_vocab;
-      double w = 0;
-      for (uint32_t l = 0; l < hp.n_layer; ++l) {
-        const std::string b = "blk." + std::to_string(l) + ".";
-        w += fkv * (tensor_bytes(file, b + "attn_q.weight") + tensor_bytes(file, b + "attn_k.weight") +
-                    tensor_bytes(file, b + "attn_v.weight") + tensor_bytes(file, b + "attn_output.weight"));
-        w += fff * (tensor_bytes(file, b + "ffn_gate.weight") + tensor_bytes(file, b + "ffn_up.weight") +
-                    tensor_bytes(file, b + "ffn_down.weight"));
-        w += layer_norms;
-      }
-      const uint64_t out = tensor_bytes(file, "output.weight");
-      w += fv * (out ? out : emb->n_bytes);
-      n.weight_bytes = static_cast<uint64_t>(w);
-      n.kv_bytes = kv_per_head_layer * hp.n_layer * layout->kv_heads[i].size();
+      const WeightShare w = node_weight_share(file, hp, *layout, i, -1);
+      n.weight_bytes = static_cast<uint64_t>(w.total);
+      n.expert_bytes = static_cast<uint64_t>(w.expert_bytes);
+      n.kv_bytes = node_kv_bytes(hp, *layout, i, p.n_ctx, hp.n_layer);
       n.total_bytes = n.weight_bytes + n.kv_bytes + scratch;
       // Ring all-reduce: 2 (W-1)/W of the vector per rank, two per layer; plus the argmax gather.
       n.sent_per_token = W > 1 ? static_cast<uint64_t>(2.0 * hp.n_layer * 2.0 * (W - 1) / W * E4 + 8.0 * (W - 1)) : 0;
-      n.part = "kv heads " + range_str(layout->kv_heads[i]) + " ffn " + range_str(layout->ff[i]) + " vocab " +
+      n.part = (hp.kv_lora_rank ? "heads " + range_str(layout->heads[i]) : "kv heads " + range_str(layout->kv_heads[i])) +
+               " ffn " + range_str(layout->ff[i]) + " vocab " +
                range_str(layout->vocab[i]);
       p.nodes.push_back(std::move(n));
     }
@@ -109,7 +101,8 @@ Result<Placement> plan_placement(const GgufFile& file, const std::vector<NodeSpe
           if (t.name.rfind("blk." + std::to_string(l) + ".", 0) == 0) w += t.n_bytes;
       if (i == W - 1) w += tensor_bytes(file, "output.weight") + tensor_bytes(file, "output_norm.weight");
       n.weight_bytes = w;
-      n.kv_bytes = kv_per_head_layer * hp.n_head_kv * (*layers)[i].size();
+      n.kv_bytes = hp.kv_lora_rank ? node_kv_bytes(hp, {}, i, p.n_ctx, (*layers)[i].size())
+                                   : kv_per_head_layer * hp.n_head_kv * (*layers)[i].size();
       n.total_bytes = n.weight_bytes + n.kv_bytes + scratch;
       n.sent_per_token = i + 1 < W ? hp.n_embd * sizeof(float) : (W > 1 ? 4ull * (W - 1) : 0);
       n.part = "layers " + range_str((*layers)[i]);

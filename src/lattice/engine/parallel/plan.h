@@ -11,6 +11,7 @@
 #include "lattice/core/status.h"
 #include "lattice/engine/gguf/gguf.h"
 #include "lattice/engine/model/hparams.h"
+#include "lattice/engine/model/shard.h"
 
 namespace lattice::engine::parallel {
 
@@ -50,6 +51,21 @@ struct Placement {
 // "ffn_gate_inp"/"exp_probs_b" routers, "attn_*", "ffn_*", norms).
 Result<std::vector<NodePlacement>> plan_experts(const GgufFile& file, const Hparams& hp,
                                                 const std::vector<NodeSpec>& nodes, uint32_t n_ctx);
+
+// The weight bytes node i holds under a tensor-parallel layout, told apart by name: routers,
+// norms and biases on every node, and for multi-head latent attention the latent projections
+// (attn_q_a, attn_kv_a_mqa) too; other attention tensors by the node's heads, dense FFNs,
+// shared experts and (tensor parallel, f_experts < 0) every expert by the node's columns;
+// expert parallel: f_experts of the experts' bytes. The embedding counts only when tied (its
+// rows are the output's); expert_bytes: of the total, the experts'.
+struct WeightShare {
+  double total = 0, expert_bytes = 0;
+};
+WeightShare node_weight_share(const GgufFile& file, const Hparams& hp, const ShardLayout& layout, int node,
+                              double f_experts);
+// KV cache of node i over n_layers layers at n_ctx: its KV heads' keys and values, or under
+// multi-head latent attention the whole latent (every node keeps all of it).
+uint64_t node_kv_bytes(const Hparams& hp, const ShardLayout& layout, int node, uint32_t n_ctx, uint32_t n_layers);
 
 // kInvalidArgument for no nodes; the model's hyper-parameters must be readable.
 Result<Placement> plan_placement(const GgufFile& file, const std::vector<NodeSpec>& nodes, ParallelMode mode,

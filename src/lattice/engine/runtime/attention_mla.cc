@@ -7,6 +7,10 @@
 // softmax-weighted sum of the latents is expanded through v_b: llama.cpp's absorbed form,
 // which it also uses for prefill of these files. Heads run in parallel, each with a
 // single-thread pool for its own small matrix products.
+//
+// Tensor parallel: a rank runs its heads (Model::heads()) over the whole latent cache, which
+// it fills itself (the latent projection is on every rank); its wo columns give a partial
+// sum of the output, which the caller's all-reduce adds up with the other ranks'.
 #include <algorithm>
 #include <cstring>
 
@@ -21,11 +25,15 @@ void Forward::mla_attention(uint32_t l, std::span<const StepItem> items, uint32_
   const Hparams& hp = m.hparams();
   const LayerWeights& L = m.layers()[l];
   ThreadPool& pool = *pool_;
-  const size_t E = hp.n_embd, H = hp.n_head, KD = hp.mla_k_dim, VD = hp.mla_v_dim, C = hp.kv_lora_rank;
+  const size_t E = hp.n_embd, H = m.heads().size(), KD = hp.mla_k_dim, VD = hp.mla_v_dim, C = hp.kv_lora_rank;
   const size_t NR = hp.rope.n_rot, N = hp.nope_dim(), W = C + NR, QA = hp.q_lora_rank;
   float* xb = xb_.get();
   float* q = q_.get();
   float* kv = mla_kv_.get();
+  if (H == 0) {  // no heads on this rank: nothing to add to the sum (nor to cache)
+    std::memset(xb, 0, size_t{R} * E * sizeof(float));
+    return;
+  }
 
   // Projections: q (through the q lora when present) and the latent + rope key.
   if (L.wq_a.n_rows()) {
@@ -90,7 +98,6 @@ void Forward::mla_attention(uint32_t l, std::span<const StepItem> items, uint32_
   });
   matmul(L.wo, att, R, xb, pool);
   bytes_read_ += L.wo.bytes();
-  (void)E;
 }
 
 void Forward::shared_experts(const LayerWeights& L, uint32_t R, float* acc) {
