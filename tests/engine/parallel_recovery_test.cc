@@ -239,7 +239,11 @@ void lose_a_rank_mid_request(const std::string& provider, Parallelism mode, int 
     EXPECT_EQ(res->gen.tokens, ref) << "rank " << r;
     ASSERT_EQ(res->recoveries.size(), 1u);
     EXPECT_EQ(res->recoveries[0].lost_ranks, std::vector<int>{victim});
-    EXPECT_EQ(res->recoveries[0].at_token, at);
+    // At the token the victim left before, or the one before it: the victim may have done its
+    // part of that token's last collective (rank 0's broadcast of the sampled token) when its
+    // links closed, with the bytes still unread on a survivor's side, which then redoes it.
+    EXPECT_TRUE(res->recoveries[0].at_token == at || res->recoveries[0].at_token + 1 == at)
+        << "recovered at token " << res->recoveries[0].at_token << ", the victim left before " << at;
     EXPECT_EQ(res->world, world - 1);
     if (mode != Parallelism::kPipeline) {
       // The survivors' query heads cover the model's, each head on one of them.
