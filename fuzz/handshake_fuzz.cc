@@ -1,14 +1,18 @@
-// Fuzz harness: the join handshake's state machine (crypto/handshake.h), both roles. The first
-// input byte picks the mode and options, the rest is:
-//   mode 0, responder: the messages a would-be initiator sends (M1, M3, more), fed in the sizes
+// Fuzz harness: the join handshake's state machine (crypto/handshake.h), both
+// roles. The first input byte picks the mode and options, the rest is:
+//   mode 0, responder: the messages a would-be initiator sends (M1, M3, more),
+//   fed in the sizes
 //           next_message_bytes() asks for, as a socket reader does;
-//   mode 1, initiator: the messages a would-be responder answers with (M2 or a reject, more);
-//   mode 2, a real pair in the middle of which the input XORs masks onto M1, M2 and M3.
-// Fresh bytes are deterministic (handshake_entropy.h), so captured transcripts (corpus/handshake)
-// reach the states past the MACs. Invariants checked, beyond "no crash, no leak, no UB":
-//   - nobody completes on a message that was changed in flight (mode 2: every byte is covered
-//     by a MAC or checked), and an untouched pair with compatible options completes with the
-//     same session id and mirrored keys;
+//   mode 1, initiator: the messages a would-be responder answers with (M2 or a
+//   reject, more); mode 2, a real pair in the middle of which the input XORs
+//   masks onto M1, M2 and M3.
+// Fresh bytes are deterministic (handshake_fixture.h), so captured transcripts
+// (corpus/handshake) reach the states past the MACs. Invariants checked, beyond
+// "no crash, no leak, no UB":
+//   - nobody completes on a message that was changed in flight (mode 2: every
+//   byte is covered
+//     by a MAC or checked), and an untouched pair with compatible options
+//     completes with the same session id and mirrored keys;
 //   - a failed handshake stays failed (sticky) and asks for no more bytes.
 #include <cstddef>
 #include <cstdint>
@@ -16,7 +20,7 @@
 #include <cstring>
 #include <vector>
 
-#include "fuzz/handshake_entropy.h"
+#include "fuzz/handshake_fixture.h"
 #include "lattice/crypto/handshake.h"
 
 using namespace lattice;
@@ -24,42 +28,20 @@ using namespace lattice::crypto;
 
 namespace {
 
-const ClusterSecret& secret() {
-  static const ClusterSecret s = [] {
-    ClusterSecret::Bytes b{};
-    for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>(i * 7 + 1);
-    return ClusterSecret::from_bytes(b);
-  }();
-  return s;
-}
-
-HandshakeOptions options_from(uint8_t bits, uint8_t entropy_seed) {
-  HandshakeOptions o;
-  o.context = (bits & 1) ? "fuzz context b" : "fuzz context a";
-  o.insecure = (bits & 2) != 0;
-  switch ((bits >> 2) & 3) {
-    case 1: o.ciphers = {Cipher::kChaCha20Poly1305}; break;
-    case 2: o.ciphers = {Cipher::kAes256Gcm}; break;
-    case 3: o.ciphers = {Cipher::kChaCha20Poly1305, Cipher::kAes256Gcm}; break;
-    default: break;  // the default order
-  }
-  o.entropy = fuzz::fixed_entropy(entropy_seed);
-  return o;
-}
-
-void check_sticky(Handshake& hs) {
+void check_sticky(Handshake &hs) {
   if (hs.next_message_bytes() != 0 || hs.done()) std::abort();
   std::vector<uint8_t> more(Handshake::kHelloBytes, 0);
   if (hs.on_message(more).ok()) std::abort();
 }
 
 // Feeds `in` to `hs` in the sizes it asks for.
-void feed(Handshake& hs, const uint8_t* data, size_t size) {
+void feed(Handshake &hs, const uint8_t *data, size_t size) {
   size_t off = 0;
   for (int i = 0; i < 8; ++i) {
     size_t n = hs.next_message_bytes();
     if (n == 0 || off >= size) break;
-    n = std::min(n, size - off);  // a short last message, as a peer hanging up mid-message
+    n = std::min(n,
+                 size - off);  // a short last message, as a peer hanging up mid-message
     auto out = hs.on_message({data + off, n});
     off += n;
     if (!out.ok()) {
@@ -71,15 +53,16 @@ void feed(Handshake& hs, const uint8_t* data, size_t size) {
   if (hs.done() && !hs.session().ok()) std::abort();
 }
 
-void pair(uint8_t opt, const uint8_t* masks, size_t n_masks) {
-  // Options: bits 0-3 the initiator's, 4-7 the responder's (context, insecure, ciphers).
-  auto ini = Handshake::create(Handshake::Role::kInitiator, secret(), options_from(opt & 15, 1));
-  auto res = Handshake::create(Handshake::Role::kResponder, secret(), options_from(opt >> 4, 2));
+void pair(uint8_t opt, const uint8_t *masks, size_t n_masks) {
+  // Options: bits 0-3 the initiator's, 4-7 the responder's (context, insecure,
+  // ciphers).
+  auto ini = Handshake::create(Handshake::Role::kInitiator, fuzz::fixed_secret(), fuzz::options_from(opt & 15, 1));
+  auto res = Handshake::create(Handshake::Role::kResponder, fuzz::fixed_secret(), fuzz::options_from(opt >> 4, 2));
   if (!ini.ok() || !res.ok()) std::abort();
   size_t used = 0;
   bool tampered_any = false;
   // Applies the next mask bytes to `msg`; true when any bit changed.
-  auto tamper = [&](std::vector<uint8_t>& msg) {
+  auto tamper = [&](std::vector<uint8_t> &msg) {
     bool changed = false;
     for (size_t i = 0; i < msg.size() && used < n_masks; ++i, ++used) {
       msg[i] ^= masks[used];
@@ -124,7 +107,7 @@ void pair(uint8_t opt, const uint8_t* masks, size_t n_masks) {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 2) return 0;
   const uint8_t mode = data[0] % 3;
   const uint8_t opt = data[1];
@@ -135,11 +118,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   if (mode == 0) {
-    auto res = Handshake::create(Handshake::Role::kResponder, secret(), options_from(opt >> 4, 2));
+    auto res = Handshake::create(Handshake::Role::kResponder, fuzz::fixed_secret(), fuzz::options_from(opt >> 4, 2));
     if (!res.ok()) std::abort();
     feed(*res, data, size);
   } else {
-    auto ini = Handshake::create(Handshake::Role::kInitiator, secret(), options_from(opt & 15, 1));
+    auto ini = Handshake::create(Handshake::Role::kInitiator, fuzz::fixed_secret(), fuzz::options_from(opt & 15, 1));
     if (!ini.ok()) std::abort();
     if (!ini->start().ok()) std::abort();
     feed(*ini, data, size);

@@ -1,10 +1,12 @@
-// Writes the seeds of fuzz/corpus/handshake/, tcp_frame/ and verbs_frame/ from the code itself:
-// handshake messages from real Handshake objects (with the harness's deterministic entropy, so
-// a captured M1/M2/M3 replays), tcp frames as a real Conn puts them on the wire (its requests,
-// captured off a socketpair) and as wire.h's make_header() builds the rest, verbs address
+// Writes the seeds of fuzz/corpus/handshake/, tcp_frame/ and verbs_frame/ from
+// the code itself: handshake messages from real Handshake objects (with the
+// harness's deterministic entropy, so a captured M1/M2/M3 replays), tcp frames
+// as a real Conn puts them on the wire (its requests, captured off a
+// socketpair) and as wire.h's make_header() builds the rest, verbs address
 // blobs as encode_address() writes them.
 //
-//   cmake --build build --target fuzz_seeds && build/fuzz/fuzz_seeds fuzz/corpus
+//   cmake --build build --target fuzz_seeds && build/fuzz/fuzz_seeds
+//   fuzz/corpus
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "fuzz/handshake_entropy.h"
+#include "fuzz/handshake_fixture.h"
 #include "lattice/crypto/handshake.h"
 #include "lattice/fabric/tcp/cq.h"
 #include "lattice/fabric/tcp/endpoint.h"
@@ -32,48 +34,28 @@ namespace {
 
 std::filesystem::path root;
 
-void put(const std::string& rel, const std::vector<uint8_t>& bytes) {
+void put(const std::string &rel, const std::vector<uint8_t> &bytes) {
   auto p = root / rel;
   std::filesystem::create_directories(p.parent_path());
-  std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                           static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(p, std::ios::binary)
+      .write(reinterpret_cast<const char *>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
 }
 
-void must(bool ok, const char* what) {
+void must(bool ok, const char *what) {
   if (!ok) {
     std::fprintf(stderr, "fuzz_seeds: %s failed\n", what);
     std::exit(1);
   }
 }
 
-// ---- handshake ------------------------------------------------------------------------------
+// ---- handshake
+// ------------------------------------------------------------------------------
 
-crypto::HandshakeOptions opts(uint8_t bits, uint8_t seed) {  // as handshake_fuzz.cc's options_from
-  crypto::HandshakeOptions o;
-  o.context = (bits & 1) ? "fuzz context b" : "fuzz context a";
-  o.insecure = (bits & 2) != 0;
-  switch ((bits >> 2) & 3) {
-    case 1: o.ciphers = {crypto::Cipher::kChaCha20Poly1305}; break;
-    case 2: o.ciphers = {crypto::Cipher::kAes256Gcm}; break;
-    case 3: o.ciphers = {crypto::Cipher::kChaCha20Poly1305, crypto::Cipher::kAes256Gcm}; break;
-    default: break;
-  }
-  o.entropy = fuzz::fixed_entropy(seed);
-  return o;
-}
-
-const crypto::ClusterSecret& secret() {  // as handshake_fuzz.cc's
-  static const crypto::ClusterSecret s = [] {
-    crypto::ClusterSecret::Bytes b{};
-    for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>(i * 7 + 1);
-    return crypto::ClusterSecret::from_bytes(b);
-  }();
-  return s;
-}
-
-void handshake_seeds(uint8_t opt, const std::string& tag) {
-  auto ini = crypto::Handshake::create(crypto::Handshake::Role::kInitiator, secret(), opts(opt & 15, 1));
-  auto res = crypto::Handshake::create(crypto::Handshake::Role::kResponder, secret(), opts(opt >> 4, 2));
+void handshake_seeds(uint8_t opt, const std::string &tag) {
+  auto ini = crypto::Handshake::create(crypto::Handshake::Role::kInitiator, fuzz::fixed_secret(),
+                                       fuzz::options_from(opt & 15, 1));
+  auto res = crypto::Handshake::create(crypto::Handshake::Role::kResponder, fuzz::fixed_secret(),
+                                       fuzz::options_from(opt >> 4, 2));
   must(ini.ok() && res.ok(), "Handshake::create");
   auto m1 = ini->start();
   must(m1.ok(), "start");
@@ -100,9 +82,10 @@ void handshake_seeds(uint8_t opt, const std::string& tag) {
   put("handshake/pair-flip-" + tag, flip);
 }
 
-// ---- tcp ------------------------------------------------------------------------------------
+// ---- tcp
+// ------------------------------------------------------------------------------------
 
-std::vector<uint8_t> frame(fabric::tcp::FrameHeader h, const std::vector<uint8_t>& payload = {}) {
+std::vector<uint8_t> frame(fabric::tcp::FrameHeader h, const std::vector<uint8_t> &payload = {}) {
   h.payload_len = payload.size();
   std::vector<uint8_t> out(sizeof h);
   std::memcpy(out.data(), &h, sizeof h);
@@ -110,13 +93,13 @@ std::vector<uint8_t> frame(fabric::tcp::FrameHeader h, const std::vector<uint8_t
   return out;
 }
 
-void replace_key(std::vector<uint8_t>& s, uint64_t key, const char marker[8]) {
+void replace_key(std::vector<uint8_t> &s, uint64_t key, const char marker[8]) {
   for (size_t i = 0; i + 8 <= s.size(); ++i)
     if (std::memcmp(s.data() + i, &key, 8) == 0) std::memcpy(s.data() + i, marker, 8);
 }
 
-// Frames a real Conn sends for its requests: a send, a write, a write-with-imm, a read, two
-// atomics, to the key the harness's marker stands for.
+// Frames a real Conn sends for its requests: a send, a write, a write-with-imm,
+// a read, two atomics, to the key the harness's marker stands for.
 std::vector<uint8_t> captured_requests() {
   using namespace fabric;
   using namespace fabric::tcp;
@@ -128,7 +111,7 @@ std::vector<uint8_t> captured_requests() {
   for (size_t i = 0; i < 8192; ++i) (*mem)->data()[i] = std::byte(i * 13);
   int sv[2];
   must(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair");
-  auto* tcq = static_cast<TcpCompletionQueue*>(cq->get());
+  auto *tcq = static_cast<TcpCompletionQueue *>(cq->get());
   EndpointAddress local = (*p)->listen_address();
   local.nonce.fill(0xee);
   EndpointAddress peer = local;
@@ -161,8 +144,8 @@ std::vector<uint8_t> captured_requests() {
 
 void tcp_seeds() {
   using namespace fabric::tcp;
-  // Byte 0 is the harness's setup: 3 receives, a write, a read and a fetch-add posted (0x1f),
-  // so requests and responses both have something to match.
+  // Byte 0 is the harness's setup: 3 receives, a write, a read and a fetch-add
+  // posted (0x1f), so requests and responses both have something to match.
   auto with_setup = [](uint8_t setup, std::vector<uint8_t> s) {
     s.insert(s.begin(), setup);
     return s;
@@ -178,7 +161,8 @@ void tcp_seeds() {
   std::vector<uint8_t> s;
   auto hb = frame(make_header(FrameType::kHeartbeat));
   auto send = frame(make_header(FrameType::kSend), std::vector<uint8_t>(100, 'm'));
-  // Answers to the harness's own requests: ids 1 (write), 2 (read), 3 (fetch-add).
+  // Answers to the harness's own requests: ids 1 (write), 2 (read), 3
+  // (fetch-add).
   FrameHeader ack = make_header(FrameType::kAck);
   ack.req_id = 1;
   FrameHeader rr = make_header(FrameType::kReadResp);
@@ -186,7 +170,7 @@ void tcp_seeds() {
   FrameHeader ar = make_header(FrameType::kAtomicResp);
   ar.req_id = 3;
   ar.arg0 = 41;
-  for (auto& part : {hb, send, frame(ack), frame(rr, std::vector<uint8_t>(64, 'r')), frame(ar), hb})
+  for (auto &part : {hb, send, frame(ack), frame(rr, std::vector<uint8_t>(64, 'r')), frame(ar), hb})
     s.insert(s.end(), part.begin(), part.end());
   put("tcp_frame/responses", with_setup(0x1f, s));
   FrameHeader err = make_header(FrameType::kError);
@@ -198,7 +182,8 @@ void tcp_seeds() {
   put("tcp_frame/unexpected-sends", with_setup(0x20, many));
 }
 
-// ---- verbs: address blobs as an endpoint encodes them (staged/UC and RC) --------------------
+// ---- verbs: address blobs as an endpoint encodes them (staged/UC and RC)
+// --------------------
 
 void verbs_seeds() {
   using namespace fabric::verbs;
@@ -213,28 +198,31 @@ void verbs_seeds() {
   b.slot_bytes = kSlotBytes;
   b.recv_slots = kRecvSlots;
   auto staged = encode_address(b);
-  put("verbs_frame/staged-apple-tb5", std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(staged.data()),
-                                                           reinterpret_cast<const uint8_t*>(staged.data()) + staged.size()));
+  put("verbs_frame/staged-apple-tb5",
+      std::vector<uint8_t>(reinterpret_cast<const uint8_t *>(staged.data()),
+                           reinterpret_cast<const uint8_t *>(staged.data()) + staged.size()));
   b.mode = static_cast<uint8_t>(Mode::kRc);
   b.port = 1;
   b.qpn = 0xfffffe;
   auto rc = encode_address(b);
-  put("verbs_frame/rc-linux", std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(rc.data()),
-                                                   reinterpret_cast<const uint8_t*>(rc.data()) + rc.size()));
+  put("verbs_frame/rc-linux", std::vector<uint8_t>(reinterpret_cast<const uint8_t *>(rc.data()),
+                                                   reinterpret_cast<const uint8_t *>(rc.data()) + rc.size()));
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char **argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: fuzz_seeds CORPUS_DIR\n");
     return 2;
   }
   root = argv[1];
   handshake_seeds(0x00, "default");
-  handshake_seeds(0x99, "chacha-context-b");  // both sides: context b, ChaCha20-Poly1305 only
-  handshake_seeds(0x22, "insecure");          // both ask for --insecure
-  handshake_seeds(0x02, "insecure-mismatch"); // only the initiator does: an authenticated refusal
+  handshake_seeds(0x99,
+                  "chacha-context-b");  // both sides: context b, ChaCha20-Poly1305 only
+  handshake_seeds(0x22, "insecure");    // both ask for --insecure
+  handshake_seeds(0x02,
+                  "insecure-mismatch");       // only the initiator does: an authenticated refusal
   handshake_seeds(0x10, "context-mismatch");  // a reject (mac1 fails)
   tcp_seeds();
   verbs_seeds();
