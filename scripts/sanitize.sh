@@ -16,7 +16,7 @@ kind=${1:?usage: scripts/sanitize.sh asan|tsan [ctest args...]}
 shift
 jobs=${LATTICE_SANITIZE_JOBS:-2}
 # Every report is fatal and names its stack; leaks are reported at exit (LeakSanitizer).
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=0}
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp}
 case "$kind" in
