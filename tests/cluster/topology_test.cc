@@ -353,6 +353,13 @@ TEST(MlxHostfile, ConvertedFileWithSharedMachineParsesBack) {
              "duplicate address '10.0.0.2'");
 }
 
+// Found by fuzz/topology_fuzz.cc under ASan (corpus/topology/regression-mlx-without-hosts): an
+// MLX-shaped object without "hosts" was read through const json::operator[] past its end.
+TEST(MlxHostfile, ObjectWithoutHostsIsAnError) {
+  EXPECT_HAS(parse_err(R"({"backend": "jaccl", "envs": [], "versi": [{"ssh": "a"}]})"),
+             "hosts must be a non-empty list");
+}
+
 TEST(MlxHostfile, ErrorsNameTheLine) {
   std::string m = parse_err(R"({
   "backend": "jaccl",
