@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <future>
 
 #include "lattice/cluster/bootstrap.h"
@@ -94,6 +95,24 @@ TEST(ControlChannel, OversizedLengthIsCorrupt) {
   ASSERT_TRUE(write_all(p.initiator->fd(), bad, 4, Deadline::after(5s)).ok());
   auto m = p.responder->recv(Deadline::after(5s));
   EXPECT_EQ(m.status().code(), ErrorCode::kCorrupt);
+}
+
+// Found by fuzz/control_fuzz.cc (corpus/control/regression-truncated-frame): a frame cut short
+// by the peer hanging up was "not yet complete" forever, so recv() spun on the readable EOF
+// until its deadline and then reported a timeout.
+TEST(ControlChannel, PeerHangingUpMidFrameIsLostAtOnce) {
+  for (size_t cut : {size_t{2}, size_t{9}}) {  // inside the length, inside the payload
+    auto p = handshaken_pair(/*insecure=*/true);
+    auto f = p.initiator->seal_frame(json{{"t", "hb"}});
+    ASSERT_TRUE(f.ok());
+    ASSERT_TRUE(write_all(p.initiator->fd(), f->data(), cut, Deadline::after(5s)).ok());
+    p.initiator->shutdown();
+    auto start = std::chrono::steady_clock::now();
+    auto m = p.responder->recv(Deadline::after(5s));
+    EXPECT_EQ(m.status().code(), ErrorCode::kPeerLost) << m.status().to_string();
+    EXPECT_NE(m.status().message().find("in the middle of a frame"), std::string::npos) << m.status().to_string();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+  }
 }
 
 TEST(ControlChannel, InsecureSessionSendsPlainTextButStillFrames) {

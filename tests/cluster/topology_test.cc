@@ -338,6 +338,28 @@ TEST(MlxHostfile, RingListBecomesTcpRingAndSharedMachinesGetUniqueNames) {
   EXPECT_EQ(parse_ok(R"([{"ssh": "a"}, {"ssh": "b"}])").links.size(), 1u);
 }
 
+// Found by fuzz/topology_fuzz.cc: the documented conversion (`topo hostfile --json`) of an MLX
+// hostfile naming one machine twice wrote a file our reader refused (duplicate address).
+TEST(MlxHostfile, ConvertedFileWithSharedMachineParsesBack) {
+  auto t = parse_ok(R"([{"ssh": "localhost", "ips": ["127.0.0.1"]}, {"ssh": "localhost", "ips": ["127.0.0.1"]},
+                        {"ssh": "other"}])");
+  auto again = parse_topology(render_json(t), "converted.json");
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(again->hosts.size(), 3u);
+  EXPECT_EQ(again->hosts[1].address, "127.0.0.1");
+  // Two hosts that do not say they are one machine still may not share an address.
+  EXPECT_HAS(parse_err(R"({"version": 1, "hosts": [{"name": "a", "address": "10.0.0.2", "ssh": "a"},
+                                                   {"name": "b", "address": "10.0.0.2", "ssh": "b"}]})"),
+             "duplicate address '10.0.0.2'");
+}
+
+// Found by fuzz/topology_fuzz.cc under ASan (corpus/topology/regression-mlx-without-hosts): an
+// MLX-shaped object without "hosts" was read through const json::operator[] past its end.
+TEST(MlxHostfile, ObjectWithoutHostsIsAnError) {
+  EXPECT_HAS(parse_err(R"({"backend": "jaccl", "envs": [], "versi": [{"ssh": "a"}]})"),
+             "hosts must be a non-empty list");
+}
+
 TEST(MlxHostfile, ErrorsNameTheLine) {
   std::string m = parse_err(R"({
   "backend": "jaccl",

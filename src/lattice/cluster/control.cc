@@ -77,6 +77,7 @@ Status ControlChannel::send(const json& msg, Deadline deadline) {
 Result<std::optional<json>> ControlChannel::try_recv() {
   if (!failed_.ok()) return failed_;
   // Drain the socket into the buffer (bounded: one frame plus some).
+  bool eof = false;
   for (;;) {
     uint8_t buf[16384];
     ssize_t r = ::recv(fd_, buf, sizeof(buf), MSG_DONTWAIT);
@@ -87,19 +88,33 @@ Result<std::optional<json>> ControlChannel::try_recv() {
     }
     if (r == 0) {
       if (inbuf_.empty()) return fail(PeerLost("control connection closed by " + peer_name_, peer()));
+      eof = true;
       break;  // deliver what is buffered first; the next call sees EOF again
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) break;
     return fail(PeerLost("control connection to " + peer_name_ + ": " + std::strerror(errno), peer()));
   }
-  if (inbuf_.size() < kControlHeaderBytes) return std::optional<json>{};
+  // A peer that hung up in the middle of a frame sends no more of it: lost, not "not yet"
+  // (else a reader spins on the readable EOF until its deadline, then reports a timeout).
+  auto truncated = [&] {
+    return fail(PeerLost("control connection closed by " + peer_name_ + " in the middle of a frame (" +
+                             std::to_string(inbuf_.size()) + " bytes of it arrived)",
+                         peer()));
+  };
+  if (inbuf_.size() < kControlHeaderBytes) {
+    if (eof) return truncated();
+    return std::optional<json>{};
+  }
   uint32_t len = get_u32(inbuf_.data());
   if (len == 0 || len > kMaxControlPayload)
     return fail(Corrupt("control frame from " + peer_name_ + " announces " + std::to_string(len) + " bytes", peer()));
   size_t tag_bytes = cipher_ ? crypto::kTagBytes : 0;
   size_t total = kControlHeaderBytes + len + tag_bytes;
-  if (inbuf_.size() < total) return std::optional<json>{};
+  if (inbuf_.size() < total) {
+    if (eof) return truncated();
+    return std::optional<json>{};
+  }
   if (cipher_) {
     crypto::Tag tag;
     std::memcpy(tag.data(), inbuf_.data() + kControlHeaderBytes + len, tag.size());

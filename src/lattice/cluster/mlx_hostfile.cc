@@ -74,7 +74,12 @@ void read_mlx_hostfile(const json& doc, ParseContext& ctx, Topology& topo) {
         }
       }
     }
-    hosts = &doc["hosts"];
+    // find(), not operator[]: a const json's operator[] on a missing key reads past the end of
+    // the object (undefined behaviour; found by fuzz/topology_fuzz.cc with {"backend": ...}
+    // and no "hosts").
+    static const json kNone;
+    auto it = doc.find("hosts");
+    hosts = it == doc.end() ? &kNone : &*it;
     hosts_ptr = "/hosts";
   }
   if (!hosts->is_array() || hosts->empty()) {

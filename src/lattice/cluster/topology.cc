@@ -239,7 +239,8 @@ void read_lattice_topology(const json& doc, ParseContext& ctx, Topology& topo) {
     ctx.error(hosts_it == doc.end() ? "" : "/hosts", "\"hosts\" must be a non-empty array of host objects");
     return;
   }
-  std::map<std::string, int> name_line, address_line;
+  std::map<std::string, int> name_line;
+  std::map<std::string, std::pair<int, std::string>> address_line;  // address -> (line, ssh)
   int ranked = 0;
   for (size_t i = 0; i < hosts_it->size(); ++i) {
     const json& h = (*hosts_it)[i];
@@ -261,16 +262,19 @@ void read_lattice_topology(const json& doc, ParseContext& ctx, Topology& topo) {
                                      std::to_string(it->second) + ")");
       }
     }
+    if (auto ssh = ctx.get_string(h, ptr, "ssh", false, "a host")) host.ssh = *ssh;
     if (auto addr = ctx.get_string(h, ptr, "address", true, "host '" + host.name + "'")) {
       host.address = *addr;
+      // Several ranks of one machine share its address when they say so by naming the same
+      // ssh destination (what `topo --json` writes for an MLX hostfile listing a machine twice).
       if (std::string e = check_address(*addr, false); !e.empty()) {
         ctx.error(ptr + "/address", e);
-      } else if (auto [it, fresh] = address_line.emplace(*addr, ctx.line(ptr + "/address")); !fresh) {
+      } else if (auto [it, fresh] = address_line.emplace(*addr, std::pair{ctx.line(ptr + "/address"), host.ssh});
+                 !fresh && (host.ssh.empty() || host.ssh != it->second.second)) {
         ctx.error(ptr + "/address", "duplicate address '" + *addr + "' (already used by the host at line " +
-                                        std::to_string(it->second) + ")");
+                                        std::to_string(it->second.first) + ")");
       }
     }
-    if (auto ssh = ctx.get_string(h, ptr, "ssh", false, "a host")) host.ssh = *ssh;
     if (auto m = ctx.get_string(h, ptr, "machine", false, "a host")) {
       if (m->empty()) ctx.error(ptr + "/machine", "\"machine\" must not be empty");
       host.machine = *m;

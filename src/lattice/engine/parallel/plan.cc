@@ -26,6 +26,11 @@ Result<Placement> plan_placement(const GgufFile& file, const std::vector<NodeSpe
   const ArchInfo* arch = find_arch(*arch_name);
   if (!arch) return Unavailable("architecture '" + *arch_name + "' is not supported");
   LATTICE_ASSIGN_OR_RETURN(Hparams hp, read_hparams(file.metadata(), *arch));
+  // block_count against the tensors present: the loops below run over every layer (a file
+  // claiming 2^31 layers kept a plan busy for minutes; found by fuzz/gguf_fuzz.cc).
+  if (hp.n_layer > 0 && file.tensors_with_prefix("blk." + std::to_string(hp.n_layer - 1) + ".").empty())
+    return Corrupt("block_count is " + std::to_string(hp.n_layer) + " but the file has no tensors of layer " +
+                   std::to_string(hp.n_layer - 1));
   const TensorInfo* emb = file.find_tensor("token_embd.weight");
   if (!emb || emb->n_dims != 2) return NotFound("tensor 'token_embd.weight' is missing");
   hp.n_vocab = static_cast<uint32_t>(emb->ne[1]);

@@ -1,4 +1,6 @@
 // Run-time choice of the kernel table from cpuid, with the LATTICE_ISA override.
+#include <cpuid.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -11,9 +13,13 @@ namespace lattice::engine {
 
 namespace {
 
-bool cpu_has_avx2() {
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+// F16C from cpuid leaf 1 (ECX bit 29) itself: clang 14's __builtin_cpu_supports does not know
+// "f16c" (the fuzz preset builds the engine with clang).
+bool cpu_has_f16c() {
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
 }
+bool cpu_has_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c(); }
 bool cpu_has_avx512() {
   // The AVX-512 kernels use F, BW, VL, DQ and VNNI (vpdpbusd).
   return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Sanitizer runs (what .ci/run does after the release tests, and the slow tsan run).
+#   scripts/sanitize.sh asan   build the asan preset (AddressSanitizer + UBSan, gcc) and run the
+#                              unit and fault tests under it (-L 'unit|fault'; -LE 'slow|cpu'
+#                              leaves out the slow suites and the CPU-time assertions, which
+#                              the sanitizers' own cost would break). Any report fails the test.
+#   scripts/sanitize.sh tsan   build the tsan preset (ThreadSanitizer) and run the threaded
+#                              suites: the unit and fault tests of the layers that run threads
+#                              (fabric's progress threads, coll's ranks as threads, cluster's
+#                              heartbeat and coordinator, serve's engine and HTTP threads, train's
+#                              data parallel ranks). Slow (ctest label slow: sanitize.tsan).
+# Extra arguments go to ctest (asan, e.g. -R Tcp) or to the GoogleTest executables (tsan).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kind=${1:?usage: scripts/sanitize.sh asan|tsan [ctest args...]}
+shift
+jobs=${LATTICE_SANITIZE_JOBS:-2}
+# Every report is fatal and names its stack; leaks are reported at exit (LeakSanitizer).
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp}
+case "$kind" in
+  asan)
+    cmake --preset asan >/dev/null
+    cmake --build --preset asan -j "$jobs"
+    ctest --test-dir build-asan -L 'unit|fault' -LE 'slow|cpu' --output-on-failure -j "$jobs" --timeout 900 "$@"
+    ;;
+  tsan)
+    cmake --preset tsan >/dev/null
+    layers=(fabric coll cluster serve train)
+    cmake --build --preset tsan -j "$jobs" --target "${layers[@]/%/_tests}" fabric_peer coll_peer cluster_peer lattice
+    # Each layer's GoogleTest executable with the unit and fault tests' filter (the labels'
+    # definitions in tests/CMakeLists.txt: no Slow, CpuBudget, Process, Integration, LlamaCpp,
+    # Netns), one at a time: ThreadSanitizer multiplies memory and time.
+    failed=()
+    for layer in "${layers[@]}"; do
+      echo "== tsan: ${layer}_tests"
+      build-tsan/tests/${layer}_tests --gtest_brief=1 "$@" \
+        --gtest_filter='-*Slow*:*CpuBudget*:*Process*:*Integration*:*LlamaCpp*:*Netns*' || failed+=("$layer")
+    done
+    if ((${#failed[@]})); then
+      echo "scripts/sanitize.sh tsan: failures in ${failed[*]}" >&2
+      exit 1
+    fi
+    ;;
+  *) echo "scripts/sanitize.sh: unknown kind '$kind' (asan or tsan)" >&2; exit 2 ;;
+esac
