@@ -1,6 +1,6 @@
 // `lattice serve --nodes N`: rank 0 listens and schedules, the others follow every step
 // (serve/lockstep.h). Real rank processes over shm, curl and the official `openai` npm client:
-// two ranks answer what one process answers (temperature 0), /metrics shows every rank; a
+// two ranks answer what one process answers (temperature 0, with a prefix cache hit too), /metrics shows every rank; a
 // follower killed during four streams on three ranks: all four complete, starting with the
 // text one process gives, and /metrics counts the recovery; a lost rank 0 ends the job with an error.
 #include <gtest/gtest.h>
@@ -87,6 +87,13 @@ TEST_F(ServeClusterProcess, TwoRanksAnswerWhatOneProcessAnswers) {
     ASSERT_EQ(g.status, 200) << g.body;
     EXPECT_EQ(json::parse(g.body)["choices"][0]["text"], json::parse(ref.body)["choices"][0]["text"]);
   }
+  // Once more: every rank takes the same slot and keeps its cached prefix (a rank out of step
+  // would attend over other keys, and the text would differ).
+  auto again = curl(two.base_url() + "/v1/completions", {"-d", req.dump()});
+  ASSERT_EQ(again.status, 200) << again.body;
+  const json aj = json::parse(again.body);
+  EXPECT_EQ(aj["choices"][0]["text"], json::parse(ref.body)["choices"][0]["text"]);
+  EXPECT_EQ(aj["usage"]["prompt_tokens_details"]["cached_tokens"], aj["usage"]["prompt_tokens"].get<int>() - 1);
   // The followers report at rank 0's next control-plane exchange (an idle tick: 500 ms).
   testing::HttpResult m;
   for (int i = 0; i < 50; ++i) {

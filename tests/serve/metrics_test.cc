@@ -59,7 +59,7 @@ TEST(ServeMetrics, RendersPrometheusTextWithCumulativeBuckets) {
   m.count_request(MetricsEndpoint::kOther, 404);
   m.count_request(MetricsEndpoint::kOther, 42);  // not a status: ignored
   m.add_tokens(7, 3);
-  m.add_tokens(5, 2);
+  m.add_tokens(5, 2, 4);
   for (double s : {0.003, 0.01, 0.2, 0.2, 100.0}) m.ttft().observe(s);  // 0.01 lands in le="0.01"
   m.inter_token().observe(0.004);
   Metrics::Snapshot snap = m.snapshot();
@@ -73,6 +73,7 @@ TEST(ServeMetrics, RendersPrometheusTextWithCumulativeBuckets) {
   EXPECT_EQ(types["lattice_requests_total"], "counter");
   EXPECT_EQ(types["lattice_generated_tokens_total"], "counter");
   EXPECT_EQ(types["lattice_prompt_tokens_total"], "counter");
+  EXPECT_EQ(types["lattice_prompt_tokens_cached_total"], "counter");
   EXPECT_EQ(types["lattice_time_to_first_token_seconds"], "histogram");
   EXPECT_EQ(types["lattice_inter_token_latency_seconds"], "histogram");
   EXPECT_EQ(types["lattice_requests_in_flight"], "gauge");
@@ -85,6 +86,7 @@ TEST(ServeMetrics, RendersPrometheusTextWithCumulativeBuckets) {
   EXPECT_EQ(v.at(R"(lattice_requests_total{endpoint="other",status="4xx"})"), 1);
   EXPECT_FALSE(v.count(R"(lattice_requests_total{endpoint="other",status="1xx"})"));
   EXPECT_EQ(v.at("lattice_prompt_tokens_total"), 12);
+  EXPECT_EQ(v.at("lattice_prompt_tokens_cached_total"), 4);
   EXPECT_EQ(v.at("lattice_generated_tokens_total"), 5);
   EXPECT_EQ(v.at("lattice_requests_in_flight"), 2);
   EXPECT_EQ(v.at("lattice_queue_depth"), 1);

@@ -23,6 +23,7 @@ struct ServeArgs {
   int nodes = 0;                 // local ranks to start (0: one process, or a rank under a launcher)
   std::string provider = "shm";
   int64_t max_body_mib = 8;
+  bool no_prefix_cache = false;
 };
 
 int fail(const std::string& msg) {
@@ -44,6 +45,7 @@ int launch_ranks(const ServeArgs& a, const std::string& key) {
               "--port", std::to_string(a.port), "--slots", std::to_string(a.slots), "-t",
               std::to_string(std::max(1, a.threads)), "--ctx", std::to_string(a.ctx), "--queue", std::to_string(a.queue),
               "--max-body-mib", std::to_string(a.max_body_mib)};
+  if (a.no_prefix_cache) job.argv.push_back("--no-prefix-cache");
   job.provider = a.provider;
   job.host_coordinator = true;
   // A server must not take a busy host's scheduling delays for a lost rank (each costs the
@@ -78,6 +80,7 @@ int serve(const ServeArgs& a) {
   o.threads = static_cast<uint32_t>(a.threads);
   o.n_ctx = static_cast<uint32_t>(a.ctx);
   o.max_queue = static_cast<uint32_t>(a.queue);
+  o.prefix_cache = !a.no_prefix_cache;
   o.max_body_bytes = static_cast<size_t>(a.max_body_mib) << 20;
   o.api_key = a.api_key;
   if (!a.api_key_file.empty()) {
@@ -105,6 +108,8 @@ Registrar serve_cmd{{"serve", "an OpenAI-compatible HTTP server for a GGUF model
                            ->capture_default_str();
                        app.add_option("--queue", a->queue, "requests waiting behind the slots; past it 503")->capture_default_str();
                        app.add_option("--max-body-mib", a->max_body_mib, "largest request body (413 past it)")->capture_default_str();
+                       app.add_flag("--no-prefix-cache", a->no_prefix_cache,
+                                    "prefill every prompt whole (default: reuse a free slot's cached prefix)");
                        app.add_option("--nodes", a->nodes,
                                       "local ranks, tensor parallel (rank 0 listens; -t threads each); "
                                       "under `lattice launch` each process is a rank")

@@ -268,7 +268,7 @@ void Server::Impl::complete(Endpoint endpoint, const std::string& body, std::sha
     sink.on_done = [out, meta](Result<engine::GenerateResult> r) {
       if (r.ok()) {
         out->stream_write(sse_finish(*meta, finish_reason(r->stop_reason)));
-        if (meta->include_usage) out->stream_write(sse_usage(*meta, r->prompt_tokens.size(), r->tokens.size()));
+        if (meta->include_usage) out->stream_write(sse_usage(*meta, r->prompt_tokens.size(), r->tokens.size(), r->cached_tokens));
       } else {
         out->stream_write(sse_error(r.status().message()));
       }
@@ -285,7 +285,7 @@ void Server::Impl::complete(Endpoint endpoint, const std::string& body, std::sha
       }
       out->reply({200, "application/json",
                   completion_body(*meta, r->text, finish_reason(r->stop_reason), r->prompt_tokens.size(),
-                                  r->tokens.size())});
+                                  r->tokens.size(), r->cached_tokens)});
     };
   }
   auto job = loop->submit(std::move(*gr), std::move(sink));
@@ -334,6 +334,7 @@ Result<std::unique_ptr<Server>> Server::start(const engine::Model& model, const 
   go.n_ctx = im.n_ctx;
   go.prefill_chunk = im.forward->options().n_batch;
   go.max_queue = options.max_queue;
+  go.prefix_cache = options.prefix_cache;
   LATTICE_RETURN_IF_ERROR(
       Impl::finish_start(im, [&im, go]() { return engine::Generator::create(*im.forward, *im.tokenizer, go); }));
   return s;
@@ -473,6 +474,7 @@ Status serve_rank(const std::string& model_path, ServeOptions options) {
   go.max_seqs = options.slots;
   go.n_ctx = options.n_ctx;
   go.max_queue = options.max_queue;
+  go.prefix_cache = options.prefix_cache;  // every rank alike: they choose the same slots
   auto engine = ClusterEngine::create(**cl, d, *tok, go);
   if (!engine.ok()) return engine.status().with_context("placing the model");
   if (!leader) return follow(**engine, std::chrono::seconds(30));
