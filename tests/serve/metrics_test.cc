@@ -136,6 +136,8 @@ TEST(ServeMetrics, EveryRankAndTheRecoveriesAreShown) {
   RankReport a, b;
   a.first_rank = 0, a.resident_bytes = 1000, a.coll_bytes = 77, a.shard_bytes = 5;
   b.rank = 1, b.first_rank = 2, b.resident_bytes = 2000, b.coll_bytes = 88, b.coll_calls = 9;
+  a.links = {{2, 300, 400}};
+  b.links = {{0, 401, 299}};
   s.ranks = {a, b};
   const std::string text = render_metrics(s);
   for (const char* line : {"lattice_world_size 2\n", "lattice_recoveries_total 1\n", "lattice_recovery_seconds_total 0.25\n",
@@ -144,7 +146,11 @@ TEST(ServeMetrics, EveryRankAndTheRecoveriesAreShown) {
                            "lattice_rank_resident_memory_bytes{rank=\"2\"} 2000\n",
                            "lattice_rank_collective_bytes_total{rank=\"2\"} 88\n",
                            "lattice_rank_collective_calls_total{rank=\"2\"} 9\n", "lattice_rank_shard_bytes{rank=\"0\"} 5\n",
-                           "# TYPE lattice_rank_collective_bytes_total counter\n"})
+                           "# TYPE lattice_rank_collective_bytes_total counter\n",
+                           "lattice_link_sent_bytes_total{rank=\"0\",peer=\"2\"} 300\n",
+                           "lattice_link_received_bytes_total{rank=\"0\",peer=\"2\"} 400\n",
+                           "lattice_link_sent_bytes_total{rank=\"2\",peer=\"0\"} 401\n",
+                           "# TYPE lattice_link_received_bytes_total counter\n"})
     EXPECT_NE(text.find(line), std::string::npos) << line << " not in\n" << text;
 }
 

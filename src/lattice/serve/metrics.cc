@@ -185,6 +185,18 @@ std::string render_metrics(const Metrics::Snapshot& s) {
              [](const RankReport& r) { return r.coll_bytes; });
     per_rank("lattice_rank_collective_calls_total", "counter", "Collective calls of each rank.",
              [](const RankReport& r) { return r.coll_calls; });
+    // Per link, as each end's fabric endpoint counted it (a one-sided write is counted by its
+    // writer only, a read by its reader only: fabric.h LinkBytes).
+    auto per_link = [&](const char* name, const char* help, bool sent) {
+      family(out, name, "counter", help);
+      for (const RankReport& r : s.ranks)
+        for (const RankReport::Link& l : r.links)
+          sample(out, name, "rank=\"" + std::to_string(r.first_rank) + "\",peer=\"" + std::to_string(l.peer) + "\"",
+                 sent ? l.sent : l.received);
+    };
+    per_link("lattice_link_sent_bytes_total", "Bytes each rank's endpoint sent to a peer over the fabric.", true);
+    per_link("lattice_link_received_bytes_total", "Bytes each rank's endpoint received from a peer over the fabric.",
+             false);
   }
   return out;
 }

@@ -48,6 +48,14 @@ struct RankReport {
   int layer_begin = 0, layer_end = 0;
   int kv_head_begin = 0, kv_head_end = 0;
   uint64_t shard_bytes = 0;
+  // Bytes over this rank's link to each peer (the fabric's Endpoint::link_bytes(), over every
+  // epoch), by the peer's first rank.
+  struct Link {
+    int peer = 0;
+    uint64_t sent = 0, received = 0;
+    double sent_per_s = 0, received_per_s = 0;  // rank 0's view: since the reports before
+  };
+  std::vector<Link> links;
 };
 
 class Metrics {

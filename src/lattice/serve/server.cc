@@ -196,14 +196,19 @@ std::string Server::Impl::status_json() const {
   };
   std::vector<RankReport> ranks = cluster ? cluster->reports() : std::vector<RankReport>{solo_report(resident_memory_bytes())};
   nlohmann::json jr = nlohmann::json::array();
-  for (const RankReport& r : ranks)
+  for (const RankReport& r : ranks) {
+    nlohmann::json links = nlohmann::json::array();
+    for (const RankReport::Link& l : r.links) links.push_back({{"peer", l.peer}, {"sent", l.sent}, {"received", l.received},
+                       {"sent_per_s", l.sent_per_s}, {"received_per_s", l.received_per_s}});
     jr.push_back({{"rank", r.rank},
                   {"first_rank", r.first_rank},
                   {"layers", {r.layer_begin, r.layer_end}},
                   {"kv_heads", {r.kv_head_begin, r.kv_head_end}},
                   {"shard_bytes", r.shard_bytes},
                   {"resident_bytes", r.resident_bytes},
-                  {"coll_bytes", r.coll_bytes}});
+                  {"coll_bytes", r.coll_bytes},
+                  {"links", std::move(links)}});
+  }
   nlohmann::json rec = nlohmann::json::array();
   if (cluster)
     for (const Recovery& r : cluster->recoveries()) {

@@ -104,6 +104,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   Status release_buffer(WorkId id);
   Status status() const;
   int peer_rank() const { return options_.peer_rank; }
+  LinkBytes link_bytes() const { return link_.get(); }
   // The endpoint is being destroyed: cancel its work, shut the socket.
   void close();
 
@@ -264,6 +265,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
   std::vector<std::byte> rx_scratch_;            // sealed: a truncated message is opened here
   bool sink_scratch_ = false;
 
+  LinkCounter link_;  // counted as completions are handed out
+
   Clock::time_point last_rx_{};
   Clock::time_point last_tx_{};
   Clock::time_point last_tx_progress_{};
@@ -301,6 +304,7 @@ class TcpEndpoint final : public Endpoint {
   }
   Status status() const override { return conn_->status(); }
   int peer_rank() const override { return conn_->peer_rank(); }
+  LinkBytes link_bytes() const override { return conn_->link_bytes(); }
 
  private:
   TcpProvider* provider_;
