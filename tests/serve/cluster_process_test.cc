@@ -1,6 +1,6 @@
 // `lattice serve --nodes N`: rank 0 listens and schedules, the others follow every step
 // (serve/lockstep.h). Real rank processes over shm, curl and the official `openai` npm client:
-// two ranks answer what one process answers (temperature 0), /metrics shows every rank; a
+// two ranks answer what one process answers (temperature 0, with a prefix cache hit too), /metrics shows every rank and link; a
 // follower killed during four streams on three ranks: all four complete, starting with the
 // text one process gives, and /metrics counts the recovery; a lost rank 0 ends the job with an error.
 #include <gtest/gtest.h>
@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -87,6 +88,13 @@ TEST_F(ServeClusterProcess, TwoRanksAnswerWhatOneProcessAnswers) {
     ASSERT_EQ(g.status, 200) << g.body;
     EXPECT_EQ(json::parse(g.body)["choices"][0]["text"], json::parse(ref.body)["choices"][0]["text"]);
   }
+  // Once more: every rank takes the same slot and keeps its cached prefix (a rank out of step
+  // would attend over other keys, and the text would differ).
+  auto again = curl(two.base_url() + "/v1/completions", {"-d", req.dump()});
+  ASSERT_EQ(again.status, 200) << again.body;
+  const json aj = json::parse(again.body);
+  EXPECT_EQ(aj["choices"][0]["text"], json::parse(ref.body)["choices"][0]["text"]);
+  EXPECT_EQ(aj["usage"]["prompt_tokens_details"]["cached_tokens"], aj["usage"]["prompt_tokens"].get<int>() - 1);
   // The followers report at rank 0's next control-plane exchange (an idle tick: 500 ms).
   testing::HttpResult m;
   for (int i = 0; i < 50; ++i) {
@@ -102,6 +110,12 @@ TEST_F(ServeClusterProcess, TwoRanksAnswerWhatOneProcessAnswers) {
     EXPECT_GT(metric(m.body, "lattice_rank_resident_memory_bytes" + label), 1e6) << m.body;
     EXPECT_GT(metric(m.body, "lattice_rank_shard_bytes" + label), 0) << m.body;
     EXPECT_GT(metric(m.body, "lattice_rank_collective_bytes_total" + label), 0) << m.body;
+  }
+  // Per link, from the fabric endpoints' counters (fabric.h LinkBytes): both directions moved bytes.
+  for (const auto& [from, to] : {std::pair{"0", "1"}, std::pair{"1", "0"}}) {
+    const double sent = metric(m.body, std::string("lattice_link_sent_bytes_total{rank=\"") + from + "\",peer=\"" + to + "\"}");
+    const double got = metric(m.body, std::string("lattice_link_received_bytes_total{rank=\"") + to + "\",peer=\"" + from + "\"}");
+    EXPECT_GT(std::max(sent, got), 0) << m.body;
   }
   // A stop (SIGTERM to the job, as a service manager sends it): the job ends within the
   // deadline, with no rank out of step or failing.

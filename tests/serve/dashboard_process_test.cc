@@ -90,6 +90,10 @@ TEST(ServeDashboardProcess, ChromiumShowsTheRanksTheRequestsAndALiveRate) {
   EXPECT_NE(dom.find(">rank 0</text>"), std::string::npos);
   EXPECT_NE(dom.find(">rank 1</text>"), std::string::npos);
   EXPECT_NE(dom.find("<line "), std::string::npos) << "no link drawn";
+  // The link's rate comes from the fabric's per-endpoint byte counters: live while decoding.
+  const size_t label = dom.find("class=\"link\">");
+  ASSERT_NE(label, std::string::npos) << dom;
+  EXPECT_GT(std::atof(dom.c_str() + label + 13), 0) << dom.substr(label, 40);
 
   const fs::path shots = fs::path(LATTICE_BINARY_DIR) / "test-artifacts";
   fs::create_directories(shots);

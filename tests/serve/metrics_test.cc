@@ -59,7 +59,7 @@ TEST(ServeMetrics, RendersPrometheusTextWithCumulativeBuckets) {
   m.count_request(MetricsEndpoint::kOther, 404);
   m.count_request(MetricsEndpoint::kOther, 42);  // not a status: ignored
   m.add_tokens(7, 3);
-  m.add_tokens(5, 2);
+  m.add_tokens(5, 2, 4);
   for (double s : {0.003, 0.01, 0.2, 0.2, 100.0}) m.ttft().observe(s);  // 0.01 lands in le="0.01"
   m.inter_token().observe(0.004);
   Metrics::Snapshot snap = m.snapshot();
@@ -73,6 +73,7 @@ TEST(ServeMetrics, RendersPrometheusTextWithCumulativeBuckets) {
   EXPECT_EQ(types["lattice_requests_total"], "counter");
   EXPECT_EQ(types["lattice_generated_tokens_total"], "counter");
   EXPECT_EQ(types["lattice_prompt_tokens_total"], "counter");
+  EXPECT_EQ(types["lattice_prompt_tokens_cached_total"], "counter");
   EXPECT_EQ(types["lattice_time_to_first_token_seconds"], "histogram");
   EXPECT_EQ(types["lattice_inter_token_latency_seconds"], "histogram");
   EXPECT_EQ(types["lattice_requests_in_flight"], "gauge");
@@ -85,6 +86,7 @@ TEST(ServeMetrics, RendersPrometheusTextWithCumulativeBuckets) {
   EXPECT_EQ(v.at(R"(lattice_requests_total{endpoint="other",status="4xx"})"), 1);
   EXPECT_FALSE(v.count(R"(lattice_requests_total{endpoint="other",status="1xx"})"));
   EXPECT_EQ(v.at("lattice_prompt_tokens_total"), 12);
+  EXPECT_EQ(v.at("lattice_prompt_tokens_cached_total"), 4);
   EXPECT_EQ(v.at("lattice_generated_tokens_total"), 5);
   EXPECT_EQ(v.at("lattice_requests_in_flight"), 2);
   EXPECT_EQ(v.at("lattice_queue_depth"), 1);
@@ -134,6 +136,8 @@ TEST(ServeMetrics, EveryRankAndTheRecoveriesAreShown) {
   RankReport a, b;
   a.first_rank = 0, a.resident_bytes = 1000, a.coll_bytes = 77, a.shard_bytes = 5;
   b.rank = 1, b.first_rank = 2, b.resident_bytes = 2000, b.coll_bytes = 88, b.coll_calls = 9;
+  a.links = {{2, 300, 400}};
+  b.links = {{0, 401, 299}};
   s.ranks = {a, b};
   const std::string text = render_metrics(s);
   for (const char* line : {"lattice_world_size 2\n", "lattice_recoveries_total 1\n", "lattice_recovery_seconds_total 0.25\n",
@@ -142,7 +146,11 @@ TEST(ServeMetrics, EveryRankAndTheRecoveriesAreShown) {
                            "lattice_rank_resident_memory_bytes{rank=\"2\"} 2000\n",
                            "lattice_rank_collective_bytes_total{rank=\"2\"} 88\n",
                            "lattice_rank_collective_calls_total{rank=\"2\"} 9\n", "lattice_rank_shard_bytes{rank=\"0\"} 5\n",
-                           "# TYPE lattice_rank_collective_bytes_total counter\n"})
+                           "# TYPE lattice_rank_collective_bytes_total counter\n",
+                           "lattice_link_sent_bytes_total{rank=\"0\",peer=\"2\"} 300\n",
+                           "lattice_link_received_bytes_total{rank=\"0\",peer=\"2\"} 400\n",
+                           "lattice_link_sent_bytes_total{rank=\"2\",peer=\"0\"} 401\n",
+                           "# TYPE lattice_link_received_bytes_total counter\n"})
     EXPECT_NE(text.find(line), std::string::npos) << line << " not in\n" << text;
 }
 

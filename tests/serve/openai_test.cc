@@ -131,6 +131,8 @@ TEST(OpenAi, ChatResponsesAndChunks) {
   EXPECT_EQ(whole["choices"][0]["message"]["content"], "hi there");
   EXPECT_EQ(whole["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(whole["usage"]["total_tokens"], 7);
+  EXPECT_EQ(whole["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_EQ(json::parse(completion_body(m, "x", "stop", 5, 1, 4))["usage"]["prompt_tokens_details"]["cached_tokens"], 4);
   json open = event_json(sse_open(m));
   EXPECT_EQ(open["object"], "chat.completion.chunk");
   EXPECT_EQ(open["choices"][0]["delta"]["role"], "assistant");
@@ -142,8 +144,9 @@ TEST(OpenAi, ChatResponsesAndChunks) {
   json fin = event_json(sse_finish(m, "length"));
   EXPECT_EQ(fin["choices"][0]["finish_reason"], "length");
   EXPECT_TRUE(fin["choices"][0]["delta"].empty());
-  json usage = event_json(sse_usage(m, 3, 4));
+  json usage = event_json(sse_usage(m, 3, 4, 2));
   EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["prompt_tokens_details"]["cached_tokens"], 2);
   EXPECT_EQ(usage["usage"]["prompt_tokens"], 3);
   EXPECT_EQ(usage["usage"]["completion_tokens"], 4);
   // Bytes that are not UTF-8 (a random model) are replaced, not thrown on.

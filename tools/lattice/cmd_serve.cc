@@ -27,6 +27,7 @@ struct ServeArgs {
   bool discover = false;  // one rank per discovered host instead of --nodes local ranks
   std::string secret_file, discover_out, remote = "ssh {ssh} {cmd}";
   int expect = 0;
+  bool no_prefix_cache = false;
 };
 
 int fail(const std::string& msg) {
@@ -42,10 +43,11 @@ constexpr const char* kKeyEnv = "LATTICE_SERVE_API_KEY";
 // rank 0 listens. The launcher hosts the coordinator, so a lost follower is survived.
 int launch_ranks(const ServeArgs& a, const std::string& key) {
   if (a.provider != "shm" && a.provider != "tcp") return fail("--provider must be shm or tcp");
-  const std::vector<std::string> argv = {cluster::self_exe(), "serve", "-m", std::filesystem::absolute(a.model).string(), "--host", a.host,
+  std::vector<std::string> argv = {cluster::self_exe(), "serve", "-m", std::filesystem::absolute(a.model).string(), "--host", a.host,
               "--port", std::to_string(a.port), "--slots", std::to_string(a.slots), "-t",
               std::to_string(std::max(1, a.threads)), "--ctx", std::to_string(a.ctx), "--queue", std::to_string(a.queue),
               "--max-body-mib", std::to_string(a.max_body_mib)};
+  if (a.no_prefix_cache) argv.push_back("--no-prefix-cache");
   if (a.discover) {
     // The same ranks, one per discovered host (cluster/hostfile_job.h); rank 0 listens.
     cluster::HostfileJob job;
@@ -102,6 +104,7 @@ int serve(const ServeArgs& a) {
   o.threads = static_cast<uint32_t>(a.threads);
   o.n_ctx = static_cast<uint32_t>(a.ctx);
   o.max_queue = static_cast<uint32_t>(a.queue);
+  o.prefix_cache = !a.no_prefix_cache;
   o.max_body_bytes = static_cast<size_t>(a.max_body_mib) << 20;
   o.api_key = a.api_key;
   if (!a.api_key_file.empty()) {
@@ -131,6 +134,8 @@ Registrar serve_cmd{{"serve", "an OpenAI-compatible HTTP server for a GGUF model
                            ->capture_default_str();
                        app.add_option("--queue", a->queue, "requests waiting behind the slots; past it 503")->capture_default_str();
                        app.add_option("--max-body-mib", a->max_body_mib, "largest request body (413 past it)")->capture_default_str();
+                       app.add_flag("--no-prefix-cache", a->no_prefix_cache,
+                                    "prefill every prompt whole (default: reuse a free slot's cached prefix)");
                        app.add_option("--nodes", a->nodes,
                                       "local ranks, tensor parallel (rank 0 listens; -t threads each); "
                                       "under `lattice launch` each process is a rank")

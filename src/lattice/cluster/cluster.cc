@@ -75,6 +75,7 @@ class GuardedEndpoint final : public fabric::Endpoint {
     return inner_->status();
   }
   int peer_rank() const override { return inner_->peer_rank(); }
+  fabric::LinkBytes link_bytes() const override { return inner_->link_bytes(); }
 
  private:
   Status check() const {

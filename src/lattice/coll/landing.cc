@@ -225,6 +225,9 @@ Status Communicator::all_reduce_rma(const void* in, void* out, size_t count, DTy
     const void** srcs = world_ > 16 ? many.data() : few;
     for (int q = 0; q < world_; ++q) srcs[q] = zone_of(q);
     reduce_ordered(dtype, op, out, srcs, size_t(world_), count);
+    if (mapped)  // the peers' contributions came by loads, which no endpoint sees
+      for (int q = 0; q < world_; ++q)
+        if (q != rank()) peer_maps_[size_t(q)]->count_loaded(bytes);
   }
   while (done < writes) {
     Status r = reap();

@@ -195,6 +195,7 @@ Status Communicator::twoshot(CollOp op, const void* in_v, void* out_v, size_t co
                  size_t bytes) -> Status {
     if (!mapped) return write_from(q, from, src_off, dst_off, bytes);
     std::memcpy(peer_maps_[size_t(q)]->data() + ts_off_ + dst_off, src, bytes);
+    peer_maps_[size_t(q)]->count_stored(bytes);  // no endpoint sees a store
     return Status::Ok();
   };
   // A flag or credit word into q's area at `dst_off`, ordered after the puts before it (posted:

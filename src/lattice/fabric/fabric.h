@@ -154,6 +154,42 @@ struct EndpointOptions {
 // peer's memory directly. The mapping stays valid while this object lives, whatever the peer
 // does: once it deregisters the region or dies, stores go to memory nobody reads and live()
 // turns false. Ordering is the CPU's: publish data before a flag with a release store.
+// Payload bytes an endpoint moved over its link, per direction, since it was made. Counted by
+// the side that sees the bytes: sent: its sends and writes (with imm or not); received: the
+// messages that landed in its receives, and its reads' data; 8 bytes each way per atomic. A
+// plain write is seen by its writer only, a read by its reader only (the other side's CPU may
+// take no part), so one direction of a link moved at least max(sender's sent, receiver's
+// received).
+struct LinkBytes {
+  uint64_t sent = 0, received = 0;
+};
+
+// What the providers count LinkBytes with: relaxed atomic adds, one per completed operation
+// (a completion counted), readable from any thread.
+class LinkCounter {
+ public:
+  void add_sent(uint64_t n) { sent_.fetch_add(n, std::memory_order_relaxed); }
+  void add_received(uint64_t n) { received_.fetch_add(n, std::memory_order_relaxed); }
+  // A successful completion this endpoint hands out (failed ones moved nothing that counts).
+  void count(const Completion& c) {
+    if (!c.status.ok()) return;
+    switch (c.op) {
+      case Opcode::kSend:
+      case Opcode::kWrite:
+      case Opcode::kWriteImm: add_sent(c.bytes); break;
+      case Opcode::kRecv:
+      case Opcode::kRead: add_received(c.bytes); break;
+      case Opcode::kFetchAdd:
+      case Opcode::kCompareSwap: add_sent(8), add_received(8); break;
+      case Opcode::kRecvImm: break;  // the data is the writer's to count
+    }
+  }
+  LinkBytes get() const { return {sent_.load(std::memory_order_relaxed), received_.load(std::memory_order_relaxed)}; }
+
+ private:
+  std::atomic<uint64_t> sent_{0}, received_{0};
+};
+
 class RemoteMapping {
  public:
   virtual ~RemoteMapping() = default;
@@ -162,6 +198,11 @@ class RemoteMapping {
   // The peer still holds the registration this mapping was made from (one load; a poll loop
   // may call it now and then to notice a peer that went away without dying).
   virtual bool live() const = 0;
+  // Bytes the caller loaded from / stored to the peer through this mapping: no operation sees
+  // them, so the caller tells, and they count in the endpoint's link_bytes() (as received /
+  // sent). A caller that moves data through a mapping should call these.
+  virtual void count_loaded(size_t bytes) = 0;
+  virtual void count_stored(size_t bytes) = 0;
 };
 
 class Endpoint {
@@ -201,6 +242,9 @@ class Endpoint {
   // Ok while healthy; the sticky error once the endpoint failed.
   virtual Status status() const = 0;
   virtual int peer_rank() const = 0;
+  // What this endpoint moved over its link (LinkBytes). (Pure: an endpoint wrapping another
+  // must forward it.)
+  virtual LinkBytes link_bytes() const = 0;
 };
 
 struct ProviderOptions {

@@ -185,7 +185,7 @@ void EngineLoop::reap_finished() {
       else ++stats_.completed;
       if (r.ok()) stats_.tokens_generated += r->tokens.size();
     }
-    if (opt_.metrics && r.ok()) opt_.metrics->add_tokens(r->prompt_tokens.size(), r->tokens.size());
+    if (opt_.metrics && r.ok()) opt_.metrics->add_tokens(r->prompt_tokens.size(), r->tokens.size(), r->cached_tokens);
     if (j.sink.on_done) j.sink.on_done(std::move(r));
     it = running_.erase(it);
   }

@@ -117,6 +117,7 @@ Status ClusterEngine::recover(const Status& cause) {
     coll_bytes_before_ += pl_->coll_stats().bytes;
     coll_calls_before_ += pl_->coll_stats().calls;
   }
+  link_bytes_before_ = link_bytes();  // the shrink replaces every endpoint
   pl_.reset();
   data_plane_ = false;  // after a recovery the next message comes on the control plane
   if (world_before <= 1) return Status(cause.code(), cause.message() + " (no survivors left to take the work)", cause.peer());
@@ -146,6 +147,19 @@ Status ClusterEngine::recover(const Status& cause) {
   return Status::Ok();
 }
 
+std::map<int, std::pair<uint64_t, uint64_t>> ClusterEngine::link_bytes() const {
+  auto all = link_bytes_before_;
+  for (int p = 0; p < cluster_.world_size(); ++p) {
+    if (p == cluster_.rank() || size_t(p) >= members_.size()) continue;
+    auto& [sent, received] = all[members_[size_t(p)]];
+    for (const cluster::Link& l : cluster_.links(p)) {
+      const fabric::LinkBytes b = l.endpoint->link_bytes();
+      sent += b.sent, received += b.received;
+    }
+  }
+  return all;
+}
+
 RankReport ClusterEngine::my_report() const {
   RankReport r;
   r.rank = cluster_.rank();
@@ -153,6 +167,7 @@ RankReport ClusterEngine::my_report() const {
   r.resident_bytes = resident_memory_bytes();
   r.coll_bytes = coll_bytes_before_;
   r.coll_calls = coll_calls_before_;
+  for (const auto& [peer, b] : link_bytes()) r.links.push_back({peer, b.first, b.second});
   if (pl_) {
     r.coll_bytes += pl_->coll_stats().bytes;
     r.coll_calls += pl_->coll_stats().calls;
@@ -166,17 +181,24 @@ RankReport ClusterEngine::my_report() const {
 
 namespace {
 json report_json(const RankReport& me) {
-  return {me.first_rank, me.resident_bytes, me.coll_bytes, me.coll_calls, me.layer_begin,
-          me.layer_end,  me.kv_head_begin,  me.kv_head_end, me.shard_bytes};
+  json links = json::array();
+  for (const RankReport::Link& l : me.links) links.push_back({l.peer, l.sent, l.received});
+  return {me.first_rank, me.resident_bytes, me.coll_bytes, me.coll_calls, me.layer_begin, me.layer_end,
+          me.kv_head_begin, me.kv_head_end, me.shard_bytes, links};
 }
 RankReport report_from(const std::string& text, int rank) {
   json j = json::parse(text, nullptr, false);
   RankReport rr;
   rr.rank = rank;
-  if (j.is_array() && j.size() == 9 && std::all_of(j.begin(), j.end(), [](const json& v) { return v.is_number_integer(); })) {
+  if (j.is_array() && j.size() == 10 && std::all_of(j.begin(), j.begin() + 9, [](const json& v) { return v.is_number_integer(); })) {
     rr.first_rank = j[0].get<int>(), rr.resident_bytes = j[1].get<uint64_t>(), rr.coll_bytes = j[2].get<uint64_t>();
     rr.coll_calls = j[3].get<uint64_t>(), rr.layer_begin = j[4].get<int>(), rr.layer_end = j[5].get<int>();
     rr.kv_head_begin = j[6].get<int>(), rr.kv_head_end = j[7].get<int>(), rr.shard_bytes = j[8].get<uint64_t>();
+    if (j[9].is_array())
+      for (const json& l : j[9])
+        if (l.is_array() && l.size() == 3 && l[0].is_number_integer() && l[1].is_number_unsigned() &&
+            l[2].is_number_unsigned())
+          rr.links.push_back({l[0].get<int>(), l[1].get<uint64_t>(), l[2].get<uint64_t>()});
   }
   return rr;
 }
@@ -219,8 +241,24 @@ Status ClusterEngine::gather_reports(std::chrono::milliseconds timeout) {
   std::vector<RankReport> reports{me};
   for (size_t r = 1; r < all.size(); ++r) reports.push_back(report_from(all[r], static_cast<int>(r)));
   std::lock_guard lk(mu_);
-  reports_ = std::move(reports);
+  set_reports(std::move(reports));
   return Status::Ok();
+}
+
+// Rank 0, under mu_: each link's bytes/s since the reports before (the dashboard shows them;
+// computed here, where the reports' times are known, not from the browser's polls).
+void ClusterEngine::set_reports(std::vector<RankReport> reports) {
+  const auto now = std::chrono::steady_clock::now();
+  const double dt = std::chrono::duration<double>(now - reports_at_).count();
+  for (RankReport& r : reports)
+    for (RankReport::Link& l : r.links)
+      for (const RankReport& old : reports_)
+        if (old.first_rank == r.first_rank)
+          for (const RankReport::Link& o : old.links)
+            if (o.peer == l.peer && dt > 0 && l.sent >= o.sent && l.received >= o.received)
+              l.sent_per_s = (l.sent - o.sent) / dt, l.received_per_s = (l.received - o.received) / dt;
+  reports_ = std::move(reports);
+  reports_at_ = now;
 }
 
 Result<StepMessage> ClusterEngine::exchange(const StepMessage* mine, std::chrono::milliseconds timeout) {
@@ -251,7 +289,7 @@ Result<StepMessage> ClusterEngine::exchange(const StepMessage* mine, std::chrono
       std::vector<RankReport> reports{me};
       for (size_t r = 1; r < all.size(); ++r) reports.push_back(report_from(all[r], static_cast<int>(r)));
       std::lock_guard lk(mu_);
-      reports_ = std::move(reports);
+      set_reports(std::move(reports));
       last_report_ = std::chrono::steady_clock::now();
     } else {
       LATTICE_ASSIGN_OR_RETURN(msg, decode_step(all[0]));

@@ -27,6 +27,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -99,8 +100,14 @@ class ClusterEngine {
   bool data_plane_ = false;  // the last message had a step: the next comes on the data plane
   std::chrono::steady_clock::time_point last_report_{};  // rank 0
   uint64_t coll_bytes_before_ = 0, coll_calls_before_ = 0;  // of earlier placements
+  // Link bytes to each peer (by first rank) the endpoints of earlier epochs moved.
+  std::map<int, std::pair<uint64_t, uint64_t>> link_bytes_before_;
+  // Per peer (first rank): the bytes of earlier epochs plus the current endpoints'.
+  std::map<int, std::pair<uint64_t, uint64_t>> link_bytes() const;
   mutable std::mutex mu_;
   std::vector<RankReport> reports_;                            // guarded by mu_
+  std::chrono::steady_clock::time_point reports_at_{};         // guarded by mu_
+  void set_reports(std::vector<RankReport> reports);           // with mu_ held
   std::vector<Recovery> recoveries_;                           // guarded by mu_
 };
 

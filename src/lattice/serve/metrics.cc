@@ -64,6 +64,7 @@ Metrics::Snapshot Metrics::snapshot() const {
     for (size_t c = 0; c < 5; ++c) s.requests[e][c] = requests_[e][c].load(std::memory_order_relaxed);
   s.prompt_tokens = prompt_tokens_.load(std::memory_order_relaxed);
   s.generated_tokens = generated_tokens_.load(std::memory_order_relaxed);
+  s.cached_tokens = cached_tokens_.load(std::memory_order_relaxed);
   s.ttft = ttft_.snapshot();
   s.inter_token = inter_token_.snapshot();
   return s;
@@ -150,6 +151,9 @@ std::string render_metrics(const Metrics::Snapshot& s) {
     }
   family(out, "lattice_prompt_tokens_total", "counter", "Prompt tokens of finished requests.");
   sample(out, "lattice_prompt_tokens_total", {}, s.prompt_tokens);
+  family(out, "lattice_prompt_tokens_cached_total", "counter",
+         "Prompt tokens of finished requests whose keys and values the prefix cache held (not prefilled).");
+  sample(out, "lattice_prompt_tokens_cached_total", {}, s.cached_tokens);
   family(out, "lattice_generated_tokens_total", "counter", "Tokens generated for finished requests.");
   sample(out, "lattice_generated_tokens_total", {}, s.generated_tokens);
   histogram(out, "lattice_time_to_first_token_seconds", "From a request's acceptance to its first piece of text.", s.ttft);
@@ -181,6 +185,18 @@ std::string render_metrics(const Metrics::Snapshot& s) {
              [](const RankReport& r) { return r.coll_bytes; });
     per_rank("lattice_rank_collective_calls_total", "counter", "Collective calls of each rank.",
              [](const RankReport& r) { return r.coll_calls; });
+    // Per link, as each end's fabric endpoint counted it (a one-sided write is counted by its
+    // writer only, a read by its reader only: fabric.h LinkBytes).
+    auto per_link = [&](const char* name, const char* help, bool sent) {
+      family(out, name, "counter", help);
+      for (const RankReport& r : s.ranks)
+        for (const RankReport::Link& l : r.links)
+          sample(out, name, "rank=\"" + std::to_string(r.first_rank) + "\",peer=\"" + std::to_string(l.peer) + "\"",
+                 sent ? l.sent : l.received);
+    };
+    per_link("lattice_link_sent_bytes_total", "Bytes each rank's endpoint sent to a peer over the fabric.", true);
+    per_link("lattice_link_received_bytes_total", "Bytes each rank's endpoint received from a peer over the fabric.",
+             false);
   }
   return out;
 }

@@ -48,6 +48,14 @@ struct RankReport {
   int layer_begin = 0, layer_end = 0;
   int kv_head_begin = 0, kv_head_end = 0;
   uint64_t shard_bytes = 0;
+  // Bytes over this rank's link to each peer (the fabric's Endpoint::link_bytes(), over every
+  // epoch), by the peer's first rank.
+  struct Link {
+    int peer = 0;
+    uint64_t sent = 0, received = 0;
+    double sent_per_s = 0, received_per_s = 0;  // rank 0's view: since the reports before
+  };
+  std::vector<Link> links;
 };
 
 class Metrics {
@@ -55,8 +63,10 @@ class Metrics {
   Metrics();
   // An answer's status (counted when it starts: the reply, or a stream's header).
   void count_request(MetricsEndpoint e, int status);
-  void add_tokens(uint64_t prompt, uint64_t generated) {
+  // cached: of the prompt tokens, those the prefix cache held (not prefilled).
+  void add_tokens(uint64_t prompt, uint64_t generated, uint64_t cached = 0) {
     prompt_tokens_.fetch_add(prompt, std::memory_order_relaxed);
+    cached_tokens_.fetch_add(cached, std::memory_order_relaxed);
     generated_tokens_.fetch_add(generated, std::memory_order_relaxed);
   }
   Histogram& ttft() { return ttft_; }
@@ -65,7 +75,7 @@ class Metrics {
   struct Snapshot {
     // requests[endpoint][class]: class 0..4 is 1xx..5xx.
     std::array<std::array<uint64_t, 5>, static_cast<size_t>(MetricsEndpoint::kCount)> requests{};
-    uint64_t prompt_tokens = 0, generated_tokens = 0;
+    uint64_t prompt_tokens = 0, generated_tokens = 0, cached_tokens = 0;
     Histogram::Snapshot ttft, inter_token;
     uint64_t in_flight = 0, queued = 0;  // filled in by the caller (the engine loop's stats)
     uint64_t resident_bytes = 0;         // filled in by the caller (resident_memory_bytes())
@@ -79,7 +89,7 @@ class Metrics {
 
  private:
   std::array<std::array<std::atomic<uint64_t>, 5>, static_cast<size_t>(MetricsEndpoint::kCount)> requests_{};
-  std::atomic<uint64_t> prompt_tokens_{0}, generated_tokens_{0};
+  std::atomic<uint64_t> prompt_tokens_{0}, generated_tokens_{0}, cached_tokens_{0};
   Histogram ttft_, inter_token_;
 };
 

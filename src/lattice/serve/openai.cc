@@ -213,8 +213,12 @@ json head(const ResponseMeta& m, bool chunk) {
               {"system_fingerprint", "lattice"}};
 }
 
-json usage(size_t n_prompt, size_t n_completion) {
-  return json{{"prompt_tokens", n_prompt}, {"completion_tokens", n_completion}, {"total_tokens", n_prompt + n_completion}};
+// OpenAI's shape, with the prompt tokens the prefix cache held under prompt_tokens_details.
+json usage(size_t n_prompt, size_t n_completion, size_t n_cached) {
+  return json{{"prompt_tokens", n_prompt},
+              {"completion_tokens", n_completion},
+              {"total_tokens", n_prompt + n_completion},
+              {"prompt_tokens_details", {{"cached_tokens", n_cached}}}};
 }
 
 std::string event(const json& j) { return "data: " + dump(j) + "\n\n"; }
@@ -233,7 +237,7 @@ std::string chunk(const ResponseMeta& m, json delta_or_text, std::string_view re
 }  // namespace
 
 std::string completion_body(const ResponseMeta& m, std::string_view text, std::string_view reason, size_t n_prompt,
-                            size_t n_completion) {
+                            size_t n_completion, size_t n_cached) {
   json j = head(m, false);
   json choice{{"index", 0}, {"logprobs", nullptr}, {"finish_reason", reason}};
   if (m.endpoint == Endpoint::kChat)
@@ -241,7 +245,7 @@ std::string completion_body(const ResponseMeta& m, std::string_view text, std::s
   else
     choice["text"] = text;
   j["choices"] = json::array({std::move(choice)});
-  j["usage"] = usage(n_prompt, n_completion);
+  j["usage"] = usage(n_prompt, n_completion, n_cached);
   return dump(j);
 }
 
@@ -259,10 +263,10 @@ std::string sse_finish(const ResponseMeta& m, std::string_view reason) {
   return chunk(m, m.endpoint == Endpoint::kChat ? json::object() : json(""), reason);
 }
 
-std::string sse_usage(const ResponseMeta& m, size_t n_prompt, size_t n_completion) {
+std::string sse_usage(const ResponseMeta& m, size_t n_prompt, size_t n_completion, size_t n_cached) {
   json j = head(m, true);
   j["choices"] = json::array();
-  j["usage"] = usage(n_prompt, n_completion);
+  j["usage"] = usage(n_prompt, n_completion, n_cached);
   return event(j);
 }
 

@@ -67,15 +67,16 @@ struct ResponseMeta {
   bool include_usage = false;  // stream: "usage": null on every chunk, then a usage chunk
 };
 
-// A whole (non-streamed) response.
+// A whole (non-streamed) response. n_cached: prompt tokens the prefix cache held (usage's
+// prompt_tokens_details.cached_tokens).
 std::string completion_body(const ResponseMeta& meta, std::string_view text, std::string_view finish_reason,
-                            size_t n_prompt, size_t n_completion);
+                            size_t n_prompt, size_t n_completion, size_t n_cached = 0);
 // One SSE event ("data: {...}\n\n"): the opening chunk (chat: the assistant role), a piece
 // of text, the final chunk with the finish reason, the usage chunk, and the end marker.
 std::string sse_open(const ResponseMeta& meta);
 std::string sse_piece(const ResponseMeta& meta, std::string_view text);
 std::string sse_finish(const ResponseMeta& meta, std::string_view finish_reason);
-std::string sse_usage(const ResponseMeta& meta, size_t n_prompt, size_t n_completion);
+std::string sse_usage(const ResponseMeta& meta, size_t n_prompt, size_t n_completion, size_t n_cached = 0);
 std::string sse_error(std::string_view message);
 inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
 

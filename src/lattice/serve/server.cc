@@ -196,14 +196,19 @@ std::string Server::Impl::status_json() const {
   };
   std::vector<RankReport> ranks = cluster ? cluster->reports() : std::vector<RankReport>{solo_report(resident_memory_bytes())};
   nlohmann::json jr = nlohmann::json::array();
-  for (const RankReport& r : ranks)
+  for (const RankReport& r : ranks) {
+    nlohmann::json links = nlohmann::json::array();
+    for (const RankReport::Link& l : r.links) links.push_back({{"peer", l.peer}, {"sent", l.sent}, {"received", l.received},
+                       {"sent_per_s", l.sent_per_s}, {"received_per_s", l.received_per_s}});
     jr.push_back({{"rank", r.rank},
                   {"first_rank", r.first_rank},
                   {"layers", {r.layer_begin, r.layer_end}},
                   {"kv_heads", {r.kv_head_begin, r.kv_head_end}},
                   {"shard_bytes", r.shard_bytes},
                   {"resident_bytes", r.resident_bytes},
-                  {"coll_bytes", r.coll_bytes}});
+                  {"coll_bytes", r.coll_bytes},
+                  {"links", std::move(links)}});
+  }
   nlohmann::json rec = nlohmann::json::array();
   if (cluster)
     for (const Recovery& r : cluster->recoveries()) {
@@ -268,7 +273,7 @@ void Server::Impl::complete(Endpoint endpoint, const std::string& body, std::sha
     sink.on_done = [out, meta](Result<engine::GenerateResult> r) {
       if (r.ok()) {
         out->stream_write(sse_finish(*meta, finish_reason(r->stop_reason)));
-        if (meta->include_usage) out->stream_write(sse_usage(*meta, r->prompt_tokens.size(), r->tokens.size()));
+        if (meta->include_usage) out->stream_write(sse_usage(*meta, r->prompt_tokens.size(), r->tokens.size(), r->cached_tokens));
       } else {
         out->stream_write(sse_error(r.status().message()));
       }
@@ -285,7 +290,7 @@ void Server::Impl::complete(Endpoint endpoint, const std::string& body, std::sha
       }
       out->reply({200, "application/json",
                   completion_body(*meta, r->text, finish_reason(r->stop_reason), r->prompt_tokens.size(),
-                                  r->tokens.size())});
+                                  r->tokens.size(), r->cached_tokens)});
     };
   }
   auto job = loop->submit(std::move(*gr), std::move(sink));
@@ -334,6 +339,7 @@ Result<std::unique_ptr<Server>> Server::start(const engine::Model& model, const 
   go.n_ctx = im.n_ctx;
   go.prefill_chunk = im.forward->options().n_batch;
   go.max_queue = options.max_queue;
+  go.prefix_cache = options.prefix_cache;
   LATTICE_RETURN_IF_ERROR(
       Impl::finish_start(im, [&im, go]() { return engine::Generator::create(*im.forward, *im.tokenizer, go); }));
   return s;
@@ -473,6 +479,7 @@ Status serve_rank(const std::string& model_path, ServeOptions options) {
   go.max_seqs = options.slots;
   go.n_ctx = options.n_ctx;
   go.max_queue = options.max_queue;
+  go.prefix_cache = options.prefix_cache;  // every rank alike: they choose the same slots
   auto engine = ClusterEngine::create(**cl, d, *tok, go);
   if (!engine.ok()) return engine.status().with_context("placing the model");
   if (!leader) return follow(**engine, std::chrono::seconds(30));

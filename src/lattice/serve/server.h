@@ -34,6 +34,7 @@ struct ServeOptions {
   uint32_t threads = 0;            // 0: all cores
   uint32_t n_ctx = 0;              // positions per request (prompt + output); 0: the model's, at most 4096
   uint32_t max_queue = 256;        // requests waiting behind the slots; past it: 503
+  bool prefix_cache = true;        // reuse a free slot's keys and values for a shared prompt prefix
   std::string api_key;             // empty: no key asked for
   std::string model_name;          // the id in /v1/models and responses
   size_t max_body_bytes = 8 << 20;

@@ -43,9 +43,9 @@ Result<std::unique_ptr<Generator>> Generator::create(Stepper& stepper, const Tok
   g->tokenizer_ = &tokenizer;
   for (uint32_t i = 0; i < o.max_seqs; ++i) {
     LATTICE_ASSIGN_OR_RETURN(auto s, stepper.new_sequence(o.n_ctx));
-    g->free_seqs_.push_back(std::move(s));
+    g->free_seqs_.push_back({std::move(s), {}});
   }
-  o.n_ctx = g->free_seqs_.front()->n_ctx();
+  o.n_ctx = g->free_seqs_.front().seq->n_ctx();
   g->opt_ = o;
   return g;
 }
@@ -87,10 +87,25 @@ void Generator::admit() {
       done_.push_back(std::move(r));
       continue;
     }
-    r->seq = std::move(free_seqs_.back());
-    free_seqs_.pop_back();
-    r->seq->reset();
     const GenerationRequest& q = r->req;
+    r->feed = q.prompt;
+    r->feed.insert(r->feed.end(), q.resume_tokens.begin(), q.resume_tokens.end());
+    // The free slot whose cached tokens share the longest prefix with the feed; at least the
+    // last token is fed again, for the logits of the next one. None: the one freed first.
+    size_t best = 0, best_len = 0;
+    if (opt_.prefix_cache)
+      for (size_t i = 0; i < free_seqs_.size(); ++i) {
+        const std::vector<int32_t>& held = free_seqs_[i].tokens;
+        const size_t limit = std::min(held.size(), r->feed.size() - 1);
+        size_t n = 0;
+        while (n < limit && held[n] == r->feed[n]) ++n;
+        if (n > best_len) best = i, best_len = n;
+      }
+    r->seq = std::move(free_seqs_[best].seq);
+    free_seqs_.erase(free_seqs_.begin() + static_cast<std::ptrdiff_t>(best));
+    r->seq->truncate(static_cast<uint32_t>(best_len));
+    r->fed = best_len;
+    r->result.cached_tokens = static_cast<uint32_t>(best_len);
     r->sampler.emplace(q.sampler);
     for (int32_t t : q.prompt) r->sampler->accept(t);
     for (int32_t t : q.resume_tokens) r->sampler->accept(t);
@@ -101,9 +116,6 @@ void Generator::admit() {
     // Resumed tokens were handed out before: their text is not emitted again.
     for (int32_t t : q.resume_tokens) r->result.text += r->stream->push(t);
     r->emitted = r->result.text.size();
-    r->feed = q.prompt;
-    r->feed.insert(r->feed.end(), q.resume_tokens.begin(), q.resume_tokens.end());
-    r->fed = 0;
     r->pending = -1;
     r->result.queue_seconds = seconds_between(r->submitted, Clock::now());
     active_.push_back(std::move(r));
@@ -151,7 +163,25 @@ void Generator::finish(Request& r, const char* reason) {
   }
   if (r.sampler) r.result.draws = r.sampler->draws();
   r.done = true;
-  if (r.seq) free_seqs_.push_back(std::move(r.seq));
+  release(r);
+}
+
+void Generator::release(Request& r) {
+  if (!r.seq) return;
+  // Its positions hold the feed, then the generated tokens fed back (the last one chosen, an
+  // end-of-generation token or one past a stop string never was).
+  Slot slot{std::move(r.seq), {}};
+  const size_t n = slot.seq->n_past();
+  if (opt_.prefix_cache && n > 0) {
+    slot.tokens.assign(r.feed.begin(), r.feed.begin() + static_cast<std::ptrdiff_t>(std::min(n, r.feed.size())));
+    const size_t resumed = r.req.resume_tokens.size();
+    for (size_t i = resumed; i < r.result.tokens.size() && slot.tokens.size() < n; ++i)
+      slot.tokens.push_back(r.result.tokens[i]);
+    slot.seq->truncate(static_cast<uint32_t>(slot.tokens.size()));
+  } else {
+    slot.seq->reset();
+  }
+  free_seqs_.push_back(std::move(slot));
 }
 
 Status Generator::step() {
@@ -161,7 +191,7 @@ Status Generator::step() {
   auto retire = [&] {
     for (auto it = active_.begin(); it != active_.end();) {
       if ((*it)->done) {
-        if ((*it)->seq) free_seqs_.push_back(std::move((*it)->seq));
+        release(**it);
         done_.push_back(std::move(*it));
         it = active_.erase(it);
       } else {

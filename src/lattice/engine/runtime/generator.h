@@ -56,6 +56,7 @@ struct GenerateResult {
   std::string stop_reason;      // "length", "eog", "stop" or "cancelled"
   double prefill_seconds = 0, decode_seconds = 0;
   double queue_seconds = 0;     // submitted until its first step
+  uint32_t cached_tokens = 0;   // leading prompt tokens whose keys and values a slot still held (not prefilled)
   uint32_t n_decode_steps = 0;  // forward passes after the first token, timed in decode_seconds
   uint64_t draws = 0;           // the sampler's random draws (for recovery)
   double prefill_tok_s() const { return prefill_seconds > 0 ? prompt_tokens.size() / prefill_seconds : 0; }
@@ -67,6 +68,13 @@ struct GeneratorOptions {
   uint32_t n_ctx = 0;            // positions per sequence (0: the Stepper's)
   uint32_t prefill_chunk = 256;  // prompt tokens fed into one step at most
   uint32_t max_queue = 256;      // requests waiting for a slot; submit() refuses past that
+  // A free slot keeps the keys and values of the tokens its last request ran through; a new
+  // request takes the free slot sharing the longest leading run of tokens with its prompt and
+  // prefills only the rest (a fixed system prompt, the next turn of a chat). Without a match
+  // it takes the slot freed longest ago. The cached positions hold what a prefill from an
+  // empty slot computes (the kernels do not depend on how rows are batched), so the tokens
+  // are the same with the cache or without it. Every rank of N makes the same choice.
+  bool prefix_cache = true;
 };
 
 class Generator {
@@ -115,13 +123,18 @@ class Generator {
   Generator() = default;
   void admit();
   void finish(Request& r, const char* reason);
+  void release(Request& r);  // its sequence back to the free slots, with the tokens it holds
   void emit(Request& r, bool final);
   const Request* find(int id) const;  // queued, active or finished; null if unknown
 
   Stepper* stepper_ = nullptr;
   const Tokenizer* tokenizer_ = nullptr;
   GeneratorOptions opt_;
-  std::vector<std::unique_ptr<Sequence>> free_seqs_;
+  struct Slot {
+    std::unique_ptr<Sequence> seq;
+    std::vector<int32_t> tokens;  // what its first n_past positions hold
+  };
+  std::vector<Slot> free_seqs_;  // the longest free at the front
   std::deque<std::unique_ptr<Request>> queue_;
   std::vector<std::unique_ptr<Request>> active_;
   std::vector<std::unique_ptr<Request>> done_;

@@ -204,6 +204,7 @@ void ShmEndpoint::flush_locked(const Status& s) {
 
 void ShmEndpoint::release_sq_locked() {
   while (!sq_.empty() && sq_.front().done) {
+    link_->count(sq_.front().c);
     send_cq_->push(sq_.front().c);
     sq_.pop_front();
     ++sq_front_seq_;
@@ -212,7 +213,9 @@ void ShmEndpoint::release_sq_locked() {
 
 void ShmEndpoint::complete_now_locked(WorkId id, Opcode op, Status st, size_t bytes) {
   if (sq_.empty()) {
-    send_cq_->push(Completion{id, op, std::move(st), bytes, 0});
+    Completion c{id, op, std::move(st), bytes, 0};
+    link_->count(c);
+    send_cq_->push(std::move(c));
     ++sq_front_seq_;
     return;
   }
@@ -581,7 +584,9 @@ void ShmEndpoint::progress_rx_locked() {
                                         "-byte receive buffer",
                                     rank)
                         : Status::Ok();
-        recv_cq_->push(Completion{rx.id, Opcode::kRecv, std::move(st), std::min<size_t>(rx_msg_bytes_, rx.length), 0});
+        Completion c{rx.id, Opcode::kRecv, std::move(st), std::min<size_t>(rx_msg_bytes_, rx.length), 0};
+        link_->count(c);
+        recv_cq_->push(std::move(c));
         rq_.pop_front();
         rx_active_ = false;
       }
@@ -608,6 +613,7 @@ void ShmEndpoint::progress_rx_locked() {
         }
         acked = true;
         rq_.pop_front();
+        if (h.msg_bytes <= rx.length) link_->add_received(n);
         recv_cq_->push(Completion{rx.id, Opcode::kRecv,
                                   h.msg_bytes > rx.length
                                       ? Truncated("shm: a " + str(h.msg_bytes) + "-byte message arrived for a " +

@@ -40,6 +40,7 @@ class ShmEndpoint final : public Endpoint {
   Result<std::unique_ptr<RemoteMapping>> map_remote(RemoteSlice slice, uint32_t access) override;
   Status status() const override;
   int peer_rank() const override { return options_.peer_rank; }
+  LinkBytes link_bytes() const override { return link_->get(); }
 
   // Drives progress; called from CQ poll/wait. With try_only, skips if another thread holds it.
   void progress(bool try_only);
@@ -75,6 +76,9 @@ class ShmEndpoint final : public Endpoint {
     size_t offset;
     size_t length;
   };
+
+  // Shared with the mappings made from this endpoint (they count the caller's loads and stores).
+  std::shared_ptr<LinkCounter> link_ = std::make_shared<LinkCounter>();
 
   Status check_usable_locked() const;
   Result<ShmRegion*> local_region(const LocalSlice& s, const char* what) const;

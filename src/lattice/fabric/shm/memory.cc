@@ -190,19 +190,23 @@ namespace {
 class ShmRemoteMapping final : public RemoteMapping {
  public:
   ShmRemoteMapping(std::shared_ptr<Mapping> region, std::shared_ptr<Mapping> dir, uint32_t slot, uint64_t seq,
-                   uint64_t offset, uint64_t length)
-      : region_(std::move(region)), dir_(std::move(dir)), slot_(slot), seq_(seq), offset_(offset), length_(length) {}
+                   uint64_t offset, uint64_t length, std::shared_ptr<LinkCounter> link)
+      : region_(std::move(region)), dir_(std::move(dir)), slot_(slot), seq_(seq), offset_(offset), length_(length),
+        link_(std::move(link)) {}
   std::byte* data() const override { return region_->base() + offset_; }
   size_t size() const override { return length_; }
   bool live() const override {
     const auto* entries = reinterpret_cast<const DirEntry*>(dir_->base() + (kDirOffset - kPage));
     return std::atomic_ref<uint64_t>(const_cast<uint64_t&>(entries[slot_].seq)).load(std::memory_order_acquire) == seq_;
   }
+  void count_loaded(size_t bytes) override { link_->add_received(bytes); }
+  void count_stored(size_t bytes) override { link_->add_sent(bytes); }
 
  private:
   std::shared_ptr<Mapping> region_, dir_;
   uint32_t slot_;
   uint64_t seq_, offset_, length_;
+  std::shared_ptr<LinkCounter> link_;  // the endpoint's (the mapping may outlive it)
 };
 
 }  // namespace
@@ -217,7 +221,7 @@ Result<std::unique_ptr<RemoteMapping>> ShmEndpoint::map_remote(RemoteSlice slice
     return Unavailable("shm: map_remote: region " + hex_key(slice.key) +
                        " is caller-registered memory of the peer (only allocate_memory regions map)");
   return std::unique_ptr<RemoteMapping>(
-      new ShmRemoteMapping(r->map, peer_dir_, r->slot, r->seq, slice.offset, slice.length));
+      new ShmRemoteMapping(r->map, peer_dir_, r->slot, r->seq, slice.offset, slice.length, link_));
 }
 
 Status ShmEndpoint::remote_copy_locked(PeerRegion* r, uint64_t offset, std::byte* local, size_t length,

@@ -243,11 +243,15 @@ void Conn::complete_send_side(WorkId id, Opcode op, Status s, size_t bytes) {
   // in its life and then refused every post: a long decode or bench run stalled until its
   // deadline.
   if (op == Opcode::kSend && outstanding_send_side_ > 0) --outstanding_send_side_;
-  send_cq_->push(Completion{id, op, std::move(s), bytes, 0});
+  Completion c{id, op, std::move(s), bytes, 0};
+  link_.count(c);
+  send_cq_->push(std::move(c));
 }
 
 void Conn::complete_recv_side(WorkId id, Opcode op, Status s, size_t bytes, uint32_t imm) {
-  recv_cq_->push(Completion{id, op, std::move(s), bytes, imm});
+  Completion c{id, op, std::move(s), bytes, imm};
+  link_.count(c);
+  recv_cq_->push(std::move(c));
 }
 
 void Conn::fail(Status s, bool tell_peer, bool clean_eof) {

@@ -107,6 +107,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   Status release_buffer(WorkId id);
   Status status() const;
   int peer_rank() const { return options_.peer_rank; }
+  LinkBytes link_bytes() const { return link_.get(); }
   // The endpoint is being destroyed: cancel its work, shut the socket.
   void close();
 
@@ -271,6 +272,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
   bool rx_stream_ = false;           // the current payload is being opened as it lands
   std::byte* rx_opened_ = nullptr;   // ... up to here
 
+  LinkCounter link_;  // counted as completions are handed out
+
   Clock::time_point last_rx_{};
   Clock::time_point last_tx_{};
   Clock::time_point last_tx_progress_{};
@@ -308,6 +311,7 @@ class TcpEndpoint final : public Endpoint {
   }
   Status status() const override { return conn_->status(); }
   int peer_rank() const override { return conn_->peer_rank(); }
+  LinkBytes link_bytes() const override { return conn_->link_bytes(); }
 
  private:
   TcpProvider* provider_;

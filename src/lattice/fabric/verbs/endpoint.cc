@@ -247,6 +247,7 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
     return state_ == kFailed ? error_ : Status();
   }
   int peer_rank() const override { return opts_.peer_rank; }
+  LinkBytes link_bytes() const override { return link_.get(); }
 
   void try_progress() override {
     std::unique_lock lk(mu_, std::try_to_lock);
@@ -582,6 +583,7 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
       rma_[index].used = false;
       if (wc.status == IBV_WC_SUCCESS) {
         if (!r.silent) scq_->push({r.id, r.op, Status(), r.bytes, 0});
+        if (!r.silent) link_.count({r.id, r.op, Status(), r.bytes, 0});
         return;
       }
       std::string what = "verbs: " + std::string(to_string(r.op)) + " completed with '" +
@@ -763,6 +765,7 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
       while (!sends_.empty() && sends_.front().all_chunked && sends_.front().last_seq < acked_) {
         const UserSend& f = sends_.front();
         scq_->push({f.id, f.op, Status(), f.op == Opcode::kSend ? f.src.length : f.bytes, 0});
+        link_.count({f.id, f.op, Status(), f.op == Opcode::kSend ? f.src.length : f.bytes, 0});
         sends_.pop_front();
       }
     }
@@ -885,6 +888,7 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
                          opts_.peer_rank);
           bytes = r.dst.length;
         }
+        link_.count({r.id, Opcode::kRecv, st, bytes, 0});
         rcq_->push({r.id, Opcode::kRecv, st, bytes, 0});
         recvs_.pop_front();
         cur_ = {};
@@ -899,6 +903,7 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
   VerbsCompletionQueue* scq_;
   VerbsCompletionQueue* rcq_;
   const EndpointOptions opts_;
+  LinkCounter link_;  // counted where a successful completion is handed out
   Clock::duration hb_interval_;
   Clock::duration rto_ = kRto;
   uint32_t psn_ = 0;
