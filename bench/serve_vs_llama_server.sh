@@ -16,6 +16,8 @@ LS=${2:-/tmp/lattice-peers/llama.cpp/build-srv/bin/llama-server}
 ROUNDS=${3:-1}
 M=${MODEL:-/tmp/lattice-bench-models/tinyllama-q4_0.gguf}
 SLOTS=${SLOTS:-8} THREADS=${THREADS:-2} MAX_TOKENS=${MAX_TOKENS:-128} CLIENTS=${CLIENTS:-1 4 8} NODES=${NODES:-1}
+# llama-server gets every core lattice's ranks use together (2 ranks x 1 thread against -t 2).
+LS_THREADS=${LS_THREADS:-$((NODES * THREADS))}
 here=$(cd "$(dirname "$0")" && pwd)
 LOAD=${LOAD:-$here/../../shared/bench/peers/serve_load.py}
 [ -f "$LOAD" ] || LOAD=/work/shared/bench/peers/serve_load.py
@@ -60,13 +62,13 @@ load_all lattice "http://127.0.0.1:$port"
 kill "$pid"; wait "$pid" 2>/dev/null || true; pid=
 
 port=$(free_port)
-LD_LIBRARY_PATH="$(dirname "$LS"):${LD_LIBRARY_PATH:-}" "$LS" -m "$M" --host 127.0.0.1 --port "$port" -t "$THREADS" \
+LD_LIBRARY_PATH="$(dirname "$LS"):${LD_LIBRARY_PATH:-}" "$LS" -m "$M" --host 127.0.0.1 --port "$port" -t "$LS_THREADS" \
   -np "$SLOTS" -c "$CTX" >"$out/log" 2>&1 &
 pid=$!
 load_all llama-server "http://127.0.0.1:$port"
 kill "$pid"; wait "$pid" 2>/dev/null || true; pid=
 
-echo "lattice ($NODES node(s) x $THREADS threads) / llama-server (-t $THREADS -np $SLOTS -c $CTX), $MAX_TOKENS tokens out:"
+echo "lattice ($NODES node(s) x $THREADS threads) / llama-server (-t $LS_THREADS -np $SLOTS -c $CTX), $MAX_TOKENS tokens out:"
 for c in $CLIENTS; do
   /usr/bin/python3 - "$out/lattice.$c" "$out/llama-server.$c" <<'EOF'
 import json, sys

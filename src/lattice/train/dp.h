@@ -48,7 +48,7 @@ struct DpOptions {
   // Members wait this long after a grow for the newcomer to prepare (tokenize its corpus).
   std::chrono::milliseconds join_timeout{180000};
   // Nodes asking to join, counted by the cluster's events (watch_joins()); null: never grow.
-  std::shared_ptr<std::atomic<int>> joins;
+  std::shared_ptr<std::atomic<int>> joins = nullptr;
   bool joining = false;  // this rank joined a running job (cluster::ClusterOptions::rejoin)
 };
 

@@ -249,7 +249,7 @@ Status Model::bind_all(const LoadOptions& options) {
   if (expert_parallel()) LATTICE_RETURN_IF_ERROR(set_expert_owners());
 
   const bool pack = options.pack;
-  const Range kv = kv_heads(), f = ff(), voc = vocab();
+  const Range kv = kv_heads(), voc = vocab();
   const uint32_t HD = hp_.head_dim, HDV = hp_.head_dim_v, G = hp_.group();
   const Range q_rows{kv.begin * G * HD, kv.end * G * HD};
   const Range k_rows{kv.begin * HD, kv.end * HD};
