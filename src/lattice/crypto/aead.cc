@@ -300,13 +300,9 @@ Status open_once(Cipher cipher, AeadBackend backend, const Key& key, const Nonce
   return Status::Ok();
 }
 
-struct SessionCipher::Impl {
-  Cipher cipher;
-  AeadBackend backend;
-  std::unique_ptr<DirectionState> tx, rx;
-  uint64_t tx_seq = 0;
-  uint64_t rx_seq = 0;
-  bool streaming = false;  // between open_begin and open_end
+namespace {
+// The first failure of a cipher, kept: every later call returns it (the session is over).
+struct StickyFailure {
   std::atomic<bool> failed{false};
   mutable std::mutex failure_mu;
   Status failure;
@@ -325,19 +321,41 @@ struct SessionCipher::Impl {
   }
 };
 
-Result<SessionCipher> SessionCipher::create(Cipher cipher, const SessionKeys& keys, AeadBackend backend) {
+// Both directions' states of a session's keys, on the backend `backend` resolves to.
+struct Directions {
+  AeadBackend backend;
+  std::unique_ptr<DirectionState> tx, rx;
+};
+
+Result<Directions> make_directions(Cipher cipher, const SessionKeys& keys, AeadBackend backend) {
   LATTICE_RETURN_IF_ERROR(detail::ensure_sodium());
   AeadBackend b = resolve(backend);
   if (!backend_available(b)) return Unavailable("AEAD backend " + std::string(to_string(b)) + " is not built in");
   if (!cipher_available(cipher, b))
     return Unavailable(std::string(to_string(cipher)) + " is not available on this CPU with " +
                        std::string(to_string(b)) + " (needs AES-NI and PCLMUL)");
+  Directions d{b, make_state(backend, b, cipher, keys.tx, true), make_state(backend, b, cipher, keys.rx, false)};
+  if (!d.tx || !d.rx) return Internal("cannot initialise " + std::string(to_string(cipher)));
+  return d;
+}
+}  // namespace
+
+struct SessionCipher::Impl : StickyFailure {
+  Cipher cipher;
+  AeadBackend backend;
+  std::unique_ptr<DirectionState> tx, rx;
+  uint64_t tx_seq = 0;
+  uint64_t rx_seq = 0;
+  bool streaming = false;  // between open_begin and open_end
+};
+
+Result<SessionCipher> SessionCipher::create(Cipher cipher, const SessionKeys& keys, AeadBackend backend) {
+  LATTICE_ASSIGN_OR_RETURN(auto d, make_directions(cipher, keys, backend));
   auto impl = std::make_unique<Impl>();
   impl->cipher = cipher;
-  impl->backend = b;
-  impl->tx = make_state(backend, b, cipher, keys.tx, true);
-  impl->rx = make_state(backend, b, cipher, keys.rx, false);
-  if (!impl->tx || !impl->rx) return Internal("cannot initialise " + std::string(to_string(cipher)));
+  impl->backend = d.backend;
+  impl->tx = std::move(d.tx);
+  impl->rx = std::move(d.rx);
   return SessionCipher(std::move(impl));
 }
 
@@ -439,26 +457,10 @@ Status SessionCipher::open(uint64_t seq, std::span<std::byte> data, std::span<co
   return Status::Ok();
 }
 
-struct FrameCipher::Impl {
+struct FrameCipher::Impl : StickyFailure {
   Cipher cipher;
   std::unique_ptr<DirectionState> tx, rx;
   uint64_t next_in_lane[kLanes] = {};  // sealing: the smallest number each lane may take next
-  std::atomic<bool> failed{false};
-  mutable std::mutex failure_mu;
-  Status failure;
-
-  Status fail(Status s) {
-    std::lock_guard lock(failure_mu);
-    if (!failed.load(std::memory_order_relaxed)) {
-      failure = std::move(s);
-      failed.store(true, std::memory_order_release);
-    }
-    return failure;
-  }
-  Status sticky() const {
-    std::lock_guard lock(failure_mu);
-    return failure;
-  }
 };
 
 namespace {
@@ -469,17 +471,11 @@ inline void make_lane_nonce(uint32_t lane, uint64_t number, uint8_t out[kNonceBy
 }  // namespace
 
 Result<FrameCipher> FrameCipher::create(Cipher cipher, const SessionKeys& keys, AeadBackend backend) {
-  LATTICE_RETURN_IF_ERROR(detail::ensure_sodium());
-  AeadBackend b = resolve(backend);
-  if (!backend_available(b)) return Unavailable("AEAD backend " + std::string(to_string(b)) + " is not built in");
-  if (!cipher_available(cipher, b))
-    return Unavailable(std::string(to_string(cipher)) + " is not available on this CPU with " +
-                       std::string(to_string(b)) + " (needs AES-NI and PCLMUL)");
+  LATTICE_ASSIGN_OR_RETURN(auto d, make_directions(cipher, keys, backend));
   auto impl = std::make_unique<Impl>();
   impl->cipher = cipher;
-  impl->tx = make_state(backend, b, cipher, keys.tx, true);
-  impl->rx = make_state(backend, b, cipher, keys.rx, false);
-  if (!impl->tx || !impl->rx) return Internal("cannot initialise " + std::string(to_string(cipher)));
+  impl->tx = std::move(d.tx);
+  impl->rx = std::move(d.rx);
   return FrameCipher(std::move(impl));
 }
 
