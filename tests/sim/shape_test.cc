@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "lattice/engine/gguf/make_model.h"
+#include "lattice/engine/model/shard.h"
 #include "lattice/engine/parallel/plan.h"
 #include "lattice/sim/placement.h"
 #include "lattice/sim/shape.h"
@@ -112,11 +113,78 @@ TEST_F(ShapeFromGguf, MixtureOfExperts) {
   EXPECT_NEAR(s->bytes_per_step(1), s->total_bytes() - s->embd_bytes - 0.75 * s->expert_bytes + (s->tied_output ? s->output_bytes : 0), 1);
 }
 
+TEST_F(ShapeFromGguf, ExpertParallelIsThePlannersPlacement) {
+  engine::MakeModelOptions mo;
+  mo.arch = "qwen3moe";
+  mo.dim = 128;
+  mo.layers = 2;
+  mo.heads = 4;
+  mo.kv_heads = 4;
+  mo.experts = 8;
+  mo.experts_used = 2;
+  mo.expert_ffn = 64;
+  mo.type = "q8_0";
+  auto f = make(mo);
+  ASSERT_TRUE(f);
+  auto s = shape_from_gguf(*f, "moe.gguf");
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  // Unequal memories: place_experts gives the larger node more experts.
+  std::vector<engine::parallel::NodeSpec> nodes = {{"a", 2ull << 30}, {"b", 1ull << 30}, {"c", 1ull << 30}};
+  std::vector<double> mem = {2.0 * (1ull << 30), 1.0 * (1ull << 30), 1.0 * (1ull << 30)};
+  auto plan = engine::parallel::plan_placement(*f, nodes, engine::parallel::ParallelMode::kAuto, 512);
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  ASSERT_EQ(plan->mode, engine::parallel::ParallelMode::kExpert);
+  auto L = place(*s, mem, Mode::kAuto, 512, 4, mem);
+  ASSERT_TRUE(L.ok()) << L.status().to_string();
+  EXPECT_EQ(L->mode, Mode::kExpert) << L->why;
+  EXPECT_EQ(L->why, plan->why);
+  ASSERT_EQ(L->expert_owner, engine::place_experts(8, 3, mem));
+  uint32_t experts = 0;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(L->nodes[i].experts, plan->nodes[i].experts) << i;
+    EXPECT_EQ(L->nodes[i].part, plan->nodes[i].part) << i;
+    EXPECT_NEAR(L->nodes[i].weight_bytes, double(plan->nodes[i].weight_bytes), 0.03 * plan->nodes[i].weight_bytes) << i;
+    experts += L->nodes[i].experts;
+  }
+  EXPECT_EQ(experts, 8u);
+  EXPECT_GT(L->nodes[0].experts, L->nodes[1].experts);
+  // An engine that does not choose expert parallel (exo's tensor parallel) keeps auto at tp.
+  PlaceRules exo;
+  exo.auto_expert = false;
+  auto tp = place(*s, mem, Mode::kAuto, 512, 2, {}, exo);
+  ASSERT_TRUE(tp.ok());
+  EXPECT_EQ(tp->mode, Mode::kTensor);
+}
+
+TEST(Placement, LatentProjectionsAndAnUnshardedOutputAreOnEveryNode) {
+  auto s = shape_preset("deepseek-v3.1-q8");
+  ASSERT_TRUE(s.ok());
+  // q_a 7168 x 1536 and kv_a 7168 x 576 a layer at 8.5 bits, plus their norms.
+  EXPECT_NEAR(s->attn_latent_bytes, 61 * (7168.0 * (1536 + 576) * 8.5 / 8 + (1536 + 512) * 4), 1);
+  std::vector<double> mem(4, 512e9);
+  auto sharded = place(*s, mem, Mode::kTensor, 4096, 2, {});
+  PlaceRules exo;
+  exo.replicate_output = true;
+  auto whole = place(*s, mem, Mode::kTensor, 4096, 2, {}, exo);
+  ASSERT_TRUE(sharded.ok() && whole.ok());
+  EXPECT_NEAR(whole->nodes[0].weight_bytes - sharded->nodes[0].weight_bytes, 0.75 * s->output_bytes, 1e3);
+  EXPECT_DOUBLE_EQ(whole->nodes[0].f_vocab, 1.0);
+  // Everything but the latent (and the routers) is split four ways.
+  const double split = s->attn_bytes - s->attn_latent_bytes + s->expert_bytes + s->shared_bytes +
+                       s->dense_ffn_bytes + s->output_bytes;
+  EXPECT_NEAR(sharded->nodes[0].weight_bytes, s->attn_latent_bytes + s->router_bytes + split / 4, 0.01 * split);
+}
+
 TEST(Placement, AutoFollowsPlansRule) {
   auto s = shape_preset("qwen3-235b-a22b-q8");  // 4 KV heads
   ASSERT_TRUE(s.ok());
   std::vector<double> mem(4, 512e9), mem5(5, 512e9);
-  auto tp = place(*s, mem, Mode::kAuto, 4096, 2, {});
+  // A mixture of experts over no more nodes than KV heads: expert parallel, as plan chooses.
+  auto ep_auto = place(*s, mem, Mode::kAuto, 4096, 2, {});
+  ASSERT_TRUE(ep_auto.ok());
+  EXPECT_EQ(ep_auto->mode, Mode::kExpert);
+  auto dense = shape_preset("llama-1.1b-q4");
+  auto tp = place(*dense, mem, Mode::kAuto, 4096, 2, {});
   ASSERT_TRUE(tp.ok());
   EXPECT_EQ(tp->mode, Mode::kTensor);
   auto pp = place(*s, mem5, Mode::kAuto, 4096, 2, {});
@@ -127,8 +195,8 @@ TEST(Placement, AutoFollowsPlansRule) {
   EXPECT_EQ(layers, 94);
   auto ep = place(*s, mem, Mode::kExpert, 4096, 2, {});
   ASSERT_TRUE(ep.ok());
-  EXPECT_EQ(ep->nodes[3].experts.end, 128u);
-  auto dense = shape_preset("llama-1.1b-q4");
+  EXPECT_EQ(ep->nodes[3].experts, 32u);
+  EXPECT_EQ(ep->expert_owner[127], 3);
   EXPECT_FALSE(place(*dense, mem, Mode::kExpert, 4096, 2, {}).ok());
   // Kimi K2 does not fit one 512 GB node.
   auto kimi = shape_preset("kimi-k2-thinking-q4");

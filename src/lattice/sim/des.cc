@@ -63,6 +63,11 @@ void Des::barrier() {
   }
 }
 
+void Des::wait(int r, double us) {
+  clock_[r] += us;
+  parts_[r].sync_us += us;
+}
+
 void Des::reset_counters() {
   std::fill(stats_.begin(), stats_.end(), CableStats{});
   std::fill(parts_.begin(), parts_.end(), Breakdown{});

@@ -56,6 +56,8 @@ class Des {
   void work(int r, double us, bool bandwidth_bound);
   // Every rank's clock advances to the latest one (the time they wait is synchronisation).
   void barrier();
+  // Rank r spends `us` on synchronisation of its own (an engine's per-collective cost).
+  void wait(int r, double us);
   // Runs `plans[r]` (one per rank, coll/plan's schedule of one collective) with `elem_bytes`
   // per element; `sync_us` is the engine's cost per rank before it starts; `reduce_gbs` the
   // speed of local reductions (bytes of input per second / 1e9).

@@ -21,12 +21,37 @@
 namespace lattice::sim {
 namespace {
 
+EngineProfile make(const char* name, const char* source, CommStyle comm, double act, double kv, double eff,
+                   double sync_us, int rpc, uint32_t prefill, bool by_memory) {
+  EngineProfile p;
+  p.name = name;
+  p.source = source;
+  p.comm = comm;
+  p.act_bytes = act;
+  p.kv_elem_bytes = kv;
+  p.decode_efficiency = eff;
+  p.sync_us = sync_us;
+  p.rpc_round_trips = rpc;
+  p.prefill_batch = prefill;
+  p.split_by_memory = by_memory;
+  return p;
+}
+
 const std::map<std::string, EngineProfile>& table() {
-  static const std::map<std::string, EngineProfile> t = {
-      {"lattice", {"lattice", "src/lattice/engine", CommStyle::kLattice, 4, 4, 0.8, 0.5, 0, 0, 256, true}},
-      {"mlx", {"mlx", "MLX + JACCL (exo); sync_us from exo issue 2070", CommStyle::kJaccl, 2, 2, 0.75, 0.5, 58, 0, 512, false}},
-      {"llamacpp-rpc", {"llamacpp-rpc", "llama.cpp ggml-rpc", CommStyle::kRpcStar, 4, 2, 0.7, 0.5, 0, 3, 512, true}},
-  };
+  static const std::map<std::string, EngineProfile> t = [] {
+    std::map<std::string, EngineProfile> m;
+    m["lattice"] = make("lattice", "src/lattice/engine", CommStyle::kLattice, 4, 4, 0.8, 0, 0, 256, true);
+    EngineProfile mlx = make("mlx", "MLX + JACCL (exo 1.0); sync_us from exo issue 2070", CommStyle::kJaccl, 2, 2, 0.75,
+                             58, 0, 512, false);
+    mlx.sync_jitter = true;
+    mlx.auto_expert = false;      // exo runs tensor parallel (auto_parallel.py)
+    mlx.replicate_output = true;  // exo leaves lm_head unsharded
+    m["mlx"] = mlx;
+    EngineProfile rpc = make("llamacpp-rpc", "llama.cpp ggml-rpc", CommStyle::kRpcStar, 4, 2, 0.7, 0, 3, 512, true);
+    rpc.auto_expert = false;  // a layer split
+    m["llamacpp-rpc"] = rpc;
+    return m;
+  }();
   return t;
 }
 

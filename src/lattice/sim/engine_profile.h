@@ -14,7 +14,7 @@ namespace lattice::sim {
 
 enum class CommStyle : uint8_t {
   kLattice,  // coll::choose over coll/plan's schedules (landing zones where every link is shm)
-  kJaccl,    // MLX JACCL: one-shot all-reduce up to 32 KB, else reduce-scatter + all-gather ring
+  kJaccl,    // MLX JACCL: on a full mesh one round to every peer at every size, else its ring
   kRpcStar,  // llama.cpp RPC: the client drives every server with request/response round trips
 };
 
@@ -25,12 +25,19 @@ struct EngineProfile {
   double kv_elem_bytes = 4;      // bytes per KV cache element
   double decode_efficiency = 0.8;   // fraction of the read bandwidth decode reaches (machine's figure wins)
   double compute_efficiency = 0.5;  // fraction of compute_tflops prefill reaches
-  double sync_us = 0;            // per collective, per rank: the engine's own synchronisation
+  double sync_us = 0;            // per collective: the engine's own synchronisation (see sync_jitter)
+  // sync_us is the mean of what the slower of two ranks spends (a 2-rank figure); each rank's own
+  // cost per collective is drawn from an exponential distribution of mean sync_us / 1.5 (the
+  // expected larger of two such draws is 1.5 times their mean), so W ranks wait for the largest
+  // of W draws. false: every rank spends sync_us exactly.
+  bool sync_jitter = false;
   int rpc_round_trips = 0;       // kRpcStar: request/response exchanges per server per token
   uint32_t prefill_batch = 256;  // rows per prefill step
   // Shares weighted by the nodes' memory (lattice's planner, llama.cpp's default tensor split)
   // rather than equal (MLX's sharded layers).
   bool split_by_memory = true;
+  bool auto_expert = true;        // auto picks expert parallel for MoE models (lattice's plan rule)
+  bool replicate_output = false;  // the output matrix whole on every node under tensor parallel
 };
 
 Result<EngineProfile> engine_profile(const std::string& name);

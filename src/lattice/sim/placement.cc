@@ -1,5 +1,7 @@
 #include "lattice/sim/placement.h"
 
+#include <algorithm>
+
 #include "lattice/engine/model/hparams.h"
 #include "lattice/engine/parallel/pp.h"
 
@@ -30,19 +32,24 @@ std::string rs(engine::Range r) { return "[" + std::to_string(r.begin) + "," + s
 }  // namespace
 
 Result<Layout> place(const ModelShape& s, const std::vector<double>& mem, Mode mode, uint32_t n_ctx,
-                     double kv_elem_bytes, const std::vector<double>& split) {
+                     double kv_elem_bytes, const std::vector<double>& split, PlaceRules rules) {
   const int W = static_cast<int>(mem.size());
   if (W < 1) return InvalidArgument("sim: no nodes");
   if (mode == Mode::kExpert && !s.moe()) return InvalidArgument("sim: --parallel ep needs a mixture-of-experts model");
   Layout L;
-  if (mode == Mode::kAuto) {
-    // plan_placement's rule (engine/parallel/plan.cc): the heads tensor parallelism splits
-    // are the KV heads, or under MLA (one latent for every head) the query heads.
-    const uint32_t heads = s.kv_lora_rank ? s.n_head : s.n_head_kv;
-    const std::string what = s.kv_lora_rank ? " heads" : " KV heads";
-    mode = W <= static_cast<int>(heads) ? Mode::kTensor : Mode::kPipeline;
-    L.why = mode == Mode::kTensor ? "auto: tensor parallel (every node owns >= 1 of " + std::to_string(heads) + what + ")"
-                                  : "auto: pipeline (" + std::to_string(W) + " nodes > " + std::to_string(heads) + what +
+  // plan_placement's rule (engine/parallel/plan.cc): the heads tensor parallelism splits are
+  // the KV heads, or under MLA (one latent for every head) the query heads.
+  const uint32_t tp_heads = s.kv_lora_rank ? s.n_head : s.n_head_kv;
+  const std::string what = s.kv_lora_rank ? " heads" : " KV heads";
+  if (mode == Mode::kAuto && rules.auto_expert && s.moe() && W > 1 && W <= static_cast<int>(s.n_expert) &&
+      W <= static_cast<int>(tp_heads)) {
+    mode = Mode::kExpert;
+    L.why = "auto: expert parallel (" + std::to_string(s.n_expert) + " experts over " + std::to_string(W) +
+            " nodes by memory, attention tensor parallel)";
+  } else if (mode == Mode::kAuto) {
+    mode = W <= static_cast<int>(tp_heads) ? Mode::kTensor : Mode::kPipeline;
+    L.why = mode == Mode::kTensor ? "auto: tensor parallel (every node owns >= 1 of " + std::to_string(tp_heads) + what + ")"
+                                  : "auto: pipeline (" + std::to_string(W) + " nodes > " + std::to_string(tp_heads) + what +
                                         ")";
   } else {
     L.why = "--parallel " + std::string(to_string(mode));
@@ -85,22 +92,25 @@ Result<Layout> place(const ModelShape& s, const std::vector<double>& mem, Mode m
     hp.kv_lora_rank = s.kv_lora_rank;  // MLA: split by query heads
     hp.mla_v_dim = hp.head_dim_v;
     LATTICE_ASSIGN_OR_RETURN(engine::ShardLayout sl, engine::make_shard_layout(hp, 1, 1, W, split));
-    std::vector<engine::Range> experts;
-    if (mode == Mode::kExpert) experts = engine::split_units(s.n_expert, W, split);
+    if (mode == Mode::kExpert) L.expert_owner = engine::place_experts(s.n_expert, W, split);
+    const double latent = s.attn_latent_bytes;  // whole on every node
     for (int i = 0; i < W; ++i) {
       NodeShare n;
       n.layers = {0, s.n_layer};
       n.f_kv = s.kv_lora_rank ? double(sl.heads[i].size()) / s.n_head : double(sl.kv_heads[i].size()) / s.n_head_kv;
       const std::string heads = s.kv_lora_rank ? "heads " + rs(sl.heads[i]) : "kv heads " + rs(sl.kv_heads[i]);
       n.f_ff = double(sl.ff[i].size()) / hp.ffn_width();
-      n.f_vocab = double(sl.vocab[i].size()) / s.n_vocab;
+      n.f_vocab = rules.replicate_output ? 1.0 : double(sl.vocab[i].size()) / s.n_vocab;
       // Dense FFNs split by columns with the same share as the experts' columns.
       const double f_dense = s.n_ff ? n.f_ff : 0;
-      double w = s.attn_bytes * n.f_kv + s.dense_ffn_bytes * f_dense + s.router_bytes + s.output_bytes * n.f_vocab;
+      double w = latent + (s.attn_bytes - latent) * n.f_kv + s.dense_ffn_bytes * f_dense + s.router_bytes +
+                 s.output_bytes * n.f_vocab;
       if (mode == Mode::kExpert) {
-        n.experts = experts[i];
-        w += s.expert_bytes * double(n.experts.size()) / s.n_expert + s.shared_bytes * n.f_ff;
-        n.part = heads + " experts " + rs(n.experts);
+        n.experts = static_cast<uint32_t>(std::count(L.expert_owner.begin(), L.expert_owner.end(), i));
+        w += s.expert_bytes * double(n.experts) / s.n_expert + s.shared_bytes * n.f_ff;
+        // As plan_experts names it.
+        n.part = heads + " experts " + std::to_string(n.experts) + "/" + std::to_string(s.n_expert) + " vocab " +
+                 rs(sl.vocab[i]);
       } else {
         w += (s.expert_bytes + s.shared_bytes) * n.f_ff;
         n.part = heads + " ffn " + rs(sl.ff[i]) + " vocab " + rs(sl.vocab[i]);

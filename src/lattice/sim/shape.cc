@@ -81,7 +81,10 @@ Result<ModelShape> shape_from_gguf(const engine::GgufFile& file, const std::stri
     else if (has(n, "_shexp")) s.shared_bytes += b;
     else if (has(n, "ffn_gate_inp") || has(n, "exp_probs")) s.router_bytes += b;
     else if (has(n, ".ffn_")) s.dense_ffn_bytes += b;
-    else s.attn_bytes += b;  // attention matrices and every norm
+    else {
+      s.attn_bytes += b;  // attention matrices and every norm
+      if (has(n, ".attn_q_a") || has(n, ".attn_kv_a_")) s.attn_latent_bytes += b;  // incl. their norms
+    }
     if (t.n_dims >= 2) {
       bits += b * 8;
       params += static_cast<double>(t.n_elems);

@@ -24,6 +24,10 @@ struct ModelShape {
   uint32_t kv_lora_rank = 0, rope_dim = 0;  // MLA (deepseek2): the KV cache holds these per token
   // Bytes of each kind of weight over the whole model.
   double attn_bytes = 0;      // attention matrices (and norms), all layers
+  // Of attn_bytes, MLA's latent projections (attn_q_a, attn_kv_a_mqa and their norms): tensor
+  // parallel keeps them whole on every node (plan's node_weight_share; exo's sharding leaves
+  // q_a_proj and kv_a_proj_with_mqa unsharded too).
+  double attn_latent_bytes = 0;
   double dense_ffn_bytes = 0; // dense FFN matrices, all dense layers
   double expert_bytes = 0;    // routed experts, all layers, all experts
   double shared_bytes = 0;    // shared experts, all layers

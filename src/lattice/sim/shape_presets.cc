@@ -64,6 +64,9 @@ ModelShape from_dims(const std::string& name, const Dims& d) {
     attn = 2 * E * d.n_head * d.head_dim + 2 * E * d.n_head_kv * d.head_dim;
   }
   s.attn_bytes = d.n_layer * (attn * B + 2 * E * 4);  // + two f32 norms a layer
+  if (d.kv_lora)  // the latent projections and their two norms
+    s.attn_latent_bytes = d.n_layer * ((E * d.q_lora + E * (double(d.kv_lora) + d.qk_rope)) * B +
+                                       (double(d.q_lora) + d.kv_lora) * 4);
   const uint32_t n_moe = d.n_expert ? d.n_layer - d.n_dense : 0;
   const uint32_t n_dense = d.n_expert ? d.n_dense : d.n_layer;
   s.dense_ffn_bytes = n_dense * 3.0 * E * d.n_ff * B;

@@ -32,6 +32,7 @@ std::string phys_of(const std::string& address) {
 struct Collectives {
   const EngineProfile* profile = nullptr;
   bool rma = false;  // every cable has passive one-sided writes (shm): lattice's landing zones
+  std::mt19937* rng = nullptr;  // the engine's synchronisation draws (a fixed seed per simulation)
 
   // The plans of one collective (one per rank), how many times they run (sliced all-reduce), and
   // the name of the choice.
@@ -64,8 +65,9 @@ struct Collectives {
     Algorithm algo;
     size_t n = count;
     if (profile->comm == CommStyle::kJaccl) {
-      const bool small = count * elem_bytes <= 32 * 1024;
-      algo = op == CollOp::kAllReduce ? (small ? Algorithm::kOneShot : Algorithm::kTwoShot)
+      // JACCL's mesh (mlx/distributed/jaccl/mesh_impl.h): every rank posts its buffer to every
+      // peer and reduces the W-1 it receives, one round at every size (in pipelined chunks).
+      algo = op == CollOp::kAllReduce ? Algorithm::kOneShot
                                       : coll::plan::choose_algorithm(op, count * elem_bytes, W, false);
       s.name = std::string(coll::to_string(algo)) + " (jaccl)";
     } else {
@@ -99,7 +101,17 @@ struct Collectives {
     if (des.world() == 1) return Status::Ok();
     LATTICE_ASSIGN_OR_RETURN(Sched s, make(des, op, count, elem_bytes, root));
     if (name) *name = s.name;
-    for (int i = 0; i < s.repeat; ++i) LATTICE_RETURN_IF_ERROR(des.run(s.plans, elem_bytes, profile->sync_us, 10.0));
+    for (int i = 0; i < s.repeat; ++i) {
+      double sync = profile->sync_us;
+      if (profile->sync_jitter && sync > 0) {
+        // Each rank's own cost this time (engine_profile.h): the collective ends for everyone
+        // after the slowest rank's, so W ranks wait for the largest of W draws.
+        std::exponential_distribution<double> d(1.5 / sync);
+        for (int r = 0; r < des.world(); ++r) des.wait(r, d(*rng));
+        sync = 0;
+      }
+      LATTICE_RETURN_IF_ERROR(des.run(s.plans, elem_bytes, sync, 10.0));
+    }
     return Status::Ok();
   }
 };
@@ -127,7 +139,8 @@ class Runner {
   void attention(Des& des, int r, uint32_t l, const Step& st) const {
     const NodeShare& n = L_.nodes[r];
     const double f = L_.mode == Mode::kPipeline ? 1.0 : n.f_kv;
-    const double w = s_.attn_bytes / s_.n_layer * f;
+    // MLA's latent projections are whole on every node (placement.h).
+    const double w = (s_.attn_latent_bytes + (s_.attn_bytes - s_.attn_latent_bytes) * f) / s_.n_layer;
     const double kv = st.pos * s_.kv_elems_per_token_layer() * p_.kv_elem_bytes * st.seqs * (s_.kv_lora_rank ? 1.0 : f);
     const double flops = 2.0 * st.rows * w * 8 / s_.bits_per_weight + 4.0 * st.rows * st.pos * s_.n_head * f * s_.head_dim;
     (void)l;
@@ -177,8 +190,7 @@ class Runner {
         chosen[ids[k]] = 1;
       }
     }
-    for (size_t r = 0; r < L_.nodes.size(); ++r)
-      for (uint32_t e = L_.nodes[r].experts.begin; e < L_.nodes[r].experts.end; ++e) on[r] += chosen[e];
+    for (uint32_t e = 0; e < s_.n_expert && e < L_.expert_owner.size(); ++e) on[L_.expert_owner[e]] += chosen[e];
     return on;
   }
 
@@ -314,8 +326,11 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   }
   std::vector<double> mem(W);
   for (int r = 0; r < W; ++r) mem[r] = ranks[r].memory_bytes;
+  PlaceRules rules;
+  rules.auto_expert = prof.auto_expert;
+  rules.replicate_output = prof.replicate_output;
   LATTICE_ASSIGN_OR_RETURN(Layout L, place(shape, mem, o.mode, o.n_ctx, prof.kv_elem_bytes,
-                                           prof.split_by_memory ? mem : std::vector<double>{}));
+                                           prof.split_by_memory ? mem : std::vector<double>{}, rules));
   if (prof.comm == CommStyle::kRpcStar && L.mode != Mode::kPipeline && W > 1)
     return InvalidArgument("sim: the llamacpp-rpc engine runs a layer split: use --parallel pp");
   // Speeds. Ranks on one machine share its memory bandwidth and cores while they work at once
@@ -332,7 +347,8 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
     if (m.cores > 0) cf = std::min(1.0, double(std::min(o.threads, std::max(1, m.cores / share))) / m.cores);
     k.flops = m.compute_tflops * 1e12 * prof.compute_efficiency * sus * cf;
   }
-  Collectives coll{&prof, all_rma && !cables.empty()};
+  std::mt19937 sync_rng(2026);
+  Collectives coll{&prof, all_rma && !cables.empty(), &sync_rng};
   Runner run(shape, L, ranks, prof, coll);
 
   // Pipeline stages follow the route through the cables, as `run --parallel pp` places them.
