@@ -17,7 +17,8 @@ TEST(ShapePreset, PublishedSizes) {
   struct Case {
     const char* name;
     double total_params, active_params, bits;
-  } cases[] = {{"qwen3-235b-a22b-q8", 235e9, 22e9, 8.5}, {"deepseek-v3.1-q8", 671e9, 37e9, 8.5}};
+  } cases[] = {{"qwen3-235b-a22b-q8", 235e9, 22e9, 8.5}, {"deepseek-v3.1-q8", 671e9, 37e9, 8.5},
+               {"deepseek-v3.1-q4", 671e9, 37e9, 4.5}};
   for (const auto& c : cases) {
     auto s = shape_preset(c.name);
     ASSERT_TRUE(s.ok()) << s.status().to_string();
@@ -36,7 +37,7 @@ TEST(ShapePreset, UnknownNameListsThePresets) {
   auto s = shape_preset("qwen3-236b");
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("qwen3-235b-a22b-q8"), std::string::npos);
-  EXPECT_EQ(shape_preset_names().size(), 5u);
+  EXPECT_EQ(shape_preset_names().size(), 6u);
 }
 
 TEST(ShapePreset, ExpertFractionGrowsWithTheBatch) {

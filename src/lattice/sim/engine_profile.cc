@@ -46,6 +46,7 @@ const std::map<std::string, EngineProfile>& table() {
     mlx.sync_jitter = true;
     mlx.auto_expert = false;      // exo runs tensor parallel (auto_parallel.py)
     mlx.replicate_output = true;  // exo leaves lm_head unsharded
+    mlx.mla_expanded_cache = true;  // mlx-lm's deepseek_v3 caches k_nope|k_pe and v per head
     m["mlx"] = mlx;
     EngineProfile rpc = make("llamacpp-rpc", "llama.cpp ggml-rpc", CommStyle::kRpcStar, 4, 2, 0.7, 0, 3, 512, true);
     rpc.auto_expert = false;  // a layer split

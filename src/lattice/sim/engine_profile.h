@@ -38,6 +38,7 @@ struct EngineProfile {
   bool split_by_memory = true;
   bool auto_expert = true;        // auto picks expert parallel for MoE models (lattice's plan rule)
   bool replicate_output = false;  // the output matrix whole on every node under tensor parallel
+  bool mla_expanded_cache = false; // MLA's keys and values cached per head, not the latent
 };
 
 Result<EngineProfile> engine_profile(const std::string& name);

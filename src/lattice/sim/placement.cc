@@ -55,7 +55,7 @@ Result<Layout> place(const ModelShape& s, const std::vector<double>& mem, Mode m
     L.why = "--parallel " + std::string(to_string(mode));
   }
   L.mode = mode;
-  const double kv_tok_layer = s.kv_elems_per_token_layer() * kv_elem_bytes;
+  const double kv_tok_layer = s.kv_elems_per_token_layer(rules.mla_expanded_cache) * kv_elem_bytes;
   const double per_layer_attn = s.attn_bytes / s.n_layer;
   if (mode == Mode::kPipeline) {
     L.pp = W;
@@ -84,7 +84,7 @@ Result<Layout> place(const ModelShape& s, const std::vector<double>& mem, Mode m
     hp.n_head = s.n_head;
     hp.n_head_kv = s.n_head_kv;
     hp.head_dim = s.head_dim;
-    hp.head_dim_v = s.kv_lora_rank ? 128 : s.head_dim;
+    hp.head_dim_v = s.kv_lora_rank ? (s.v_head_dim ? s.v_head_dim : 128) : s.head_dim;
     hp.n_ff = s.n_ff ? s.n_ff : s.n_ff_exp;
     hp.n_expert = s.n_expert;
     hp.n_ff_exp = s.n_ff_exp;
@@ -117,7 +117,7 @@ Result<Layout> place(const ModelShape& s, const std::vector<double>& mem, Mode m
       }
       n.weight_bytes = w;
       // MLA caches one latent per token that every head reads: each node keeps all of it.
-      n.kv_bytes = kv_tok_layer * n_ctx * s.n_layer * (s.kv_lora_rank ? 1.0 : n.f_kv);
+      n.kv_bytes = kv_tok_layer * n_ctx * s.n_layer * (s.kv_split(rules.mla_expanded_cache) ? n.f_kv : 1.0);
       L.nodes.push_back(n);
     }
   }

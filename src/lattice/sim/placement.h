@@ -42,6 +42,7 @@ struct Layout {
 struct PlaceRules {
   bool auto_expert = true;      // auto picks expert parallel for MoE models (lattice's plan)
   bool replicate_output = false; // the output matrix whole on every node (exo: lm_head unsharded)
+  bool mla_expanded_cache = false; // MLA's keys and values cached per head (mlx-lm), split by heads
 };
 
 // `memory_bytes` per node; n_ctx tokens of KV cache at `kv_elem_bytes` a value.

@@ -16,7 +16,8 @@ double ModelShape::bytes_per_step(uint32_t batch) const {
 
 double ModelShape::active_params() const { return bytes_per_step(1) * 8.0 / bits_per_weight; }
 
-double ModelShape::kv_elems_per_token_layer() const {
+double ModelShape::kv_elems_per_token_layer(bool mla_expanded) const {
+  if (kv_lora_rank && mla_expanded) return double(n_head) * (head_dim + (v_head_dim ? v_head_dim : head_dim));
   if (kv_lora_rank) return double(kv_lora_rank) + rope_dim;
   return 2.0 * n_head_kv * head_dim;
 }
@@ -52,6 +53,10 @@ Result<ModelShape> shape_from_gguf(const engine::GgufFile& file, const std::stri
   if (s.n_layer == 0 || s.n_embd == 0 || s.n_head == 0 || s.n_head_kv == 0 || s.n_head % s.n_head_kv)
     return Corrupt(name + ": block_count, embedding_length and head counts must be positive, heads a multiple of KV heads");
   LATTICE_ASSIGN_OR_RETURN(s.head_dim, key_u32(md, arch, "attention.key_length", s.n_embd / s.n_head, false));
+  // MLA files written for the absorbed form carry the per-head widths under *_mla.
+  LATTICE_ASSIGN_OR_RETURN(s.v_head_dim, key_u32(md, arch, "attention.value_length", s.head_dim, false));
+  LATTICE_ASSIGN_OR_RETURN(uint32_t k_mla, key_u32(md, arch, "attention.key_length_mla", 0, false));
+  LATTICE_ASSIGN_OR_RETURN(uint32_t v_mla, key_u32(md, arch, "attention.value_length_mla", 0, false));
   LATTICE_ASSIGN_OR_RETURN(s.n_ff, key_u32(md, arch, "feed_forward_length", 0, false));
   LATTICE_ASSIGN_OR_RETURN(s.n_expert, key_u32(md, arch, "expert_count", 0, false));
   LATTICE_ASSIGN_OR_RETURN(s.n_expert_used, key_u32(md, arch, "expert_used_count", 0, false));
@@ -64,6 +69,8 @@ Result<ModelShape> shape_from_gguf(const engine::GgufFile& file, const std::stri
     return Corrupt(name + ": expert_used_count must be in 1..expert_count");
   if (s.n_dense_layers > s.n_layer) return Corrupt(name + ": leading_dense_block_count exceeds block_count");
   if (!s.kv_lora_rank) s.rope_dim = 0;
+  if (s.kv_lora_rank && k_mla) s.head_dim = k_mla;
+  if (s.kv_lora_rank && v_mla) s.v_head_dim = v_mla;
   // MLA: the cache holds one shared latent a token; tensor parallel splits the query heads (each
   // decompresses its own keys and values), whatever head_count_kv the converter wrote (1 or n_head).
   if (s.kv_lora_rank) s.n_head_kv = s.n_head;

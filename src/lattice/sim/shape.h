@@ -22,6 +22,7 @@ struct ModelShape {
   uint32_t n_dense_layers = 0;    // mixture of experts: leading layers with a dense FFN
   uint32_t n_expert = 0, n_expert_used = 0, n_expert_shared = 0, n_ff_exp = 0;
   uint32_t kv_lora_rank = 0, rope_dim = 0;  // MLA (deepseek2): the KV cache holds these per token
+  uint32_t v_head_dim = 0;        // a head's value width (0: head_dim); MLA's expanded cache uses it
   // Bytes of each kind of weight over the whole model.
   double attn_bytes = 0;      // attention matrices (and norms), all layers
   // Of attn_bytes, MLA's latent projections (attn_q_a, attn_kv_a_mqa and their norms): tensor
@@ -51,8 +52,11 @@ struct ModelShape {
   double active_params() const;
   double bits_per_weight = 16;  // average over the matrices (for FLOP counts only)
   // KV cache elements per token per layer (all heads): 2 x kv heads x head_dim, or MLA's
-  // kv_lora_rank + rope_dim.
-  double kv_elems_per_token_layer() const;
+  // kv_lora_rank + rope_dim; `mla_expanded`: an engine that caches MLA's keys and values per head
+  // after decompressing them (mlx-lm's deepseek_v3), n_head x (head_dim + v_head_dim).
+  double kv_elems_per_token_layer(bool mla_expanded = false) const;
+  // Whether tensor parallel splits that cache by heads (not MLA's one shared latent).
+  bool kv_split(bool mla_expanded = false) const { return !kv_lora_rank || mla_expanded; }
   // The elements of one token's hidden state (what tensor parallel all-reduces).
   double hidden_elems() const { return n_embd; }
 };

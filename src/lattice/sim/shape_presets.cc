@@ -9,6 +9,8 @@
 // deepseek-v3.1-q8     deepseek-ai/DeepSeek-V3.1 config.json: 61 layers (first 3 dense, width 18432),
 //                      hidden 7168, 128 heads, MLA (q_lora 1536, kv_lora 512, qk nope 128 + rope 64,
 //                      v 128), 256 experts (8 used) + 1 shared of width 2048, vocab 129280. 8-bit.
+// deepseek-v3.1-q4     the same at MLX 4-bit (4.5 bits a weight, about 378 GB): the quantization
+//                      that fits one 512 GB Mac Studio (docs/SIM.md, the published single-node run).
 // kimi-k2-thinking-q4  moonshotai/Kimi-K2-Thinking config.json: as DeepSeek V3 but 64 heads, 384
 //                      experts, 1 dense layer, vocab 163840. The release is natively INT4 (QAT,
 //                      group 32) in the routed experts and BF16 elsewhere (model card: "native INT4",
@@ -54,6 +56,7 @@ ModelShape from_dims(const std::string& name, const Dims& d) {
   s.n_ff_exp = d.n_ff_exp;
   s.kv_lora_rank = d.kv_lora;
   s.rope_dim = d.kv_lora ? d.qk_rope : 0;
+  s.v_head_dim = d.kv_lora ? d.v_dim : d.head_dim;
   const double E = d.n_embd, B = d.bits_other / 8, BE = d.bits_expert / 8;
   double attn;  // parameters per layer
   if (d.kv_lora) {
@@ -90,6 +93,9 @@ const std::map<std::string, Dims>& table() {
       {"deepseek-v3.1-q8",
        {"deepseek2", 61, 7168, 128, 128, 192, 129280, 18432, 3, 256, 8, 1, 2048, 1536, 512, 128, 64, 128, 8.5, 8.5,
         8.5, "deepseek-ai/DeepSeek-V3.1 config.json; 8-bit"}},
+      {"deepseek-v3.1-q4",
+       {"deepseek2", 61, 7168, 128, 128, 192, 129280, 18432, 3, 256, 8, 1, 2048, 1536, 512, 128, 64, 128, 4.5, 4.5,
+        4.5, "deepseek-ai/DeepSeek-V3.1 config.json; 4-bit"}},
       {"kimi-k2-thinking-q4",
        {"deepseek2", 61, 7168, 64, 64, 192, 163840, 18432, 1, 384, 8, 1, 2048, 1536, 512, 128, 64, 128, 4.5, 16, 16,
         "moonshotai/Kimi-K2-Thinking config.json and model card (native INT4 experts, BF16 elsewhere)"}},

@@ -141,7 +141,8 @@ class Runner {
     const double f = L_.mode == Mode::kPipeline ? 1.0 : n.f_kv;
     // MLA's latent projections are whole on every node (placement.h).
     const double w = (s_.attn_latent_bytes + (s_.attn_bytes - s_.attn_latent_bytes) * f) / s_.n_layer;
-    const double kv = st.pos * s_.kv_elems_per_token_layer() * p_.kv_elem_bytes * st.seqs * (s_.kv_lora_rank ? 1.0 : f);
+    const bool x = p_.mla_expanded_cache;
+    const double kv = st.pos * s_.kv_elems_per_token_layer(x) * p_.kv_elem_bytes * st.seqs * (s_.kv_split(x) ? f : 1.0);
     const double flops = 2.0 * st.rows * w * 8 / s_.bits_per_weight + 4.0 * st.rows * st.pos * s_.n_head * f * s_.head_dim;
     (void)l;
     work(des, r, ranks_[r], w + kv, flops);
@@ -329,6 +330,7 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   PlaceRules rules;
   rules.auto_expert = prof.auto_expert;
   rules.replicate_output = prof.replicate_output;
+  rules.mla_expanded_cache = prof.mla_expanded_cache;
   LATTICE_ASSIGN_OR_RETURN(Layout L, place(shape, mem, o.mode, o.n_ctx, prof.kv_elem_bytes,
                                            prof.split_by_memory ? mem : std::vector<double>{}, rules));
   if (prof.comm == CommStyle::kRpcStar && L.mode != Mode::kPipeline && W > 1)
