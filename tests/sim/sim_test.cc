@@ -147,6 +147,23 @@ TEST(Sim, FitFindsTheEfficiency) {
   EXPECT_FALSE(fit_decode_efficiency(s, t, o, 1, 1000).ok());
 }
 
+TEST(Sim, PrefillFitRecoversTheComputeEfficiency) {
+  auto t = mesh(1, "m3-ultra", "verbs", "tb5");
+  auto s = *shape_preset("llama-1.1b-q4");
+  SimOptions o;
+  o.prompt = 256;
+  o.prefill_efficiency = 0.3;
+  auto at = simulate(s, t, o);
+  ASSERT_TRUE(at.ok());
+  o.prefill_efficiency = 0.6;
+  EXPECT_GT(simulate(s, t, o)->prefill_tok_s, 1.5 * at->prefill_tok_s);  // compute-bound here
+  o.prefill_efficiency = 0;
+  auto e = fit_prefill_efficiency(s, t, o, 1, at->prefill_tok_s);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  EXPECT_NEAR(*e, 0.3, 1e-3);
+  EXPECT_FALSE(fit_prefill_efficiency(s, t, o, 1, 1e9).ok());
+}
+
 TEST(Sim, JsonHasTheDocumentedKeys) {
   auto r = sim("llama-1.1b-q4", mesh(2, "m4-pro", "verbs", "tb5"));
   auto j = to_json(r);

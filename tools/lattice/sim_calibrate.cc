@@ -2,7 +2,9 @@
 // (1 thread and all) and the engine's Q4_0 matmul throughput come from lattice/sim/calibrate;
 // the fabric figures from `lattice bench fabric` over shm and tcp (two processes of this binary);
 // with -m, the engine's decode efficiency from `lattice bench engine` on that model with one
-// thread: tok/s x bytes read per token / one thread's read bandwidth.
+// thread (tok/s x bytes read per token / one thread's read bandwidth) and its prefill efficiency:
+// the fraction of the measured matmul throughput with which the simulator, on this machine, predicts
+// the same bench's prefill of a 64-token prompt (sim::fit_prefill_efficiency).
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -10,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -18,8 +21,12 @@
 #include <nlohmann/json.hpp>
 
 #include "lattice/cluster/launcher.h"
+#include "lattice/cluster/topology.h"
+#include "lattice/engine/gguf/gguf.h"
 #include "lattice/sim/calibrate.h"
 #include "lattice/sim/machine.h"
+#include "lattice/sim/shape.h"
+#include "lattice/sim/sim.h"
 #include "sim_cli.h"
 
 namespace lattice::cli {
@@ -136,24 +143,62 @@ int run_calibrate(const CalibrateArgs& a) {
     std::printf("%s: %.2f us one way, %.2f GB/s\n", prov, l->latency_us, l->gbytes_s);
   }
   std::string src = "lattice sim --calibrate";
+  auto write = [&]() -> bool {
+    std::ofstream f(a.out);
+    f << sim::machine_to_json(m).dump(2) << "\n";
+    return static_cast<bool>(f);
+  };
+  constexpr int kPrompt = 64;
+  double prefill_tok_s = 0;
   if (!a.model.empty()) {
-    auto out = run_capture({cluster::self_exe(), "bench", "engine", "-m", a.model, "-p", "0", "-n", "32", "-t", "1", "-r",
-                            a.quick ? "2" : "3", "--json"},
+    auto out = run_capture({cluster::self_exe(), "bench", "engine", "-m", a.model, "-p", std::to_string(kPrompt), "-n",
+                            "32", "-t", "1", "-r", a.quick ? "2" : "3", "--json"},
                            600);
     if (!out.ok()) return fail(out.status().to_string());
     auto j = nlohmann::json::parse(*out, nullptr, false);
     if (j.is_discarded() || !j.is_array() || j.empty()) return fail("bench engine printed no JSON rows");
-    const double tok_s = j[0].value("decode_tok_s", 0.0), bytes = j[0].value("weight_bytes_per_token", 0.0);
+    double tok_s = 0, bytes = 0;
+    for (const auto& r : j) {
+      if (!r.is_object()) continue;
+      if (r.value("n_gen", 0) > 0 && r["decode_tok_s"].is_number()) {
+        tok_s = r["decode_tok_s"].get<double>();
+        bytes = r.value("weight_bytes_per_token", 0.0);
+      } else if (r.value("n_prompt", 0) > 0 && r["prefill_tok_s"].is_number()) {
+        prefill_tok_s = r["prefill_tok_s"].get<double>();
+      }
+    }
     if (tok_s <= 0 || bytes <= 0) return fail("bench engine gave no decode figure");
+    if (prefill_tok_s <= 0) return fail("bench engine gave no prefill figure");
     m.decode_efficiency = std::min(1.0, tok_s * bytes / 1e9 / m.core_bw_gbs);
     std::printf("engine decode on %s, 1 thread: %.1f tok/s x %.1f MB a token = %.1f GB/s: efficiency %.2f\n",
                 a.model.c_str(), tok_s, bytes / 1e6, tok_s * bytes / 1e9, m.decode_efficiency);
     src += " -m " + a.model;
   }
   m.source = src;
-  std::ofstream f(a.out);
-  f << sim::machine_to_json(m).dump(2) << "\n";
-  if (!f) return fail("cannot write " + a.out);
+  if (!write()) return fail("cannot write " + a.out);
+  if (prefill_tok_s > 0) {
+    // The simulator's own prefill model on this machine (the file just written), one host, one
+    // thread, fitted to the measured figure.
+    auto file = engine::GgufFile::open(a.model);
+    if (!file.ok()) return fail(file.status().to_string());
+    auto shape = sim::shape_from_gguf(**file, a.model);
+    if (!shape.ok()) return fail(shape.status().to_string());
+    const nlohmann::json tj = {{"version", 1},
+                               {"hosts", {{{"name", "here"}, {"address", "127.0.0.1"},
+                                           {"machine", std::filesystem::absolute(a.out).string()}}}}};
+    auto topo = cluster::parse_topology(tj.dump(), "calibration");
+    if (!topo.ok()) return fail(topo.status().to_string());
+    sim::SimOptions o;
+    o.prompt = kPrompt;
+    o.threads = 1;
+    o.decode_efficiency = m.decode_efficiency;
+    auto e = sim::fit_prefill_efficiency(*shape, *topo, o, 1, prefill_tok_s);
+    if (!e.ok()) return fail("prefill: " + e.status().to_string());
+    m.prefill_efficiency = std::min(1.0, *e);
+    std::printf("engine prefill of %d tokens, 1 thread: %.1f tok/s: efficiency %.2f of the matmul throughput\n", kPrompt,
+                prefill_tok_s, m.prefill_efficiency);
+    if (!write()) return fail("cannot write " + a.out);
+  }
   std::printf("wrote %s\n", a.out.c_str());
   return 0;
 }

@@ -3,13 +3,18 @@
 //  lattice       src/lattice/engine: activations and the KV cache are f32; tensor parallel all-reduces the
 //                hidden state twice a layer and gathers the argmax (engine/parallel/plan.cc); collectives
 //                are chosen by coll::choose. Its decode efficiency on a machine comes from `sim --calibrate`.
-//  mlx           MLX arrays in bf16 (2 bytes) for activations and the KV cache; JACCL all-reduce: one round
-//                up to 32 KB, else reduce-scatter + all-gather (ANCHORS.md, from MLX's source). sync_us: the
-//                per-all-reduce cost beyond the wire, derived from exo issue 2070 (two M5 Max, gpt-oss-120b,
-//                36 layers, 72 all-reduces a token): 89 tok/s on one node, 98 tok/s with pure MLX tensor
-//                parallel over RDMA, so 1/98 - 1/(2 x 89) = 4.58 ms over 72 all-reduces = 64 us each, of
-//                which the TB5 wire (4.5 us + 5.8 KB at 7.5 GB/s, plus posting) takes about 6: 58 us. A
-//                different machine and model from the figures the simulator is checked against.
+//  mlx           MLX + JACCL as exo 1.0 runs it. bf16 (2 bytes) activations and KV cache. exo's tensor parallel
+//                (exo auto_parallel.py at f8483cf, 19 Dec 2025) shards every layer equally and leaves lm_head,
+//                the routers and MLA's q_a / kv_a projections whole on every node; it does not run expert
+//                parallel. mlx-lm's deepseek_v3 (ede65a1) caches MLA's keys and values per head. JACCL's mesh
+//                all-reduce (mlx/distributed/jaccl/mesh_impl.h) is one round to every peer at every size.
+//                sync_us: the per-all-reduce cost beyond the wire at two ranks, derived from exo issue 2070
+//                (two M5 Max, gpt-oss-120b, 36 layers, 72 all-reduces a token): 89 tok/s on one node, 98 tok/s
+//                with pure MLX tensor parallel over RDMA, so 1/98 - 1/(2 x 89) = 4.58 ms over 72 all-reduces =
+//                64 us each, of which the TB5 wire (4.5 us + 5.8 KB at 7.5 GB/s, plus posting) takes about 6:
+//                58 us. A different machine and model from the figures the simulator is checked against.
+//                sync_jitter: each rank's cost is an exponential draw (an assumption) of mean 58 / 1.5, so the
+//                slowest of two averages 58 us and the slowest of W grows as the harmonic number H_W.
 //  llamacpp-rpc  ggml-rpc (llama.cpp ggml/src/ggml-rpc): the client sends a server its inputs
 //                (SET_TENSOR), runs its part of the graph (GRAPH_COMPUTE) and reads the result back
 //                (GET_TENSOR): three request/response exchanges per server per token, one after the

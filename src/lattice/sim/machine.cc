@@ -31,7 +31,7 @@ Result<double> num(const nlohmann::json& j, const char* key, bool required, doub
 Result<Machine> machine_from_json(const nlohmann::json& j, const std::string& source) {
   if (!j.is_object()) return InvalidArgument(source + ": a machine file holds one JSON object");
   static const char* known[] = {"name", "source", "mem_bw_gbs", "core_bw_gbs", "cores", "compute_tflops", "memory_gb",
-                                "decode_efficiency", "power_load_w", "power_idle_w", "throttles", "sustained_factor",
+                                "decode_efficiency", "prefill_efficiency", "power_load_w", "power_idle_w", "throttles", "sustained_factor",
                                 "tb5_ports", "tb5_controllers", "links", "measured", "comment"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return it.key() == k; }) == std::end(known))
@@ -49,6 +49,8 @@ Result<Machine> machine_from_json(const nlohmann::json& j, const std::string& so
   m.cores = static_cast<int>(cores);
   LATTICE_ASSIGN_OR_RETURN(m.decode_efficiency, num(j, "decode_efficiency", false, 0, source));
   if (m.decode_efficiency > 1) return InvalidArgument(source + ": decode_efficiency is a fraction in (0, 1]");
+  LATTICE_ASSIGN_OR_RETURN(m.prefill_efficiency, num(j, "prefill_efficiency", false, 0, source));
+  if (m.prefill_efficiency > 1) return InvalidArgument(source + ": prefill_efficiency is a fraction in (0, 1]");
   LATTICE_ASSIGN_OR_RETURN(m.power_load_w, num(j, "power_load_w", false, 0, source));
   LATTICE_ASSIGN_OR_RETURN(m.power_idle_w, num(j, "power_idle_w", false, 0, source));
   LATTICE_ASSIGN_OR_RETURN(m.sustained_factor, num(j, "sustained_factor", false, 1, source));
@@ -80,6 +82,7 @@ nlohmann::json machine_to_json(const Machine& m) {
                       {"compute_tflops", m.compute_tflops},
                       {"memory_gb", m.memory_gb},
                       {"decode_efficiency", m.decode_efficiency},
+                      {"prefill_efficiency", m.prefill_efficiency},
                       {"power_load_w", m.power_load_w},
                       {"power_idle_w", m.power_idle_w},
                       {"throttles", m.throttles},

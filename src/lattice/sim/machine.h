@@ -31,6 +31,9 @@ struct Machine {
   // Fraction of mem_bw_gbs an engine reaches in decode, calibrated from a one-node figure (0: the
   // engine profile's default).
   double decode_efficiency = 0;
+  // Fraction of compute_tflops an engine reaches in prefill, calibrated from a one-node prefill
+  // figure (`sim --calibrate -m`; 0: the engine profile's default).
+  double prefill_efficiency = 0;
   double power_load_w = 0;     // drawn while decoding
   double power_idle_w = 0;
   bool throttles = false;      // sustained load lowers its clocks (laptops)

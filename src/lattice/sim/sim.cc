@@ -347,7 +347,9 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
     k.read_gbs = m.read_gbs(o.threads, share) * eff * sus;
     double cf = 1.0 / share;
     if (m.cores > 0) cf = std::min(1.0, double(std::min(o.threads, std::max(1, m.cores / share))) / m.cores);
-    k.flops = m.compute_tflops * 1e12 * prof.compute_efficiency * sus * cf;
+    const double ceff = o.prefill_efficiency > 0 ? o.prefill_efficiency
+                        : m.prefill_efficiency > 0 ? m.prefill_efficiency : prof.compute_efficiency;
+    k.flops = m.compute_tflops * 1e12 * ceff * sus * cf;
   }
   std::mt19937 sync_rng(2026);
   Collectives coll{&prof, all_rma && !cables.empty(), &sync_rng};
@@ -444,22 +446,45 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   return R;
 }
 
-Result<double> fit_decode_efficiency(const ModelShape& shape, const cluster::Topology& topo, SimOptions o,
-                                     int fit_hosts, double tok_s) {
+namespace {
+
+// Bisection over (0, 1] of the efficiency `set` writes into the options, for `measure` of the
+// result to reach tok_s at fit_hosts hosts.
+template <typename Set, typename Measure>
+Result<double> fit_efficiency(const ModelShape& shape, const cluster::Topology& topo, SimOptions o, int fit_hosts,
+                              double tok_s, const char* what, Set set, Measure measure) {
   if (tok_s <= 0) return InvalidArgument("sim: the figure to fit must be positive");
   o.hosts = fit_hosts;
   double lo = 1e-3, hi = 1.0;
-  o.decode_efficiency = hi;
+  set(o, hi);
   LATTICE_ASSIGN_OR_RETURN(SimResult top, simulate(shape, topo, o));
-  if (top.decode_tok_s < tok_s)
-    return InvalidArgument("sim: even at full bandwidth the model predicts " + std::to_string(top.decode_tok_s) +
-                           " tok/s at " + std::to_string(fit_hosts) + " hosts, below " + std::to_string(tok_s));
+  if (measure(top) < tok_s)
+    return InvalidArgument(std::string("sim: even at full ") + what + " the model predicts " +
+                           std::to_string(measure(top)) + " tok/s at " + std::to_string(fit_hosts) + " hosts, below " +
+                           std::to_string(tok_s));
   for (int i = 0; i < 40; ++i) {
-    o.decode_efficiency = (lo + hi) / 2;
+    const double mid = (lo + hi) / 2;
+    set(o, mid);
     LATTICE_ASSIGN_OR_RETURN(SimResult r, simulate(shape, topo, o));
-    (r.decode_tok_s < tok_s ? lo : hi) = o.decode_efficiency;
+    (measure(r) < tok_s ? lo : hi) = mid;
   }
   return (lo + hi) / 2;
+}
+
+}  // namespace
+
+Result<double> fit_decode_efficiency(const ModelShape& shape, const cluster::Topology& topo, SimOptions o,
+                                     int fit_hosts, double tok_s) {
+  return fit_efficiency(
+      shape, topo, o, fit_hosts, tok_s, "bandwidth", [](SimOptions& x, double e) { x.decode_efficiency = e; },
+      [](const SimResult& r) { return r.decode_tok_s; });
+}
+
+Result<double> fit_prefill_efficiency(const ModelShape& shape, const cluster::Topology& topo, SimOptions o,
+                                      int fit_hosts, double tok_s) {
+  return fit_efficiency(
+      shape, topo, o, fit_hosts, tok_s, "compute", [](SimOptions& x, double e) { x.prefill_efficiency = e; },
+      [](const SimResult& r) { return r.prefill_tok_s; });
 }
 
 }  // namespace lattice::sim

@@ -34,6 +34,7 @@ struct SimOptions {
   std::string default_machine; // for hosts without "machine" (empty: an error names the host)
   std::string base_dir;        // where relative machine files are looked up
   double decode_efficiency = 0;  // > 0: overrides every machine's and the engine's figure
+  double prefill_efficiency = 0; // > 0: the same for the fraction of compute prefill reaches
 };
 
 struct NodeResult {
@@ -74,6 +75,13 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
 // (0, 1]; kInvalidArgument when even 1.0 falls short.
 Result<double> fit_decode_efficiency(const ModelShape& shape, const cluster::Topology& topo, SimOptions options,
                                      int fit_hosts, double tok_s);
+
+// The prefill efficiency (fraction of compute_tflops, shared by every node) with which `simulate`
+// at `fit_hosts` hosts predicts `tok_s` of prefill over options.prompt tokens: calibrating prefill
+// on a measured one-node figure. kInvalidArgument when even 1.0 falls short (prefill bound by
+// reads or links there).
+Result<double> fit_prefill_efficiency(const ModelShape& shape, const cluster::Topology& topo, SimOptions options,
+                                      int fit_hosts, double tok_s);
 
 nlohmann::json to_json(const SimResult& r);
 std::string render_text(const SimResult& r);
