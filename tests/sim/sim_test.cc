@@ -147,6 +147,28 @@ TEST(Sim, FitFindsTheEfficiency) {
   EXPECT_FALSE(fit_decode_efficiency(s, t, o, 1, 1000).ok());
 }
 
+TEST(Sim, MlxRanksWaitForTheSlowestOfTheirSynchronisations) {
+  // Qwen3: 94 layers, two all-reduces each and the token's gather: 189 collectives a token. Each
+  // rank's own cost is an exponential draw of mean 58 / 1.5 us; every rank waits for the largest
+  // of W: 58 us on average at two ranks, 58 / 1.5 x (1 + 1/2 + 1/3 + 1/4) = 80.6 us at four.
+  auto s = *shape_preset("qwen3-235b-a22b-q8");
+  SimOptions o;
+  o.engine = "mlx";
+  o.mode = Mode::kTensor;
+  auto per_collective = [&](int n) {
+    auto r = simulate(s, mesh(n, "m3-ultra", "verbs", "tb5"), o);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    return r.ok() ? r->token.sync_us / 189 : 0.0;
+  };
+  const double two = per_collective(2), four = per_collective(4);
+  EXPECT_NEAR(two, 58, 58 * 0.15);
+  EXPECT_NEAR(four, 80.6, 80.6 * 0.15);
+  EXPECT_NEAR(four / two, 80.6 / 58, 0.15);
+  // The lattice engine has no such cost.
+  o.engine = "lattice";
+  EXPECT_LT(per_collective(4), 10);
+}
+
 TEST(Sim, PrefillFitRecoversTheComputeEfficiency) {
   auto t = mesh(1, "m3-ultra", "verbs", "tb5");
   auto s = *shape_preset("llama-1.1b-q4");
