@@ -41,6 +41,17 @@ TEST(Published, QwenOverRdmaTwoNodesFromOne) {
   EXPECT_NEAR(p / 26.2, 1.0, 0.15) << p;
 }
 
+TEST(Published, ExoFourNodesFromTheSmallestCount) {
+  // Nothing is fitted at 4 nodes: the unsharded tensors and the slowest of four ranks at every
+  // all-reduce (docs/SIM.md) carry the prediction from the calibration point.
+  const double q2 = predict("qwen3-235b-a22b-q8", "4x-m3-ultra-tb5.json", "mlx", Mode::kTensor, 2, 19.5, 1);
+  const double q4 = predict("qwen3-235b-a22b-q8", "4x-m3-ultra-tb5.json", "mlx", Mode::kTensor, 4, 19.5, 1);
+  EXPECT_NEAR(q4 / 31.9, 1.0, 0.15) << q4;
+  EXPECT_NEAR((q4 / q2) / (31.9 / 26.2), 1.0, 0.15) << q2 << " " << q4;
+  const double k4 = predict("kimi-k2-thinking-q4", "4x-m3-ultra-tb5.json", "mlx", Mode::kTensor, 4, 21.6, 2);
+  EXPECT_NEAR(k4 / 28.3, 1.0, 0.15) << k4;
+}
+
 TEST(Published, LlamaCppOverTcpRatio) {
   const double p2 = predict("qwen3-235b-a22b-q8", "4x-m3-ultra-tcp.json", "llamacpp-rpc", Mode::kPipeline, 2, 20.4, 1);
   const double p4 = predict("qwen3-235b-a22b-q8", "4x-m3-ultra-tcp.json", "llamacpp-rpc", Mode::kPipeline, 4, 20.4, 1);
