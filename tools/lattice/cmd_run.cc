@@ -25,8 +25,8 @@ int fail(const std::string& msg) {
 }
 
 int run(const RunArgs& a) {
-  if (a.discover && a.nodes > 0) return fail("--discover finds the hosts: no --nodes");
-  if (a.nodes > 0 || a.demo || a.discover || under_cluster_launcher()) return run_distributed(a);
+  if (a.discover.on && a.nodes > 0) return fail("--discover finds the hosts: no --nodes");
+  if (a.nodes > 0 || a.demo || a.discover.on || under_cluster_launcher()) return run_distributed(a);
   if (a.model.empty()) return fail("-m is required");
   if (a.deadline_s != 0) return fail("--deadline-s bounds a --nodes job (under lattice launch: launch --deadline-s)");
   if (a.n_predict < 0) return fail("-n must be >= 0");
@@ -122,13 +122,8 @@ Registrar run_cmd{{"run", "generate text from a GGUF model (llama, qwen2, qwen3,
                      app.add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-generation tokens");
                      app.add_flag("--no-pack", a->no_pack, "use every weight in place from the mapping (no repacking)");
                      app.add_option("--nodes", a->nodes, "tensor parallel over N local ranks (processes); -t is per rank");
-                     app.add_flag("--discover", a->discover,
-                                  "one rank per host found on the network (lattice discover), links measured (instead of --nodes)");
-                     app.add_option("--secret-file", a->secret_file, "with --discover: the cluster secret (same path on every host)");
-                     app.add_option("--remote", a->remote, "with --discover: how to start a rank on a host ({host} {ssh} {rank} {cmd})")
-                         ->capture_default_str();
-                     app.add_option("--expect", a->expect, "with --discover: stop browsing once N hosts are found; fewer is an error");
-                     app.add_option("--discover-out", a->discover_out, "with --discover: where the measured topology goes");
+                     add_discover_flags(app, a->discover, "--nodes");
+                     add_discover_host_flags(app, a->discover);
                      app.add_option("--provider", a->provider, "with --nodes: shm or tcp")->capture_default_str();
                      app.add_option("--parallel", a->parallel, "with --nodes: tp (tensor), pp (pipeline), ep (experts over ranks, the rest tensor) or auto (ep for mixture-of-experts files)")
                          ->capture_default_str();

@@ -209,24 +209,16 @@ int launch_local(RunArgs a) {
 
 // --discover: the same job, one rank per discovered host (cluster/hostfile_job.h).
 int launch_discovered(RunArgs a) {
-  if (a.secret_file.empty()) return fail("--discover needs --secret-file (the same file on every host)");
-  if (a.expect < 0 || a.expect > 1024) return fail("--expect must be in 0..1024");
-  if (std::string e = check_args(a, a.expect); !e.empty()) return fail(e);
-  a.parallel = resolve_parallel(a, std::max(1, a.expect));
+  if (std::string e = check_discover_flags(a.discover); !e.empty()) return fail(e);
+  if (std::string e = check_args(a, a.discover.expect); !e.empty()) return fail(e);
+  a.parallel = resolve_parallel(a, std::max(1, a.discover.expect));
   if (!a.seed_set) a.seed = static_cast<uint64_t>(std::random_device{}()), a.seed_set = true;
   cluster::HostfileJob job;
-  job.secret_file = a.secret_file;
-  job.remote = a.remote;
   job.argv = {cluster::self_exe(), "run"};
   job.env = {{kRunJobEnv, run_job_to_json(a).dump()}};
   job.launch.prefix = false;
   job.launch.keep_going = a.recover;
-  cluster::DiscoverJob d;
-  d.topology_out = a.discover_out;
-  d.expect = a.expect;
-  std::string report;
-  auto code = cluster::run_discovered_job(d, std::move(job), &report);
-  if (!report.empty()) std::fprintf(stderr, "lattice run: --discover: %s\n", report.c_str());
+  auto code = run_on_discovered_hosts(a.discover, std::move(job), "run");
   if (!code.ok()) return fail(code.status().to_string());
   return *code;
 }
@@ -434,7 +426,7 @@ int run_distributed(RunArgs a) {
   if (a.prompt.empty()) return fail("the prompt (-p) is empty");
   if (!std::filesystem::exists(a.model)) return fail("no such model file: " + a.model);
   a.model = std::filesystem::absolute(a.model).string();
-  if (a.discover) return launch_discovered(std::move(a));
+  if (a.discover.on) return launch_discovered(std::move(a));
   return launch_local(std::move(a));
 }
 

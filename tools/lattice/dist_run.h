@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "discover_flags.h"
 #include "lattice/engine/sampler/sampler.h"
 
 namespace lattice::cli {
@@ -38,10 +39,8 @@ struct RunArgs {
   bool recover = true;
   std::string inject_fault;  // "RANK@TOKEN": that rank SIGKILLs itself after TOKEN tokens (demos, tests)
   // --discover: find the hosts (cluster/discover_topology.h) and run one rank on each through
-  // `remote`, instead of local ranks; the secret file must be at the same path on every host.
-  bool discover = false;
-  std::string secret_file, discover_out, remote = "ssh {ssh} {cmd}";
-  int expect = 0;
+  // the remote template, instead of local ranks.
+  DiscoverFlags discover;
 };
 
 // "RANK@N[:kill|:stop]" (empty: no fault) into the rank, the token or step N, and the signal
