@@ -17,28 +17,15 @@
 #include "lattice/engine/model/model.h"
 #include "lattice/engine/runtime/generator.h"
 #include "lattice/engine/tokenizer/from_gguf.h"
+#include "parallel_testlib.h"
 
 namespace lattice::engine {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Ran {
-  int exit_code = -1;
-  std::string out;
-};
-Ran run(const std::string& args, const std::string& env = "") {
-  Ran r;
-  const std::string cmd = env + (env.empty() ? "" : " ") + std::string(LATTICE_BINARY_DIR) + "/lattice " + args + " 2>/dev/null";
-  if (FILE* p = ::popen(cmd.c_str(), "r")) {
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-    const int st = ::pclose(p);
-    r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  }
-  return r;
-}
+using testing::Ran;
+Ran run(const std::string& args, const std::string& env = "") { return testing::run_lattice(args, false, env); }
 
 class EngineCliProcess : public ::testing::Test {
  protected:

@@ -106,33 +106,7 @@ TEST(RouterGeneral, AFullyMaskedGroupIsNeverChosen) {
   EXPECT_EQ(r2.ids, (std::vector<uint32_t>{4, 5, 6}));  // group 1 (-4.5 + -4.5) beats group 0 (0.5 + -inf)
 }
 
-MakeModelOptions ds(const std::string& type) {
-  MakeModelOptions o;
-  o.arch = "deepseek2";
-  o.dim = 256;
-  o.layers = 3;
-  o.heads = 4;
-  o.ffn = 512;
-  o.vocab = 512;
-  o.q_lora = 64;
-  o.kv_lora = 64;
-  o.rope_dim = 16;
-  o.nope_dim = 32;
-  o.v_dim = 32;
-  o.experts = 8;
-  o.experts_used = 2;
-  o.expert_groups = 4;
-  o.groups_used = 2;
-  o.shared_experts = 1;
-  o.dense_layers = 1;
-  o.expert_ffn = 128;
-  o.rope_scale = 4;  // YaRN
-  o.type = type;
-  o.pure = true;
-  o.seed = 9;
-  o.threads = 1;
-  return o;
-}
+MakeModelOptions ds(const std::string& type) { return testing::small_deepseek2_options(type); }
 
 TEST(Deepseek2, HyperParametersAsLlamaCppReadsThem) {
   auto mm = testing::make_mem_model(ds("f32"));
@@ -302,7 +276,7 @@ TEST_P(Deepseek2LlamaCpp, GreedyTextAgrees) {
   auto m = Model::load(path);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   EXPECT_EQ((*m)->hparams().mla_split_kv_b, !v.fused_kv_b);
-  const auto ours = testing::session_greedy(**m, kPrompt, 32);
+  const auto ours = testing::greedy_tokens(**m, kPrompt, 32);
   auto oracle = testing::oracle_greedy(path, kPrompt, 32);
   ASSERT_TRUE(oracle.ok()) << oracle.status().to_string();
   const std::vector<int32_t>& theirs = *oracle;
@@ -354,7 +328,7 @@ TEST(Deepseek2GgufPyLlamaCpp, AFileWrittenByGgufPyAgreesWithLlamaCpp) {
   auto m = Model::load(path);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   const std::vector<int32_t> prompt = {104, 101, 108, 108, 111, 32, 116, 104, 101, 114, 101};  // "hello there"
-  const auto ours = testing::session_greedy(**m, prompt, 32);
+  const auto ours = testing::greedy_tokens(**m, prompt, 32);
   auto theirs = testing::oracle_greedy(path, prompt, 32);
   ASSERT_TRUE(theirs.ok()) << theirs.status().to_string();
   EXPECT_EQ(*theirs, ours);

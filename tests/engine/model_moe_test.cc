@@ -51,25 +51,7 @@ TEST(Router, TopKWithTiesToTheLowestIdRenormalizedAndScaled) {
   EXPECT_NEAR(w[2], 2.5 * 1.0 / z, 1e-5);
 }
 
-MakeModelOptions moe(const std::string& arch, const std::string& type) {
-  MakeModelOptions o;
-  o.arch = arch;
-  o.dim = 256;
-  o.layers = 2;
-  o.heads = 4;
-  o.kv_heads = 2;
-  if (arch == "qwen3moe") o.head_dim = 64;
-  o.ffn = arch == "qwen3moe" ? 512 : 256;
-  o.experts = 8;
-  o.experts_used = 2;
-  o.expert_ffn = arch == "qwen3moe" ? 128 : 0;
-  o.vocab = 512;
-  o.type = type;
-  o.pure = true;
-  o.seed = 9;
-  o.threads = 1;
-  return o;
-}
+MakeModelOptions moe(const std::string& arch, const std::string& type) { return testing::small_moe_options(arch, type); }
 
 struct TempDir {
   fs::path dir = fs::temp_directory_path() / ("lattice-moe-test-" + std::to_string(::getpid()));
@@ -90,7 +72,7 @@ std::string file_of(const MakeModelOptions& o) {
 
 const std::vector<int32_t> kPrompt = {257, 306, 111, 393, 286};
 
-std::vector<int32_t> greedy_tokens(const Model& m, int n) { return testing::session_greedy(m, kPrompt, n); }
+std::vector<int32_t> greedy_tokens(const Model& m, int n) { return testing::greedy_tokens(m, kPrompt, n); }
 
 class MoeLlamaCpp : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
 

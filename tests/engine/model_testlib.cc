@@ -36,6 +36,54 @@ MemModel make_mem_model(const MakeModelOptions& options, const LoadOptions& load
   return m;
 }
 
+MakeModelOptions small_moe_options(const std::string& arch, const std::string& type) {
+  MakeModelOptions o;
+  o.arch = arch;
+  o.dim = 256;
+  o.layers = 2;
+  o.heads = 4;
+  o.kv_heads = 2;
+  if (arch == "qwen3moe") o.head_dim = 64;
+  o.ffn = arch == "qwen3moe" ? 512 : 256;
+  o.experts = 8;
+  o.experts_used = 2;
+  o.expert_ffn = arch == "qwen3moe" ? 128 : 0;
+  o.vocab = 512;
+  o.type = type;
+  o.pure = true;
+  o.seed = 9;
+  o.threads = 1;
+  return o;
+}
+
+MakeModelOptions small_deepseek2_options(const std::string& type) {
+  MakeModelOptions o;
+  o.arch = "deepseek2";
+  o.dim = 256;
+  o.layers = 3;
+  o.heads = 4;
+  o.ffn = 512;
+  o.vocab = 512;
+  o.q_lora = 64;
+  o.kv_lora = 64;
+  o.rope_dim = 16;
+  o.nope_dim = 32;
+  o.v_dim = 32;
+  o.experts = 8;
+  o.experts_used = 2;
+  o.expert_groups = 4;
+  o.groups_used = 2;
+  o.shared_experts = 1;
+  o.dense_layers = 1;
+  o.expert_ffn = 128;
+  o.rope_scale = 4;  // YaRN
+  o.type = type;
+  o.pure = true;
+  o.seed = 9;
+  o.threads = 1;
+  return o;
+}
+
 namespace {
 // A tensor of the file, dequantized to doubles (row-major, ne[0] contiguous).
 std::vector<double> load(const GgufFile& f, const std::string& name) {

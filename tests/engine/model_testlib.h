@@ -30,6 +30,14 @@ struct RefOutput {
 };
 RefOutput reference_forward(const Model& model, std::span<const int32_t> tokens);
 
+// The small mixtures of experts the model and parallel tests share (F32 unless `type`; tests
+// adjust seeds, vocabularies and layers). qwen3moe / Mixtral (llama with ffn_*_exps): 2 layers,
+// dim 256, 4 heads and 2 KV heads, 8 experts of which 2 a token. deepseek2: 3 layers, 4 heads,
+// q lora 64, kv lora 64, rope 16, nope 32, v 32, 8 experts of 128 in 4 groups (2 used), one
+// shared expert, one leading dense block, YaRN factor 4.
+MakeModelOptions small_moe_options(const std::string& arch, const std::string& type = "f32");
+MakeModelOptions small_deepseek2_options(const std::string& type = "f32");
+
 // The golden models (tests/engine/golden_greedy.json): their make-model options, prompt and
 // number of greedy steps, shared by the golden test and its llama.cpp cross-check.
 MakeModelOptions golden_model_options(const std::string& arch, const std::string& type);

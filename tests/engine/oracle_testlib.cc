@@ -169,8 +169,4 @@ Result<std::vector<int32_t>> oracle_greedy(const std::string& path, const std::v
   return j["tokens"].get<std::vector<int32_t>>();
 }
 
-std::vector<int32_t> session_greedy(const Model& m, const std::vector<int32_t>& prompt, int n) {
-  return greedy_tokens(m, prompt, n);
-}
-
 }  // namespace lattice::engine::testing

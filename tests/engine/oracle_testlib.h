@@ -45,10 +45,9 @@ std::vector<int32_t> spread_prompt(uint32_t n_vocab);
 void expect_same_text_prefix(const Model& model, const std::vector<int32_t>& prompt, const std::vector<int32_t>& ours,
                              const std::vector<int32_t>& theirs, size_t n_bytes, double tie, const std::string& label);
 
-// Shorthands of the above for the deepseek2 tests: whether the oracle can run, llama.cpp's n
-// greedy tokens after `prompt` (an error with the oracle's output), lattice's.
+// Shorthands of the above: whether the oracle can run, llama.cpp's n greedy tokens after
+// `prompt` (an error with the oracle's output); lattice's are greedy_tokens().
 bool oracle_available();
 Result<std::vector<int32_t>> oracle_greedy(const std::string& path, const std::vector<int32_t>& prompt, int n);
-std::vector<int32_t> session_greedy(const Model& m, const std::vector<int32_t>& prompt, int n);
 
 }  // namespace lattice::engine::testing

@@ -7,12 +7,9 @@
 // A rank holds only its heads and columns (the latent projections and routers on every
 // rank), the head split follows attn_output's blocks, and `plan` counts MLA shards.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <thread>
 
 #include "../require.h"
 #include "lattice/cluster/group.h"
@@ -24,20 +21,12 @@
 #include "lattice/engine/runtime/forward.h"
 #include "lattice/engine/runtime/session.h"
 #include "model_testlib.h"
+#include "parallel_testlib.h"
 
 namespace lattice::engine {
 namespace {
 
-namespace fs = std::filesystem;
-
-struct TempDir {
-  fs::path dir = fs::temp_directory_path() / ("lattice-ds2-par-test-" + std::to_string(::getpid()));
-  TempDir() { fs::create_directories(dir); }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-} temp;
+const testing::TempDir temp("lattice-ds2-par-test");
 
 struct Layout {
   bool fused_kv_b = false, fused_gate_up = false;
@@ -48,71 +37,22 @@ struct Layout {
 // 4 heads, a q lora (or a plain attn_q), 8 experts in 4 groups (2 used, 2 a token), one
 // shared expert, one leading dense block, YaRN: the single-node test's shape.
 std::string ds_file(const Layout& lay) {
-  const std::string path = (temp.dir / ("ds2-" + lay.type + (lay.fused_kv_b ? "-kvb" : "") +
-                                        (lay.fused_gate_up ? "-gu" : "") + "-q" + std::to_string(lay.q_lora) + ".gguf"))
-                               .string();
-  if (fs::exists(path)) return path;
-  MakeModelOptions o;
-  o.arch = "deepseek2";
-  o.dim = 256;
-  o.layers = 3;
-  o.heads = 4;
-  o.ffn = 512;
-  o.vocab = 512;
+  MakeModelOptions o = testing::small_deepseek2_options(lay.type);
   o.q_lora = lay.q_lora;
-  o.kv_lora = 64;
-  o.rope_dim = 16;
-  o.nope_dim = 32;
-  o.v_dim = 32;
-  o.experts = 8;
-  o.experts_used = 2;
-  o.expert_groups = 4;
-  o.groups_used = 2;
-  o.shared_experts = 1;
-  o.dense_layers = 1;
-  o.expert_ffn = 128;
-  o.rope_scale = 4;
   o.fused_kv_b = lay.fused_kv_b;
   o.fused_gate_up = lay.fused_gate_up;
-  o.type = lay.type;
-  o.pure = true;
-  o.seed = 9;
-  o.threads = 1;
-  auto r = make_model(o, path);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return path;
+  return testing::cached_model(temp.file("ds2-" + lay.type + (lay.fused_kv_b ? "-kvb" : "") + (lay.fused_gate_up ? "-gu" : "") +
+                                         "-q" + std::to_string(lay.q_lora) + ".gguf"),
+                               o);
 }
 
 const std::vector<int32_t> kPrompt = {104, 101, 108, 108, 111, 32, 116, 104, 101, 114, 101};
 
 LoadOptions shard(int r, int world, bool ep, std::vector<double> weights = {}) {
-  LoadOptions lo;
-  lo.shard.rank = r;
-  lo.shard.world = world;
-  lo.shard.weights = std::move(weights);
-  lo.shard.expert_parallel = ep;
-  return lo;
+  return testing::shard_of(r, world, std::move(weights), ep);
 }
 
-std::vector<int32_t> greedy(Session& s, int n) {
-  std::vector<int32_t> out;
-  if (!s.prefill(kPrompt).ok()) return out;
-  for (int i = 0; i < n; ++i) {
-    auto t = s.argmax();
-    if (!t.ok() || !s.decode(*t).ok()) return out;
-    out.push_back(*t);
-  }
-  return out;
-}
-
-std::vector<int32_t> single_node(const std::string& path, int n) {
-  auto m = Model::load(path);
-  EXPECT_TRUE(m.ok()) << m.status().to_string();
-  if (!m.ok()) return {};
-  auto s = Session::create(**m, {.n_ctx = 64});
-  EXPECT_TRUE(s.ok());
-  return s.ok() ? greedy(**s, n) : std::vector<int32_t>{};
-}
+std::vector<int32_t> single_node(const std::string& path, int n) { return testing::single_node_greedy(path, kPrompt, n); }
 
 struct RankRun {
   std::vector<int32_t> tokens;
@@ -124,27 +64,16 @@ struct RankRun {
 std::vector<RankRun> run_ranks(const std::string& path, int world, int n, bool ep, std::vector<double> weights = {},
                                const std::string& uri = "shm") {
   std::vector<RankRun> out(world);
-  auto g = cluster::make_local_groups(world, uri, Deadline::after(std::chrono::seconds(60)));
-  EXPECT_TRUE(g.ok()) << g.status().to_string();
-  if (!g.ok()) return out;
-  std::vector<Status> st(world);
-  std::vector<std::thread> th;
-  for (int r = 0; r < world; ++r)
-    th.emplace_back([&, r] {
-      st[r] = [&]() -> Status {
-        LATTICE_ASSIGN_OR_RETURN(auto comm, coll::Communicator::create(*(*g)[r]));
-        LATTICE_ASSIGN_OR_RETURN(auto m, Model::load(path, shard(r, world, ep, weights)));
-        if (m->expert_parallel() != ep) return Internal("expert parallel is not as asked");
-        parallel::CommGroup group(*comm);
-        LATTICE_ASSIGN_OR_RETURN(auto s, Session::create(*m, group, {.n_ctx = 64}));
-        out[r].tokens = greedy(*s, n);
-        out[r].shard_bytes = m->shard_bytes();
-        out[r].heads = m->heads();
-        out[r].owned = m->n_owned_experts();
-        return Status::Ok();
-      }();
-    });
-  for (auto& t : th) t.join();
+  auto st = testing::on_local_ranks(world, uri, [&](int r, parallel::CommGroup& group) -> Status {
+    LATTICE_ASSIGN_OR_RETURN(auto m, Model::load(path, shard(r, world, ep, weights)));
+    if (m->expert_parallel() != ep) return Internal("expert parallel is not as asked");
+    LATTICE_ASSIGN_OR_RETURN(auto s, Session::create(*m, group, {.n_ctx = 64}));
+    out[r].tokens = testing::greedy(*s, kPrompt, n);
+    out[r].shard_bytes = m->shard_bytes();
+    out[r].heads = m->heads();
+    out[r].owned = m->n_owned_experts();
+    return Status::Ok();
+  });
   for (int r = 0; r < world; ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].to_string();
   return out;
 }
@@ -201,26 +130,16 @@ TEST(ParallelDeepseek2, QuantizedShardsGiveTheSingleNodesLogits) {
     float scale = 0;
     for (float v : ref) scale = std::max(scale, std::fabs(v));
     for (const bool ep : {false, true}) {
-      auto g = cluster::make_local_groups(3, "shm", Deadline::after(std::chrono::seconds(60)));
-      ASSERT_TRUE(g.ok());
       std::vector<float> got;
-      std::vector<Status> st(3);
-      std::vector<std::thread> th;
-      for (int r = 0; r < 3; ++r)
-        th.emplace_back([&, r] {
-          st[r] = [&]() -> Status {
-            LATTICE_ASSIGN_OR_RETURN(auto comm, coll::Communicator::create(*(*g)[r]));
-            LATTICE_ASSIGN_OR_RETURN(auto m, Model::load(path, shard(r, 3, ep)));
-            parallel::CommGroup group(*comm);
-            LATTICE_ASSIGN_OR_RETURN(auto s, Session::create(*m, group, {.n_ctx = 64}));
-            LATTICE_RETURN_IF_ERROR(s->prefill(kPrompt));
-            std::vector<float> full;
-            LATTICE_RETURN_IF_ERROR(s->forward().gather_logits(0, &full));
-            if (r == 0) got = std::move(full);
-            return Status::Ok();
-          }();
-        });
-      for (auto& t : th) t.join();
+      auto st = testing::on_local_ranks(3, "shm", [&](int r, parallel::CommGroup& group) -> Status {
+        LATTICE_ASSIGN_OR_RETURN(auto m, Model::load(path, shard(r, 3, ep)));
+        LATTICE_ASSIGN_OR_RETURN(auto s, Session::create(*m, group, {.n_ctx = 64}));
+        LATTICE_RETURN_IF_ERROR(s->prefill(kPrompt));
+        std::vector<float> full;
+        LATTICE_RETURN_IF_ERROR(s->forward().gather_logits(0, &full));
+        if (r == 0) got = std::move(full);
+        return Status::Ok();
+      });
       for (int r = 0; r < 3; ++r) ASSERT_TRUE(st[r].ok()) << st[r].to_string();
       ASSERT_EQ(got.size(), ref.size());
       float worst = 0;
@@ -314,7 +233,7 @@ TEST(ParallelDeepseek2Plan, CountsHeadsColumnsAndTheWholeLatentPerNode) {
 // The file llama.cpp's gguf-py writes (tests/engine/deepseek2_gguf_py.py) over 2 and 3 ranks
 // (gguf-py from scripts/gguf_py.sh, or a PYTHONPATH that already holds it).
 TEST(ParallelDeepseek2GgufPyIntegration, AFileWrittenByGgufPyMatchesSingleNodeOnTwoAndThreeRanks) {
-  const std::string path = (temp.dir / "gguf-py-deepseek2.gguf").string();
+  const std::string path = temp.file("gguf-py-deepseek2.gguf");
   if (const Status made = testing::write_gguf_py_deepseek2(path); !made.ok())
     LATTICE_SKIP_OR_FAIL("oracle", made.to_string());
   expect_same_tokens(path, 2, false);

@@ -5,12 +5,9 @@
 // shard holds only them; the rows its experts ran add up to every routed row once), every
 // rank reports the same per-expert load, and `plan` places experts by memory.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
-#include <functional>
 #include <numeric>
-#include <thread>
 
 #include "lattice/cluster/group.h"
 #include "lattice/coll/comm.h"
@@ -20,76 +17,32 @@
 #include "lattice/engine/parallel/plan.h"
 #include "lattice/engine/runtime/forward.h"
 #include "lattice/engine/runtime/session.h"
+#include "model_testlib.h"
+#include "parallel_testlib.h"
 
 namespace lattice::engine {
 namespace {
 
-namespace fs = std::filesystem;
-
-struct TempDir {
-  fs::path dir = fs::temp_directory_path() / ("lattice-ep-test-" + std::to_string(::getpid()));
-  TempDir() { fs::create_directories(dir); }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-} temp;
+const testing::TempDir temp("lattice-ep-test");
 
 // Small qwen3moe / Mixtral (llama with ffn_*_exps) files: 8 experts, 2 a token.
 std::string moe_file(const std::string& arch, const std::string& type = "f32") {
-  const std::string path = (temp.dir / (arch + "-" + type + ".gguf")).string();
-  if (fs::exists(path)) return path;
-  MakeModelOptions o;
-  o.arch = arch;
-  o.dim = 256;
-  o.layers = 2;
-  o.heads = 4;
-  o.kv_heads = 2;
-  if (arch == "qwen3moe") o.head_dim = 64;
-  o.ffn = arch == "qwen3moe" ? 512 : 256;
-  o.experts = 8;
-  o.experts_used = 2;
-  o.expert_ffn = arch == "qwen3moe" ? 128 : 0;
-  o.vocab = 512;
-  o.type = type;
-  o.pure = true;
+  MakeModelOptions o = testing::small_moe_options(arch, type);
   o.seed = 11;
-  o.threads = 1;
-  auto r = make_model(o, path);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return path;
+  return testing::cached_model(temp.file(arch + "-" + type + ".gguf"), o);
 }
 
 const std::vector<int32_t> kPrompt = {257, 306, 111, 393, 286, 12, 480};
 
 LoadOptions ep_shard(int r, int world, std::vector<double> weights = {}, std::vector<int> owners = {},
                      double spare = 0) {
-  LoadOptions lo;
-  lo.shard.rank = r;
-  lo.shard.world = world;
-  lo.shard.weights = std::move(weights);
-  lo.shard.expert_parallel = true;
+  LoadOptions lo = testing::shard_of(r, world, std::move(weights), true);
   lo.shard.expert_owner = std::move(owners);
   lo.shard.expert_spare = spare;
   return lo;
 }
 
-std::vector<int32_t> single_node(const std::string& path, int n) {
-  auto m = Model::load(path);
-  EXPECT_TRUE(m.ok()) << m.status().to_string();
-  if (!m.ok()) return {};
-  auto s = Session::create(**m, {.n_ctx = 64});
-  EXPECT_TRUE(s.ok());
-  EXPECT_TRUE((*s)->prefill(kPrompt).ok());
-  std::vector<int32_t> out;
-  for (int i = 0; i < n; ++i) {
-    auto t = (*s)->argmax();
-    EXPECT_TRUE(t.ok());
-    out.push_back(*t);
-    EXPECT_TRUE((*s)->decode(*t).ok());
-  }
-  return out;
-}
+std::vector<int32_t> single_node(const std::string& path, int n) { return testing::single_node_greedy(path, kPrompt, n); }
 
 struct RankRun {
   std::vector<int32_t> tokens;
@@ -103,33 +56,22 @@ std::vector<RankRun> expert_parallel(const std::string& path, int world, int n, 
                                      std::vector<int> owners = {}, const std::string& uri = "shm",
                                      double spare = 0) {
   std::vector<RankRun> out(world);
-  auto g = cluster::make_local_groups(world, uri, Deadline::after(std::chrono::seconds(60)));
-  EXPECT_TRUE(g.ok()) << g.status().to_string();
-  if (!g.ok()) return out;
-  std::vector<Status> st(world);
-  std::vector<std::thread> th;
-  for (int r = 0; r < world; ++r)
-    th.emplace_back([&, r] {
-      st[r] = [&]() -> Status {
-        LATTICE_ASSIGN_OR_RETURN(auto comm, coll::Communicator::create(*(*g)[r]));
-        LATTICE_ASSIGN_OR_RETURN(auto m, Model::load(path, ep_shard(r, world, weights, owners, spare)));
-        if (!m->expert_parallel()) return Internal("not expert parallel");
-        parallel::CommGroup group(*comm);
-        LATTICE_ASSIGN_OR_RETURN(auto s, Session::create(*m, group, {.n_ctx = 64}));
-        LATTICE_RETURN_IF_ERROR(s->prefill(kPrompt));
-        for (int i = 0; i < n; ++i) {
-          LATTICE_ASSIGN_OR_RETURN(int32_t t, s->argmax());
-          out[r].tokens.push_back(t);
-          LATTICE_RETURN_IF_ERROR(s->decode(t));
-        }
-        out[r].load = s->forward().expert_load();
-        out[r].bytes_read = s->forward().weight_bytes_read();
-        out[r].shard_bytes = m->shard_bytes();
-        out[r].owned = m->n_owned_experts();
-        return Status::Ok();
-      }();
-    });
-  for (auto& t : th) t.join();
+  auto st = testing::on_local_ranks(world, uri, [&](int r, parallel::CommGroup& group) -> Status {
+    LATTICE_ASSIGN_OR_RETURN(auto m, Model::load(path, ep_shard(r, world, weights, owners, spare)));
+    if (!m->expert_parallel()) return Internal("not expert parallel");
+    LATTICE_ASSIGN_OR_RETURN(auto s, Session::create(*m, group, {.n_ctx = 64}));
+    LATTICE_RETURN_IF_ERROR(s->prefill(kPrompt));
+    for (int i = 0; i < n; ++i) {
+      LATTICE_ASSIGN_OR_RETURN(int32_t t, s->argmax());
+      out[r].tokens.push_back(t);
+      LATTICE_RETURN_IF_ERROR(s->decode(t));
+    }
+    out[r].load = s->forward().expert_load();
+    out[r].bytes_read = s->forward().weight_bytes_read();
+    out[r].shard_bytes = m->shard_bytes();
+    out[r].owned = m->n_owned_experts();
+    return Status::Ok();
+  });
   for (int r = 0; r < world; ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].to_string();
   return out;
 }
@@ -242,7 +184,7 @@ TEST(ParallelEpPlan, ExpertsPerNodeFollowMemoryAndBytesAddUp) {
   // A dense model asked for ep is planned tensor-parallel, saying why.
   MakeModelOptions o;
   o.dim = 128, o.layers = 1, o.heads = 2, o.ffn = 256, o.vocab = 300, o.type = "f32", o.threads = 1;
-  const std::string dpath = (temp.dir / "dense.gguf").string();
+  const std::string dpath = temp.file("dense.gguf");
   ASSERT_TRUE(make_model(o, dpath).ok());
   auto df = GgufFile::open(dpath);
   ASSERT_TRUE(df.ok());

@@ -1,13 +1,9 @@
 // Pipeline parallel with ranks as threads: logits bit-identical to the single-node Session
 // after a micro-batched prefill (quantized; float weights: one batch, see below) and every decode step, for 2, 3 and 4 stages over shm and tcp.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
-#include <filesystem>
-#include <functional>
-#include <thread>
 
 #include "lattice/cluster/group.h"
 #include "lattice/coll/comm.h"
@@ -17,25 +13,14 @@
 #include "lattice/engine/parallel/comm_group.h"
 #include "lattice/engine/parallel/pp.h"
 #include "lattice/engine/runtime/session.h"
+#include "parallel_testlib.h"
 
 namespace lattice::engine::parallel {
 namespace {
 
-namespace fs = std::filesystem;
-
-// Removes this process's model files when the test program ends.
-struct TempDirCleanup {
-  ~TempDirCleanup() {
-    std::error_code ec;
-    fs::remove_all(fs::temp_directory_path() / ("lattice-pp-test-" + std::to_string(::getpid())), ec);
-  }
-} temp_dir_cleanup;
+const testing::TempDir temp("lattice-pp-test");
 
 std::string model_file(const std::string& type) {
-  const fs::path dir = fs::temp_directory_path() / ("lattice-pp-test-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const std::string path = (dir / (type + ".gguf")).string();
-  if (fs::exists(path)) return path;
   MakeModelOptions o;
   o.dim = 256;
   o.layers = 5;
@@ -47,77 +32,44 @@ std::string model_file(const std::string& type) {
   o.pure = true;
   o.seed = 3;
   o.threads = 1;
-  EXPECT_TRUE(make_model(o, path).ok());
-  return path;
+  return testing::cached_model(temp.file(type + ".gguf"), o);
 }
 
 const std::vector<int32_t> kPrompt = {1, 5, 77, 300, 12, 9, 401, 33, 2};
 
-std::vector<std::vector<float>> single_node(const std::string& path, int steps, std::vector<int32_t>* toks) {
-  std::vector<std::vector<float>> out;
-  auto m = Model::load(path);
-  EXPECT_TRUE(m.ok());
-  SessionOptions so;
-  so.n_ctx = 64;
-  auto s = Session::create(**m, so);
-  EXPECT_TRUE(s.ok());
-  EXPECT_TRUE((*s)->prefill(kPrompt).ok());
-  for (int i = 0; i < steps; ++i) {
-    auto lg = (*s)->logits();
-    out.emplace_back(lg.begin(), lg.end());
-    int32_t best = 0;
-    for (size_t v = 1; v < lg.size(); ++v)
-      if (lg[v] > lg[best]) best = static_cast<int32_t>(v);
-    toks->push_back(best);
-    EXPECT_TRUE((*s)->decode(best).ok());
-  }
-  return out;
-}
-
 void expect_bit_identical(const std::string& type, int world, const std::string& uri, uint32_t micro) {
   const std::string path = model_file(type);
   const int steps = 16;
-  std::vector<int32_t> ref_tokens;
-  const auto ref = single_node(path, steps, &ref_tokens);
-  auto g = cluster::make_local_groups(world, uri, Deadline::after(std::chrono::seconds(60)));
-  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  const testing::Trace ref = testing::single_node_trace(path, kPrompt, steps, 64);
   std::vector<std::vector<std::vector<float>>> logits(world);
   std::vector<std::vector<int32_t>> toks(world);
-  std::vector<Status> st(world);
-  std::vector<std::thread> th;
-  for (int r = 0; r < world; ++r)
-    th.emplace_back([&, r] {
-      st[r] = [&]() -> Status {
-        LATTICE_ASSIGN_OR_RETURN(auto comm, coll::Communicator::create(*(*g)[r]));
-        LATTICE_ASSIGN_OR_RETURN(auto ranges, pp_layers(5, world));
-        LoadOptions lo;
-        lo.shard.layer_begin = ranges[r].begin;
-        lo.shard.layer_end = ranges[r].end;
-        LATTICE_ASSIGN_OR_RETURN(auto stage, Model::load(path, lo));
-        CommGroup group(*comm);
-        PpSessionOptions po;
-        po.session.n_ctx = 64;
-        po.session.n_batch = micro;
-        LATTICE_ASSIGN_OR_RETURN(auto s, PpSession::create(*stage, group, po));
-        LATTICE_RETURN_IF_ERROR(s->prefill(kPrompt));
-        for (int i = 0; i < steps; ++i) {
-          std::vector<float> lg;
-          LATTICE_RETURN_IF_ERROR(s->gather_logits(&lg));
-          logits[r].push_back(std::move(lg));
-          LATTICE_ASSIGN_OR_RETURN(int32_t t, s->argmax());
-          toks[r].push_back(t);
-          LATTICE_RETURN_IF_ERROR(s->decode(t));
-        }
-        return Status::Ok();
-      }();
-    });
-  for (auto& t : th) t.join();
+  auto st = testing::on_local_ranks(world, uri, [&](int r, CommGroup& group) -> Status {
+    LATTICE_ASSIGN_OR_RETURN(auto ranges, pp_layers(5, world));
+    LoadOptions lo;
+    lo.shard.layer_begin = ranges[r].begin;
+    lo.shard.layer_end = ranges[r].end;
+    LATTICE_ASSIGN_OR_RETURN(auto stage, Model::load(path, lo));
+    PpSessionOptions po;
+    po.session.n_ctx = 64;
+    po.session.n_batch = micro;
+    LATTICE_ASSIGN_OR_RETURN(auto s, PpSession::create(*stage, group, po));
+    LATTICE_RETURN_IF_ERROR(s->prefill(kPrompt));
+    for (int i = 0; i < steps; ++i) {
+      std::vector<float> lg;
+      LATTICE_RETURN_IF_ERROR(s->gather_logits(&lg));
+      logits[r].push_back(std::move(lg));
+      LATTICE_ASSIGN_OR_RETURN(int32_t t, s->argmax());
+      toks[r].push_back(t);
+      LATTICE_RETURN_IF_ERROR(s->decode(t));
+    }
+    return Status::Ok();
+  });
   for (int r = 0; r < world; ++r) {
     ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].to_string();
-    EXPECT_EQ(toks[r], ref_tokens) << "rank " << r;
-    ASSERT_EQ(logits[r].size(), ref.size());
-    for (size_t i = 0; i < ref.size(); ++i)
-      ASSERT_EQ(0, std::memcmp(logits[r][i].data(), ref[i].data(), ref[i].size() * sizeof(float)))
+    EXPECT_EQ(toks[r], ref.tokens) << "rank " << r;
+    ASSERT_EQ(logits[r].size(), ref.logits.size());
+    for (size_t i = 0; i < ref.logits.size(); ++i)
+      ASSERT_EQ(0, std::memcmp(logits[r][i].data(), ref.logits[i].data(), ref.logits[i].size() * sizeof(float)))
           << type << " " << world << " stages over " << uri << ": rank " << r << " step " << i << " differs";
   }
 }

@@ -14,41 +14,26 @@
 #include <nlohmann/json.hpp>
 
 #include "lattice/engine/gguf/make_model.h"
+#include "model_testlib.h"
+#include "parallel_testlib.h"
 
 namespace lattice::engine {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::lattice_bin;
 
-// Removes this process's model files when the test program ends.
-struct TempDirCleanup {
-  ~TempDirCleanup() {
-    std::error_code ec;
-    fs::remove_all(fs::temp_directory_path() / ("lattice-tp-proc-" + std::to_string(::getpid())), ec);
-  }
-} temp_dir_cleanup;
+const testing::TempDir temp("lattice-tp-proc");
 
-std::string lattice_bin() { return std::string(LATTICE_BINARY_DIR) + "/lattice"; }
-
-// Runs the command; returns stdout (stderr appended after a marker when keep_err).
+// Runs the command; returns stdout (stderr appended when keep_err).
 std::string run(const std::string& args, int* code, bool keep_err = false) {
-  const std::string cmd = lattice_bin() + " " + args + (keep_err ? " 2>&1" : " 2>/dev/null");
-  std::string out;
-  if (FILE* p = ::popen(cmd.c_str(), "r")) {
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-    *code = ::pclose(p);
-  }
-  return out;
+  testing::Ran r = testing::run_lattice(args, keep_err);
+  *code = r.exit_code;
+  return r.out;
 }
 
 // A small random model, made once per test program: `layers` layers of `type` weights.
 std::string model_path(int layers = 2, const char* type = "f16") {
-  const fs::path dir = fs::temp_directory_path() / ("lattice-tp-proc-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const std::string path = (dir / ("m" + std::to_string(layers) + type + ".gguf")).string();
-  if (fs::exists(path)) return path;
   MakeModelOptions o;
   o.dim = 256;
   o.layers = layers;
@@ -59,33 +44,16 @@ std::string model_path(int layers = 2, const char* type = "f16") {
   o.type = type;
   o.pure = true;
   o.threads = 1;
-  EXPECT_TRUE(make_model(o, path).ok());
-  return path;
+  return testing::cached_model(temp.file("m" + std::to_string(layers) + type + ".gguf"), o);
 }
 
 // A qwen3moe F32 file (8 experts, 2 a token), for expert parallelism.
 std::string moe_path() {
-  const fs::path dir = fs::temp_directory_path() / ("lattice-tp-proc-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const std::string path = (dir / "qwen3moe-f32.gguf").string();
-  if (fs::exists(path)) return path;
-  MakeModelOptions o;
-  o.arch = "qwen3moe";
-  o.dim = 256;
-  o.layers = 2;
-  o.heads = 4;
+  MakeModelOptions o = testing::small_moe_options("qwen3moe");
   o.kv_heads = 4;
-  o.head_dim = 64;
-  o.ffn = 512;
-  o.experts = 8;
-  o.experts_used = 2;
-  o.expert_ffn = 128;
   o.vocab = 1024;
-  o.type = "f32";
-  o.pure = true;
-  o.threads = 1;
-  EXPECT_TRUE(make_model(o, path).ok());
-  return path;
+  o.seed = 1;
+  return testing::cached_model(temp.file("qwen3moe-f32.gguf"), o);
 }
 
 std::vector<int> tokens_of(const std::string& out) {

@@ -6,9 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <filesystem>
 #include <future>
-#include <unistd.h>
 
 #include "lattice/cluster/cluster.h"
 #include "lattice/cluster/membership.h"
@@ -17,12 +15,13 @@
 #include "lattice/engine/parallel/recovery.h"
 #include "lattice/engine/runtime/generator.h"
 #include "lattice/engine/tokenizer/from_gguf.h"
+#include "model_testlib.h"
+#include "parallel_testlib.h"
 
 namespace lattice::engine::parallel {
 namespace {
 
 using namespace std::chrono_literals;
-namespace fs = std::filesystem;
 
 TEST(Recovery, TheFurthestProgressWinsAndOthersMustBeItsPrefix) {
   auto best = agree({{{1, 2}, 3}, {{1, 2, 3}, 5}, {{1}, 1}});
@@ -39,54 +38,33 @@ TEST(Recovery, TheFurthestProgressWinsAndOthersMustBeItsPrefix) {
     EXPECT_EQ(decode_progress(bad).status().code(), ErrorCode::kCorrupt) << bad;
 }
 
+const testing::TempDir temp("lattice-recovery-test");
+
 std::string model_path() {
-  static const std::string path = [] {
-    const fs::path dir = fs::temp_directory_path() / ("lattice-recovery-test-" + std::to_string(::getpid()));
-    fs::create_directories(dir);
-    MakeModelOptions o;
-    o.arch = "llama";
-    o.dim = 256;
-    o.layers = 4;
-    o.heads = 4;
-    o.kv_heads = 4;
-    o.ffn = 704;
-    o.vocab = 384;
-    o.type = "f32";
-    o.pure = true;
-    o.seed = 5;
-    o.threads = 1;
-    const std::string p = (dir / "m.gguf").string();
-    EXPECT_TRUE(make_model(o, p).ok());
-    return p;
-  }();
+  MakeModelOptions o;
+  o.arch = "llama";
+  o.dim = 256;
+  o.layers = 4;
+  o.heads = 4;
+  o.kv_heads = 4;
+  o.ffn = 704;
+  o.vocab = 384;
+  o.type = "f32";
+  o.pure = true;
+  o.seed = 5;
+  o.threads = 1;
+  static const std::string path = testing::cached_model(temp.file("m.gguf"), o);
   return path;
 }
 
 // A mixture of experts (qwen3moe, F32, 8 experts, 2 a token) for expert-parallel recovery.
 std::string moe_model_path() {
-  static const std::string path = [] {
-    const fs::path dir = fs::temp_directory_path() / ("lattice-recovery-test-" + std::to_string(::getpid()));
-    fs::create_directories(dir);
-    MakeModelOptions o;
-    o.arch = "qwen3moe";
-    o.dim = 256;
-    o.layers = 3;
-    o.heads = 4;
-    o.kv_heads = 4;
-    o.head_dim = 64;
-    o.ffn = 512;
-    o.experts = 8;
-    o.experts_used = 2;
-    o.expert_ffn = 128;
-    o.vocab = 384;
-    o.type = "f32";
-    o.pure = true;
-    o.seed = 6;
-    o.threads = 1;
-    const std::string p = (dir / "moe.gguf").string();
-    EXPECT_TRUE(make_model(o, p).ok());
-    return p;
-  }();
+  MakeModelOptions o = testing::small_moe_options("qwen3moe");
+  o.layers = 3;
+  o.kv_heads = 4;
+  o.vocab = 384;
+  o.seed = 6;
+  static const std::string path = testing::cached_model(temp.file("moe.gguf"), o);
   return path;
 }
 
@@ -94,45 +72,13 @@ std::string moe_model_path() {
 // used, 2 a token), a shared expert and a leading dense block; 4 heads, so 3 ranks hold 2, 1, 1
 // and the 2 survivors 2, 2.
 std::string ds_model_path() {
-  static const std::string path = [] {
-    const fs::path dir = fs::temp_directory_path() / ("lattice-recovery-test-" + std::to_string(::getpid()));
-    fs::create_directories(dir);
-    MakeModelOptions o;
-    o.arch = "deepseek2";
-    o.dim = 256;
-    o.layers = 3;
-    o.heads = 4;
-    o.ffn = 512;
-    o.q_lora = 64;
-    o.kv_lora = 64;
-    o.rope_dim = 16;
-    o.nope_dim = 32;
-    o.v_dim = 32;
-    o.experts = 8;
-    o.experts_used = 2;
-    o.expert_groups = 4;
-    o.groups_used = 2;
-    o.shared_experts = 1;
-    o.dense_layers = 1;
-    o.expert_ffn = 128;
-    o.vocab = 384;
-    o.type = "f32";
-    o.pure = true;
-    o.seed = 7;
-    o.threads = 1;
-    const std::string p = (dir / "ds2.gguf").string();
-    EXPECT_TRUE(make_model(o, p).ok());
-    return p;
-  }();
+  MakeModelOptions o = testing::small_deepseek2_options();
+  o.rope_scale = 0;
+  o.vocab = 384;
+  o.seed = 7;
+  static const std::string path = testing::cached_model(temp.file("ds2.gguf"), o);
   return path;
 }
-
-struct Cleanup {
-  ~Cleanup() {
-    std::error_code ec;
-    fs::remove_all(fs::temp_directory_path() / ("lattice-recovery-test-" + std::to_string(::getpid())), ec);
-  }
-} cleanup;
 
 crypto::ClusterSecret secret() { return crypto::ClusterSecret::from_bytes({4, 2}); }
 

@@ -3,13 +3,9 @@
 // logits with cosine >= 0.9999 on Q8_0/Q4_0, for 2, 3 and 4 ranks over shm and tcp; a rank
 // lost mid-generation makes every survivor fail with kPeerLost well before the deadline.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
-#include <filesystem>
-#include <functional>
-#include <thread>
 
 #include "lattice/cluster/group.h"
 #include "lattice/coll/coll.h"
@@ -17,29 +13,19 @@
 #include "lattice/engine/model/model.h"
 #include "lattice/engine/parallel/comm_group.h"
 #include "lattice/engine/runtime/session.h"
+#include "parallel_testlib.h"
 
 namespace lattice::engine::parallel {
 namespace {
 
-namespace fs = std::filesystem;
+using testing::on_threads;
+using testing::shard_of;
+using testing::Trace;
 
-// Removes this process's model files when the test program ends.
-struct TempDirCleanup {
-  ~TempDirCleanup() {
-    std::error_code ec;
-    fs::remove_all(fs::temp_directory_path() / ("lattice-tp-test-" + std::to_string(::getpid())), ec);
-  }
-} temp_dir_cleanup;
+const testing::TempDir temp("lattice-tp-test");
 
 std::string model_file(const std::string& type, uint32_t heads, uint32_t kv_heads, bool tied = false,
                        const std::string& arch = "llama") {
-  const fs::path dir = fs::temp_directory_path() / ("lattice-tp-test-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const std::string path =
-      (dir / (arch + "-" + type + "-" + std::to_string(heads) + "-" + std::to_string(kv_heads) + (tied ? "-tied" : "") +
-              ".gguf"))
-          .string();
-  if (fs::exists(path)) return path;
   MakeModelOptions o;
   o.arch = arch;
   o.dim = 256;
@@ -53,28 +39,12 @@ std::string model_file(const std::string& type, uint32_t heads, uint32_t kv_head
   o.tied = tied;
   o.seed = 7;
   o.threads = 1;
-  auto r = make_model(o, path);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return path;
+  return testing::cached_model(temp.file(arch + "-" + type + "-" + std::to_string(heads) + "-" +
+                                         std::to_string(kv_heads) + (tied ? "-tied" : "") + ".gguf"),
+                               o);
 }
 
-std::vector<int32_t> prompt() { return {1, 17, 42, 99, 3, 250, 7}; }
-
-// Rank r's shard of `world`.
-LoadOptions shard(int r, int world, std::vector<double> weights = {}) {
-  LoadOptions lo;
-  lo.shard.rank = r;
-  lo.shard.world = world;
-  lo.shard.weights = std::move(weights);
-  return lo;
-}
-
-int32_t argmax_of(std::span<const float> v) {
-  int32_t best = 0;
-  for (size_t i = 1; i < v.size(); ++i)
-    if (v[i] > v[best]) best = static_cast<int32_t>(i);
-  return best;
-}
+const std::vector<int32_t> kPrompt = {1, 17, 42, 99, 3, 250, 7};
 
 double cosine(std::span<const float> a, std::span<const float> b) {
   double ab = 0, aa = 0, bb = 0;
@@ -82,55 +52,19 @@ double cosine(std::span<const float> a, std::span<const float> b) {
   return ab / std::sqrt(aa * bb);
 }
 
-// Single node: the greedy tokens and the logits before each of them.
-struct Trace {
-  std::vector<int32_t> tokens;
-  std::vector<std::vector<float>> logits;
-};
-
-Trace single_node(const std::string& path, int steps) {
-  Trace tr;
-  auto m = Model::load(path);
-  EXPECT_TRUE(m.ok()) << m.status().to_string();
-  if (!m.ok()) return tr;
-  SessionOptions so;
-  so.n_ctx = 128;
-  auto s = Session::create(**m, so);
-  EXPECT_TRUE(s.ok());
-  EXPECT_TRUE((*s)->prefill(prompt()).ok());
-  for (int i = 0; i < steps; ++i) {
-    auto lg = (*s)->logits();
-    tr.logits.emplace_back(lg.begin(), lg.end());
-    tr.tokens.push_back(argmax_of(lg));
-    EXPECT_TRUE((*s)->decode(tr.tokens.back()).ok());
-  }
-  return tr;
-}
-
-std::vector<Status> on_all(int world, const std::function<Status(int)>& fn) {
-  std::vector<Status> st(world);
-  std::vector<std::thread> th;
-  for (int r = 0; r < world; ++r) th.emplace_back([&, r] { st[r] = fn(r); });
-  for (auto& t : th) t.join();
-  return st;
-}
+Trace single_node(const std::string& path, int steps) { return testing::single_node_trace(path, kPrompt, steps, 128); }
 
 // Every rank's trace (tokens agreed through argmax(), logits gathered).
 std::vector<Trace> tensor_parallel(const std::string& path, int world, const std::string& uri, int steps,
                                    std::vector<double> weights = {}, uint32_t threads = 1) {
   std::vector<Trace> out(world);
-  auto g = cluster::make_local_groups(world, uri, Deadline::after(std::chrono::seconds(60)));
-  EXPECT_TRUE(g.ok()) << g.status().to_string();
-  if (!g.ok()) return out;
-  auto st = on_all(world, [&](int r) -> Status {
-    LATTICE_ASSIGN_OR_RETURN(auto comm, coll::Communicator::create(*(*g)[r]));
-    LATTICE_ASSIGN_OR_RETURN(auto model, Model::load(path, shard(r, world, weights)));
-    CommGroup group(*comm);
+  auto st = testing::on_local_ranks(world, uri, [&](int r, CommGroup& group) -> Status {
+    LATTICE_ASSIGN_OR_RETURN(auto model, Model::load(path, shard_of(r, world, weights)));
     SessionOptions so;
     so.n_ctx = 128;
     so.n_threads = threads;
     LATTICE_ASSIGN_OR_RETURN(auto s, Session::create(*model, group, so));
-    LATTICE_RETURN_IF_ERROR(s->prefill(prompt()));
+    LATTICE_RETURN_IF_ERROR(s->prefill(kPrompt));
     for (int i = 0; i < steps; ++i) {
       std::vector<float> full;
       LATTICE_RETURN_IF_ERROR(s->gather_logits(&full));
@@ -184,11 +118,11 @@ TEST(ParallelSplit, LayoutFollowsBlockSizes) {
 
 TEST(ParallelTp, ShardHoldsOnlyItsPart) {
   const std::string path = model_file("q8_0", 4, 2);
-  auto whole = Model::load(path, shard(0, 1));
+  auto whole = Model::load(path, shard_of(0, 1));
   ASSERT_TRUE(whole.ok()) << whole.status().to_string();
   uint64_t sum = 0;
   for (int r = 0; r < 2; ++r) {
-    auto m = Model::load(path, shard(r, 2));
+    auto m = Model::load(path, shard_of(r, 2));
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     EXPECT_LT((*m)->shard_bytes(), (*whole)->shard_bytes() * 6 / 10);
     sum += (*m)->shard_bytes();
@@ -259,13 +193,9 @@ TEST(ParallelTp, Q4_0LogitsCosine4Ranks) {
 TEST(ParallelTp, SampledTokensAgreeOnEveryRank) {
   const std::string path = model_file("f16", 4, 4);
   const int world = 3;
-  auto g = cluster::make_local_groups(world, "shm", Deadline::after(std::chrono::seconds(60)));
-  ASSERT_TRUE(g.ok());
   std::vector<std::vector<int32_t>> toks(world);
-  auto st = on_all(world, [&](int r) -> Status {
-    LATTICE_ASSIGN_OR_RETURN(auto comm, coll::Communicator::create(*(*g)[r]));
-    LATTICE_ASSIGN_OR_RETURN(auto model, Model::load(path, shard(r, world)));
-    CommGroup group(*comm);
+  auto st = testing::on_local_ranks(world, "shm", [&](int r, CommGroup& group) -> Status {
+    LATTICE_ASSIGN_OR_RETURN(auto model, Model::load(path, shard_of(r, world)));
     SessionOptions so;
     so.n_ctx = 64;
     LATTICE_ASSIGN_OR_RETURN(auto s, Session::create(*model, group, so));
@@ -274,7 +204,7 @@ TEST(ParallelTp, SampledTokensAgreeOnEveryRank) {
     sp.top_k = 20;
     sp.seed = 1234;
     Sampler sampler(sp);
-    LATTICE_RETURN_IF_ERROR(s->prefill(prompt()));
+    LATTICE_RETURN_IF_ERROR(s->prefill(kPrompt));
     for (int i = 0; i < 24; ++i) {
       LATTICE_ASSIGN_OR_RETURN(int32_t t, s->sample(sampler));
       sampler.accept(t);
@@ -300,15 +230,15 @@ TEST(ParallelTpFault, RankLostMidGenerationSurvivorsReportPeerLost) {
   ASSERT_TRUE(g.ok());
   std::vector<std::unique_ptr<coll::Communicator>> comms(world);
   const auto start = std::chrono::steady_clock::now();
-  auto st = on_all(world, [&](int r) -> Status {
+  auto st = on_threads(world, [&](int r) -> Status {
     // Created on the rank's own thread: creation may exchange with the peers.
     LATTICE_ASSIGN_OR_RETURN(comms[r], coll::Communicator::create(*(*g)[r]));
-    LATTICE_ASSIGN_OR_RETURN(auto model, Model::load(path, shard(r, world)));
+    LATTICE_ASSIGN_OR_RETURN(auto model, Model::load(path, shard_of(r, world)));
     CommGroup group(*comms[r], std::chrono::seconds(30));
     SessionOptions so;
     so.n_ctx = 64;
     LATTICE_ASSIGN_OR_RETURN(auto s, Session::create(*model, group, so));
-    LATTICE_RETURN_IF_ERROR(s->prefill(prompt()));
+    LATTICE_RETURN_IF_ERROR(s->prefill(kPrompt));
     for (int i = 0; i < 40; ++i) {
       if (r == victim && i == 5) {
         s.reset();

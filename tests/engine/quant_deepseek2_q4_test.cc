@@ -129,12 +129,12 @@ TEST(Deepseek2Q4LlamaCpp, Q4_0TextFollowsTheExactProductsOfItsWeights) {
   auto mq = Model::load(q4), mt = Model::load(twin);
   ASSERT_TRUE(mq.ok() && mt.ok());
   // The exact answer: on the F32 twin the engines agree token for token.
-  const auto exact = testing::session_greedy(**mt, prompt, 32);
+  const auto exact = testing::greedy_tokens(**mt, prompt, 32);
   const auto exact_theirs = testing::oracle_greedy(twin, prompt, 32);
   ASSERT_TRUE(exact_theirs.ok()) << exact_theirs.status().to_string();
   EXPECT_EQ(*exact_theirs, exact);
   // lattice's Q4_0 text keeps the exact text's first 16 bytes.
-  const auto ours = testing::session_greedy(**mq, prompt, 32);
+  const auto ours = testing::greedy_tokens(**mq, prompt, 32);
   auto tok = tokenizer_from_gguf((*mq)->file());
   ASSERT_TRUE(tok.ok());
   const std::string a = tok->decode(ours), e = tok->decode(exact);

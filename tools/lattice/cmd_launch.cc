@@ -20,6 +20,7 @@
 #include <optional>
 
 #include "command.h"
+#include "discover_flags.h"
 #include "lattice/cluster/bootstrap.h"
 #include "lattice/cluster/control.h"
 #include "lattice/cluster/hostfile_job.h"
@@ -35,9 +36,7 @@ struct LaunchArgs {
   int n = 0;
   std::string hostfile;
   std::string provider;
-  std::string secret_file;
   bool insecure = false;
-  std::string remote = "ssh {ssh} {cmd}";
   std::string coordinator;
   int grace_ms = 3000;
   double deadline_s = 0;
@@ -47,10 +46,9 @@ struct LaunchArgs {
   int failure_timeout_ms = 0;
   std::string bind = "auto";
   std::vector<std::string> command;
-  bool discover = false;
-  std::string discover_out;
-  int discover_expect = 0;
-  int discover_timeout_ms = 1500;
+  // --discover and its flags; its secret file and remote template are also those of -n and
+  // --hostfile jobs.
+  DiscoverFlags discover;
 };
 
 int run_launch(const LaunchArgs& a) {
@@ -59,10 +57,9 @@ int run_launch(const LaunchArgs& a) {
     std::fprintf(stderr, "lattice launch: %s\n", m.c_str());
     return 2;
   };
-  if (a.discover && (!a.hostfile.empty() || a.n > 0)) return fail("--discover finds the hosts itself: no -n or --hostfile");
-  if (a.discover && (a.discover_timeout_ms < 1 || a.discover_timeout_ms > 600000))
-    return fail("--discover-timeout-ms must be in 1..600000");
-  if (!a.discover && (a.n > 0) == !a.hostfile.empty()) return fail("give either -n N (local ranks) or --hostfile FILE");
+  if (a.discover.on && (!a.hostfile.empty() || a.n > 0)) return fail("--discover finds the hosts itself: no -n or --hostfile");
+  if (std::string e = a.discover.on ? check_discover_flags(a.discover) : ""; !e.empty()) return fail(e);
+  if (!a.discover.on && (a.n > 0) == !a.hostfile.empty()) return fail("give either -n N (local ranks) or --hostfile FILE");
   if (a.command.empty()) return fail("no command (lattice launch -n 2 -- CMD ARGS...)");
   if (a.insecure)
     std::fprintf(stderr, "lattice launch: WARNING: --insecure: ranks authenticate but do NOT encrypt their traffic\n");
@@ -88,7 +85,7 @@ int run_launch(const LaunchArgs& a) {
     // Jobs that survive lost ranks: the launcher (which outlives them all) hosts the
     // coordinator, so rank 0 is as expendable as the others.
     job.host_coordinator = a.keep_going && a.coordinator.empty();
-    job.secret_file = a.secret_file;
+    job.secret_file = a.discover.secret_file;
     job.insecure = a.insecure;
     job.heartbeat_ms = heartbeat_ms;
     job.failure_timeout_ms = failure_timeout_ms;
@@ -98,9 +95,9 @@ int run_launch(const LaunchArgs& a) {
     return *code;
   }
   HostfileJob job;
-  job.secret_file = a.secret_file;
+  job.secret_file = a.discover.secret_file;
   job.insecure = a.insecure;
-  job.remote = a.remote;
+  job.remote = a.discover.remote;
   job.coordinator = a.coordinator;
   job.provider = a.provider.empty() ? "tcp" : a.provider;
   job.heartbeat_ms = heartbeat_ms;
@@ -108,15 +105,8 @@ int run_launch(const LaunchArgs& a) {
   job.argv = a.command;
   job.launch = lo;
   Result<int> code = 0;
-  if (a.discover) {
-    if (a.secret_file.empty()) return fail("--discover needs --secret-file (the secret the nodes announce the fingerprint of)");
-    DiscoverJob d;
-    d.browse.timeout = std::chrono::milliseconds(a.discover_timeout_ms);
-    d.topology_out = a.discover_out;
-    d.expect = a.discover_expect;
-    std::string report;
-    code = run_discovered_job(d, std::move(job), &report);
-    if (!report.empty()) std::fprintf(stderr, "lattice launch: --discover: %s\n", report.c_str());
+  if (a.discover.on) {
+    code = run_on_discovered_hosts(a.discover, std::move(job), "launch");
   } else {
     job.hostfile = a.hostfile;
     code = run_hostfile_job(std::move(job));
@@ -134,9 +124,9 @@ const Registrar kLaunch{{"launch", "start the ranks of a cluster (locally or ove
                            app.add_option("--hostfile", a->hostfile, "topology file or MLX hostfile: one rank per host");
                            app.add_option("--provider", a->provider, "fabric provider: shm|tcp (default: shm local, tcp hosts)")
                                ->check(CLI::IsMember({"shm", "tcp"}));
-                           app.add_option("--secret-file", a->secret_file, "cluster secret (lattice keygen); local runs without it use a fresh one");
+                           app.add_option("--secret-file", a->discover.secret_file, "cluster secret (lattice keygen); local runs without it use a fresh one");
                            app.add_flag("--insecure", a->insecure, "authenticate but do not encrypt (trusted links only)");
-                           app.add_option("--remote", a->remote, "remote command template: {host} {ssh} {rank} {cmd}")
+                           app.add_option("--remote", a->discover.remote, "remote command template: {host} {ssh} {rank} {cmd}")
                                ->capture_default_str();
                            app.add_option("--coordinator", a->coordinator, "coordinator host:port (default: rank 0's)");
                            app.add_option("--grace-ms", a->grace_ms, "SIGTERM to SIGKILL delay when stopping ranks")
@@ -155,14 +145,8 @@ const Registrar kLaunch{{"launch", "start the ranks of a cluster (locally or ove
                            app.add_option("--heartbeat-ms", a->heartbeat_ms, "heartbeat interval for the ranks (default 100)");
                            app.add_option("--failure-timeout-ms", a->failure_timeout_ms,
                                           "silence after which a rank is declared dead (default 700)");
-                           app.add_flag("--discover", a->discover,
-                                        "find the hosts (lattice discover), measure their links and launch on them "
-                                        "(instead of --hostfile)");
-                           app.add_option("--discover-out", a->discover_out,
-                                          "--discover: where the topology goes (default ~/.cache/lattice/discovered.json; "
-                                          "the ranks read it at that path)");
-                           app.add_option("--expect", a->discover_expect, "--discover: stop browsing once N hosts are found; fewer is an error");
-                           app.add_option("--discover-timeout-ms", a->discover_timeout_ms, "--discover: browse at most this long")
+                           add_discover_flags(app, a->discover, "--hostfile");
+                           app.add_option("--discover-timeout-ms", a->discover.timeout_ms, "with --discover: browse at most this long")
                                ->capture_default_str();
                            app.add_option("command", a->command, "the command each rank runs (after --)")->expected(-1);
                            return [a] { return run_launch(*a); };

@@ -19,68 +19,22 @@
 namespace lattice::cli {
 namespace {
 
-struct RunArgs {
-  std::string model, prompt;
-  int n_predict = 128;
-  int threads = 0;
-  float temp = 0.8f;
-  uint64_t seed = 0;
-  bool seed_set = false;
-  int top_k = 40;
-  float top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1.0f;
-  int repeat_last_n = 64;
-  int ctx = 0;
-  bool chat = false, json = false, no_pack = false, ignore_eos = false;
-  int nodes = 0;  // > 0, or under `lattice launch`: tensor parallel (dist_run.h)
-  std::string provider = "shm";
-  std::string parallel = "tp";
-  std::string split;
-  double ep_replicate = 0;
-  double deadline_s = 0;
-  bool no_recover = false;
-  std::string inject_fault;
-  bool demo = false;
-  bool discover = false;
-  std::string secret_file, discover_out, remote = "ssh {ssh} {cmd}";
-  int expect = 0;
-};
-
 int fail(const std::string& msg) {
   std::fprintf(stderr, "lattice run: %s\n", msg.c_str());
   return 2;
 }
 
-int run_dist(const RunArgs& a) {
-  DistRunArgs d;
-  d.model = a.model, d.prompt = a.prompt, d.nodes = a.nodes, d.provider = a.provider, d.n_predict = a.n_predict;
-  d.threads = a.threads > 0 ? a.threads : 1, d.temp = a.temp, d.seed = a.seed, d.seed_set = a.seed_set;
-  d.top_k = a.top_k, d.top_p = a.top_p, d.min_p = a.min_p, d.repeat_penalty = a.repeat_penalty;
-  d.repeat_last_n = a.repeat_last_n, d.ctx = a.ctx, d.chat = a.chat, d.json = a.json, d.no_pack = a.no_pack;
-  d.ignore_eos = a.ignore_eos, d.demo = a.demo, d.parallel = a.parallel, d.split = a.split;
-  d.ep_replicate = a.ep_replicate, d.deadline_s = a.deadline_s;
-  d.recover = !a.no_recover, d.inject_fault = a.inject_fault;
-  d.discover = a.discover, d.secret_file = a.secret_file, d.discover_out = a.discover_out, d.remote = a.remote;
-  d.expect = a.expect;
-  return run_distributed(d);
-}
-
 int run(const RunArgs& a) {
-  if (a.discover && a.nodes > 0) return fail("--discover finds the hosts: no --nodes");
-  if (a.nodes > 0 || a.demo || a.discover || under_cluster_launcher()) return run_dist(a);
+  if (a.discover.on && a.nodes > 0) return fail("--discover finds the hosts: no --nodes");
+  if (a.nodes > 0 || a.demo || a.discover.on || under_cluster_launcher()) return run_distributed(a);
   if (a.model.empty()) return fail("-m is required");
   if (a.deadline_s != 0) return fail("--deadline-s bounds a --nodes job (under lattice launch: launch --deadline-s)");
   if (a.n_predict < 0) return fail("-n must be >= 0");
   if (a.threads < 0 || a.threads > 1024) return fail("-t must be in 1..1024 (0: all cores)");
   if (a.ctx < 0) return fail("--ctx must be >= 0");
   if (a.prompt.empty()) return fail("the prompt (-p) is empty");
-  engine::SamplerParams sp;
-  sp.temperature = a.temp;
-  sp.top_k = a.top_k;
-  sp.top_p = a.top_p;
-  sp.min_p = a.min_p;
-  sp.repeat_penalty = a.repeat_penalty;
-  sp.repeat_last_n = a.repeat_last_n;
-  sp.seed = a.seed_set ? a.seed : static_cast<uint64_t>(std::random_device{}());
+  engine::SamplerParams sp = sampler_params(a);
+  if (!a.seed_set) sp.seed = static_cast<uint64_t>(std::random_device{}());
   if (auto st = sp.validate(); !st.ok()) return fail(st.message());
   if (!a.inject_fault.empty()) return fail("--inject-fault needs --nodes (a rank to lose)");
 
@@ -168,13 +122,8 @@ Registrar run_cmd{{"run", "generate text from a GGUF model (llama, qwen2, qwen3,
                      app.add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-generation tokens");
                      app.add_flag("--no-pack", a->no_pack, "use every weight in place from the mapping (no repacking)");
                      app.add_option("--nodes", a->nodes, "tensor parallel over N local ranks (processes); -t is per rank");
-                     app.add_flag("--discover", a->discover,
-                                  "one rank per host found on the network (lattice discover), links measured (instead of --nodes)");
-                     app.add_option("--secret-file", a->secret_file, "with --discover: the cluster secret (same path on every host)");
-                     app.add_option("--remote", a->remote, "with --discover: how to start a rank on a host ({host} {ssh} {rank} {cmd})")
-                         ->capture_default_str();
-                     app.add_option("--expect", a->expect, "with --discover: stop browsing once N hosts are found; fewer is an error");
-                     app.add_option("--discover-out", a->discover_out, "with --discover: where the measured topology goes");
+                     add_discover_flags(app, a->discover, "--nodes");
+                     add_discover_host_flags(app, a->discover);
                      app.add_option("--provider", a->provider, "with --nodes: shm or tcp")->capture_default_str();
                      app.add_option("--parallel", a->parallel, "with --nodes: tp (tensor), pp (pipeline), ep (experts over ranks, the rest tensor) or auto (ep for mixture-of-experts files)")
                          ->capture_default_str();
@@ -182,8 +131,8 @@ Registrar run_cmd{{"run", "generate text from a GGUF model (llama, qwen2, qwen3,
                      app.add_option("--ep-replicate", a->ep_replicate,
                                     "with --parallel ep: share (0..1) of the other ranks' experts each rank also holds; "
                                     "each step gives a chosen expert to its least busy holder (1: balanced, every expert everywhere)");
-                     app.add_flag("--no-recover", a->no_recover,
-                                  "with --nodes: fail when a rank is lost (default: the survivors take its work over)");
+                     app.add_flag_callback("--no-recover", [a] { a->recover = false; },
+                                           "with --nodes: fail when a rank is lost (default: the survivors take its work over)");
                      app.add_option("--inject-fault", a->inject_fault,
                                     "with --nodes: RANK@TOKEN[:stop], that rank kills (or stops) itself after TOKEN tokens, to see recovery");
                      app.add_option("--deadline-s", a->deadline_s,

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "command.h"
+#include "discover_flags.h"
 #include "dist_run.h"
-#include "lattice/cluster/hostfile_job.h"
 #include "lattice/cluster/launcher.h"
 #include "lattice/serve/server.h"
 
@@ -24,9 +24,7 @@ struct ServeArgs {
   int nodes = 0;                 // local ranks to start (0: one process, or a rank under a launcher)
   std::string provider = "shm";
   int64_t max_body_mib = 8;
-  bool discover = false;  // one rank per discovered host instead of --nodes local ranks
-  std::string secret_file, discover_out, remote = "ssh {ssh} {cmd}";
-  int expect = 0;
+  DiscoverFlags discover;  // one rank per discovered host instead of --nodes local ranks
   bool no_prefix_cache = false;
 };
 
@@ -48,22 +46,15 @@ int launch_ranks(const ServeArgs& a, const std::string& key) {
               std::to_string(std::max(1, a.threads)), "--ctx", std::to_string(a.ctx), "--queue", std::to_string(a.queue),
               "--max-body-mib", std::to_string(a.max_body_mib)};
   if (a.no_prefix_cache) argv.push_back("--no-prefix-cache");
-  if (a.discover) {
+  if (a.discover.on) {
     // The same ranks, one per discovered host (cluster/hostfile_job.h); rank 0 listens.
     cluster::HostfileJob job;
-    job.secret_file = a.secret_file;
-    job.remote = a.remote;
     job.argv = argv;
     job.failure_timeout_ms = 3000;
     if (!key.empty()) job.env = {{kKeyEnv, key}};
     job.launch.prefix = false;
     job.launch.keep_going = true;
-    cluster::DiscoverJob d;
-    d.topology_out = a.discover_out;
-    d.expect = a.expect;
-    std::string report;
-    auto code = cluster::run_discovered_job(d, std::move(job), &report);
-    if (!report.empty()) std::fprintf(stderr, "lattice serve: --discover: %s\n", report.c_str());
+    auto code = run_on_discovered_hosts(a.discover, std::move(job), "serve");
     if (!code.ok()) return fail(code.status().to_string());
     return *code;
   }
@@ -115,9 +106,9 @@ int serve(const ServeArgs& a) {
     if (o.api_key.empty()) return fail("--api-key-file " + a.api_key_file + " holds no key on its first line");
   }
   if (const char* k = std::getenv(kKeyEnv); o.api_key.empty() && k && *k) o.api_key = k;
-  if (a.discover && (a.nodes > 0 || ranked)) return fail("--discover finds the hosts: no --nodes, not under a launcher");
-  if (a.discover && a.secret_file.empty()) return fail("--discover needs --secret-file (the same file on every host)");
-  if (a.nodes > 1 || a.discover) return launch_ranks(a, o.api_key);
+  if (a.discover.on && (a.nodes > 0 || ranked)) return fail("--discover finds the hosts: no --nodes, not under a launcher");
+  if (std::string e = a.discover.on ? check_discover_flags(a.discover) : ""; !e.empty()) return fail(e);
+  if (a.nodes > 1 || a.discover.on) return launch_ranks(a, o.api_key);
   const Status st = ranked ? serve::serve_rank(a.model, o) : serve::serve_until_signal(a.model, o);
   if (!st.ok()) return fail(st.to_string());
   return 0;
@@ -141,13 +132,8 @@ Registrar serve_cmd{{"serve", "an OpenAI-compatible HTTP server for a GGUF model
                                       "under `lattice launch` each process is a rank")
                            ->capture_default_str();
                        app.add_option("--provider", a->provider, "fabric between local ranks: shm or tcp")->capture_default_str();
-                       app.add_flag("--discover", a->discover,
-                                    "one rank per host found on the network (lattice discover), links measured (instead of --nodes)");
-                       app.add_option("--secret-file", a->secret_file, "with --discover: the cluster secret (same path on every host)");
-                       app.add_option("--remote", a->remote, "with --discover: how to start a rank on a host ({host} {ssh} {rank} {cmd})")
-                           ->capture_default_str();
-                       app.add_option("--expect", a->expect, "with --discover: stop browsing once N hosts are found; fewer is an error");
-                       app.add_option("--discover-out", a->discover_out, "with --discover: where the measured topology goes");
+                       add_discover_flags(app, a->discover, "--nodes");
+                       add_discover_host_flags(app, a->discover);
                        app.add_option("--api-key", a->api_key, "require Authorization: Bearer KEY");
                        app.add_option("--api-key-file", a->api_key_file, "the key from the first line of a file");
                        return [a] { return serve(*a); };

@@ -65,7 +65,7 @@ int fail(const std::string& msg) {
 // value (run_job_to_json / run_job_from_json), instead of flag by flag.
 constexpr const char* kRunJobEnv = "LATTICE_RUN_JOB";
 
-nlohmann::json run_job_to_json(const DistRunArgs& a) {
+nlohmann::json run_job_to_json(const RunArgs& a) {
   return {{"model", a.model},         {"prompt", a.prompt},
           {"parallel", a.parallel},   {"split", a.split},
           {"n_predict", a.n_predict}, {"threads", a.threads},
@@ -80,10 +80,10 @@ nlohmann::json run_job_to_json(const DistRunArgs& a) {
 }
 
 // Every field must be present with the right type: the value comes from another process.
-Result<DistRunArgs> run_job_from_json(const std::string& text) {
+Result<RunArgs> run_job_from_json(const std::string& text) {
   auto j = nlohmann::json::parse(text, nullptr, false);
   if (!j.is_object()) return Corrupt(std::string(kRunJobEnv) + " is not a JSON object");
-  DistRunArgs a;
+  RunArgs a;
   Status bad = Status::Ok();
   auto get = [&](const char* key, auto& out) {
     using T = std::decay_t<decltype(out)>;
@@ -113,18 +113,6 @@ Result<DistRunArgs> run_job_from_json(const std::string& text) {
   return a;
 }
 
-engine::SamplerParams sampler_params(const DistRunArgs& a) {
-  engine::SamplerParams sp;
-  sp.temperature = a.temp;
-  sp.top_k = a.top_k;
-  sp.top_p = a.top_p;
-  sp.min_p = a.min_p;
-  sp.repeat_penalty = a.repeat_penalty;
-  sp.repeat_last_n = a.repeat_last_n;
-  sp.seed = a.seed_set ? a.seed : 0;  // the launcher passes a seed; under `lattice launch` give one
-  return sp;
-}
-
 // "2@5" -> rank 2 kills itself (SIGKILL) when it has generated 5 tokens; "2@5:stop" -> it
 // stops itself (SIGSTOP: a hung node, found only by the heartbeats).
 bool parse_fault(std::string text, int* rank, int* token, int* sig) {
@@ -149,7 +137,7 @@ bool parse_fault(std::string text, int* rank, int* token, int* sig) {
 }
 
 // Everything a rank would refuse, checked before any rank starts.
-std::string check_args(const DistRunArgs& a, int world) {
+std::string check_args(const RunArgs& a, int world) {
   if (a.parallel != "tp" && a.parallel != "pp" && a.parallel != "ep" && a.parallel != "auto")
     return "--parallel must be tp, pp, ep or auto";
   bool split_ok = true;
@@ -169,7 +157,7 @@ std::string check_args(const DistRunArgs& a, int world) {
 
 // `auto`: expert parallel for a mixture-of-experts file with at least as many experts as
 // ranks, tensor parallel otherwise (from the file's header; every rank decides the same).
-std::string resolve_parallel(const DistRunArgs& a, int world) {
+std::string resolve_parallel(const RunArgs& a, int world) {
   if (a.parallel != "auto") return a.parallel;
   auto file = engine::GgufFile::open(a.model);
   if (!file.ok()) return "tp";
@@ -181,7 +169,7 @@ std::string resolve_parallel(const DistRunArgs& a, int world) {
 }
 
 // Parent: start `nodes` copies of this command as ranks and wait for them.
-int launch_local(DistRunArgs a) {
+int launch_local(RunArgs a) {
   if (a.nodes < 1 || a.nodes > 64) return fail("--nodes must be in 1..64");
   if (a.provider != "shm" && a.provider != "tcp") return fail("--provider must be shm or tcp");
   if (std::string e = check_args(a, a.nodes); !e.empty()) return fail(e);
@@ -220,32 +208,24 @@ int launch_local(DistRunArgs a) {
 }
 
 // --discover: the same job, one rank per discovered host (cluster/hostfile_job.h).
-int launch_discovered(DistRunArgs a) {
-  if (a.secret_file.empty()) return fail("--discover needs --secret-file (the same file on every host)");
-  if (a.expect < 0 || a.expect > 1024) return fail("--expect must be in 0..1024");
-  if (std::string e = check_args(a, a.expect); !e.empty()) return fail(e);
-  a.parallel = resolve_parallel(a, std::max(1, a.expect));
+int launch_discovered(RunArgs a) {
+  if (std::string e = check_discover_flags(a.discover); !e.empty()) return fail(e);
+  if (std::string e = check_args(a, a.discover.expect); !e.empty()) return fail(e);
+  a.parallel = resolve_parallel(a, std::max(1, a.discover.expect));
   if (!a.seed_set) a.seed = static_cast<uint64_t>(std::random_device{}()), a.seed_set = true;
   cluster::HostfileJob job;
-  job.secret_file = a.secret_file;
-  job.remote = a.remote;
   job.argv = {cluster::self_exe(), "run"};
   job.env = {{kRunJobEnv, run_job_to_json(a).dump()}};
   job.launch.prefix = false;
   job.launch.keep_going = a.recover;
-  cluster::DiscoverJob d;
-  d.topology_out = a.discover_out;
-  d.expect = a.expect;
-  std::string report;
-  auto code = cluster::run_discovered_job(d, std::move(job), &report);
-  if (!report.empty()) std::fprintf(stderr, "lattice run: --discover: %s\n", report.c_str());
+  auto code = run_on_discovered_hosts(a.discover, std::move(job), "run");
   if (!code.ok()) return fail(code.status().to_string());
   return *code;
 }
 
 // One rank: joins the cluster, and generation, recovery and the report are the engine's
 // (engine::parallel::generate_distributed); this prints.
-int run_rank(DistRunArgs a) {
+int run_rank(RunArgs a) {
   if (const char* job = std::getenv(kRunJobEnv); job && *job) {
     auto parsed = run_job_from_json(job);
     if (!parsed.ok()) return fail(parsed.status().to_string());
@@ -404,6 +384,18 @@ int run_rank(DistRunArgs a) {
 
 }  // namespace
 
+engine::SamplerParams sampler_params(const RunArgs& a) {
+  engine::SamplerParams sp;
+  sp.temperature = a.temp;
+  sp.top_k = a.top_k;
+  sp.top_p = a.top_p;
+  sp.min_p = a.min_p;
+  sp.repeat_penalty = a.repeat_penalty;
+  sp.repeat_last_n = a.repeat_last_n;
+  sp.seed = a.seed_set ? a.seed : 0;  // the launcher passes a seed; under `lattice launch` give one
+  return sp;
+}
+
 bool parse_inject_fault(const std::string& text, int* rank, int* at, int* sig) { return parse_fault(text, rank, at, sig); }
 
 bool under_cluster_launcher() {
@@ -411,7 +403,8 @@ bool under_cluster_launcher() {
   return env.ok() && env->launched;
 }
 
-int run_distributed(DistRunArgs a) {
+int run_distributed(RunArgs a) {
+  if (a.threads <= 0) a.threads = 1;  // -t 0 (all cores) means one thread per rank here
   if (a.n_predict < 0) return fail("-n must be >= 0");
   if (a.threads < 1 || a.threads > 1024) return fail("-t must be in 1..1024 with --nodes (threads per rank)");
   if (under_cluster_launcher()) return run_rank(a);
@@ -433,7 +426,7 @@ int run_distributed(DistRunArgs a) {
   if (a.prompt.empty()) return fail("the prompt (-p) is empty");
   if (!std::filesystem::exists(a.model)) return fail("no such model file: " + a.model);
   a.model = std::filesystem::absolute(a.model).string();
-  if (a.discover) return launch_discovered(std::move(a));
+  if (a.discover.on) return launch_discovered(std::move(a));
   return launch_local(std::move(a));
 }
 

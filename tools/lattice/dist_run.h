@@ -1,4 +1,5 @@
-// `lattice run --nodes N`: tensor-parallel generation over a cluster of ranks.
+// `lattice run`'s options (one struct: the flags of cmd_run.cc fill it) and `lattice run --nodes N`:
+// tensor-parallel generation over a cluster of ranks.
 //
 // Without a launcher around it, the command starts N local rank processes of itself (the
 // launcher from cluster/, a fresh cluster secret, provider shm or tcp) and waits for them;
@@ -10,18 +11,21 @@
 #include <cstdint>
 #include <string>
 
+#include "discover_flags.h"
+#include "lattice/engine/sampler/sampler.h"
+
 namespace lattice::cli {
 
-struct DistRunArgs {
+struct RunArgs {
   std::string model, prompt;
-  int nodes = 0;               // local ranks to start (0: we are a rank under a launcher)
+  int nodes = 0;               // > 0: local ranks to start; 0: one process, or a rank under a launcher
   std::string provider = "shm";
   std::string parallel = "tp";  // tp | pp | ep | auto (ep for mixture-of-experts files, else tp)
   std::string split;            // "3,1": relative share of each rank (slower/smaller nodes less); empty: equal
   double ep_replicate = 0;      // ep: share of the other ranks' experts each rank also holds (0..1)
   double deadline_s = 0;        // the whole job (0: none); ranks still running then are stopped, exit 124
   int n_predict = 128;
-  int threads = 1;             // per rank
+  int threads = 0;             // 0: all cores on one node, 1 per rank over ranks
   float temp = 0.8f;
   uint64_t seed = 0;
   bool seed_set = false;
@@ -35,10 +39,8 @@ struct DistRunArgs {
   bool recover = true;
   std::string inject_fault;  // "RANK@TOKEN": that rank SIGKILLs itself after TOKEN tokens (demos, tests)
   // --discover: find the hosts (cluster/discover_topology.h) and run one rank on each through
-  // `remote`, instead of local ranks; the secret file must be at the same path on every host.
-  bool discover = false;
-  std::string secret_file, discover_out, remote = "ssh {ssh} {cmd}";
-  int expect = 0;
+  // the remote template, instead of local ranks.
+  DiscoverFlags discover;
 };
 
 // "RANK@N[:kill|:stop]" (empty: no fault) into the rank, the token or step N, and the signal
@@ -46,6 +48,9 @@ struct DistRunArgs {
 bool parse_inject_fault(const std::string& text, int* rank, int* at, int* sig);
 // True when this process was started as a rank of a cluster of more than one.
 bool under_cluster_launcher();
-int run_distributed(DistRunArgs args);
+// The sampler the options ask for; the seed is 0 unless --seed was given (callers that may
+// pick a random one do so).
+engine::SamplerParams sampler_params(const RunArgs& a);
+int run_distributed(RunArgs args);
 
 }  // namespace lattice::cli
