@@ -4,9 +4,10 @@
 // Thunderbolt cable). A topology whose link names br1's addresses must move the data over
 // br1, as the kernel's per-interface byte counters show; one without addresses falls back to
 // br0 and says so. Then `run --discover` and `serve --discover`, which measure the links
-// themselves, generate over the cable they chose.
+// themselves, generate over the cable they chose (serve's answer equal to one process's).
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -164,6 +165,69 @@ TEST(CableNetns, RunDiscoverGeneratesOverTheMeasuredCable) {
   ASSERT_TRUE(j.is_object()) << r.out;
   EXPECT_EQ(j["nodes"], 2) << r.out;
   EXPECT_FALSE(j["text"].get<std::string>().empty());
+}
+
+// The port in a "listening on http://HOST:PORT" line, or -1.
+int port_of(const std::string& line) {
+  const size_t colon = line.rfind(':');
+  return colon == std::string::npos ? -1 : std::atoi(line.c_str() + colon + 1);
+}
+
+// curl's body for a completion request, through `prefix` (a namespace to run in, or none).
+CmdResult complete(std::vector<std::string> prefix, const std::string& url, const nlohmann::json& req) {
+  prefix.insert(prefix.end(), {"curl", "-sS", "--max-time", "60", "-H", "Content-Type: application/json", "-d", req.dump(),
+                               url + "/v1/completions"});
+  return run_cmd(prefix, {}, Deadline::after(std::chrono::seconds(90)));
+}
+
+// serve --discover: one rank per host found, rank 0 answering HTTP in its namespace, the
+// tensor-parallel steps over the measured cable; it answers what one process answers.
+TEST(CableNetns, ServeDiscoverAnswersWhatOneProcessAnswers) {
+  TwoBridges net(2);
+  if (!net.skip_reason().empty()) LATTICE_SKIP_OR_FAIL("netns", net.skip_reason());
+  if (exit_code(run_cmd({"curl", "--version"}, {}, Deadline::after(std::chrono::seconds(10)))) != 0)
+    GTEST_SKIP() << "curl absent (scripts/setup.sh installs it)";
+  Dir dir;
+  std::string secret = keygen(dir / "secret");
+  ASSERT_FALSE(secret.empty());
+  auto made = run_cmd({lattice_bin(), "make-model", "-o", dir / "tiny.gguf", "--dim", "128", "--layers", "2", "--heads", "4",
+                       "--kv-heads", "2", "--vocab", "300", "--type", "q8_0", "--threads", "1"},
+                      {}, Deadline::after(std::chrono::seconds(60)));
+  ASSERT_EQ(exit_code(made), 0) << made.out << made.err;
+  for (int i = 1; i <= 2; ++i) ASSERT_TRUE(net.shape(i, 0, "20mbit"));
+  ASSERT_TRUE(net.start_nodes(secret, {{1, ""}, {2, ""}}, /*netns_names=*/true));
+  const nlohmann::json req{{"prompt", "abc def"}, {"max_tokens", 16}, {"temperature", 0}, {"ignore_eos", true}};
+
+  auto one = Proc::spawn({lattice_bin(), "serve", "-m", dir / "tiny.gguf", "--port", "0", "-t", "1", "--ctx", "512"}, {});
+  ASSERT_TRUE(one.ok()) << one.status().to_string();
+  auto one_line = one->wait_line("listening on http://", Deadline::after(std::chrono::seconds(30)));
+  ASSERT_TRUE(one_line.ok()) << one->err();
+  auto ref = complete({}, "http://127.0.0.1:" + std::to_string(port_of(*one_line)), req);
+  one->signal(SIGTERM);
+  (void)one->wait(Deadline::after(std::chrono::seconds(20)));
+  auto ref_j = nlohmann::json::parse(ref.out, nullptr, false);
+  ASSERT_TRUE(ref_j.is_object() && ref_j.contains("choices")) << ref.out << ref.err;
+
+  auto two = Proc::spawn({"ip", "netns", "exec", net.ns_name(0), lattice_bin(), "serve", "-m", dir / "tiny.gguf", "--discover",
+                          "--expect", "2", "--discover-out", dir / "d.json", "--secret-file", secret, "--remote",
+                          "ip netns exec {host} {cmd}", "--host", "0.0.0.0", "--port", "0", "-t", "1", "--ctx", "512"},
+                         {{"LATTICE_LOG", "info"}});
+  ASSERT_TRUE(two.ok()) << two.status().to_string();
+  auto line = two->wait_line("listening on http://", Deadline::after(std::chrono::seconds(60)));
+  ASSERT_TRUE(line.ok()) << two->out() << two->err();
+  // Rank 0 is the first host by name: node 1's namespace.
+  auto got = complete({"ip", "netns", "exec", net.ns_name(0)}, "http://" + subnet_ip(0, 1) + ":" + std::to_string(port_of(*line)), req);
+  auto got_j = nlohmann::json::parse(got.out, nullptr, false);
+  two->signal(SIGTERM);
+  auto st = two->wait(Deadline::after(std::chrono::seconds(30)));
+  ASSERT_TRUE(got_j.is_object() && got_j.contains("choices")) << got.out << got.err << two->err();
+  EXPECT_FALSE(ref_j["choices"][0].value("text", std::string()).empty()) << ref.out;
+  EXPECT_EQ(got_j["choices"][0]["text"], ref_j["choices"][0]["text"]) << got.out << "\n" << ref.out;
+  EXPECT_NE(two->err().find("lattice serve: --discover: 2 hosts, 1 links"), std::string::npos) << two->err();
+  EXPECT_NE(two->err().find("data over the topology's cable, " + subnet_ip(1, 1) + " here to " + subnet_ip(1, 2) + " there"),
+            std::string::npos)
+      << two->err();
+  EXPECT_TRUE(st.ok()) << st.status().to_string();
 }
 
 }  // namespace
