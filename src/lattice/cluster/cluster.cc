@@ -290,10 +290,14 @@ Result<fabric::Provider*> Cluster::cable_provider(int rank, int peer, bool first
   for (auto& [host, prov] : cable_providers_)
     if (host == mine) return prov.get();
   auto made = make_fabric(mine);
-  if (!made.ok())
-    return made.status().with_context(pair + ": the topology puts this end of their cable on " + mine +
-                                      ", but this host cannot listen there (is the interface up with that "
-                                      "address? else fix a_addr/b_addr in the topology file)");
+  if (!made.ok()) {
+    Status why = made.status().with_context(pair + ": the topology puts this end of their cable on " + mine +
+                                            ", but this host cannot listen there (is the interface up with that "
+                                            "address? else fix a_addr/b_addr in the topology file)");
+    // Said now: the peers notice this rank leaving and may stop the job before it returns.
+    LATTICE_LOG_ERROR("{}", why.to_string());
+    return why;
+  }
   cable_providers_.emplace_back(mine, std::move(*made));
   provider_list_.push_back(cable_providers_.back().second.get());
   return cable_providers_.back().second.get();
