@@ -25,6 +25,9 @@ namespace lattice::cluster {
 namespace {
 
 using testing::CmdResult;
+using testing::exit_code;
+using testing::keygen;
+using testing::ScratchDir;
 using testing::Env;
 using testing::lattice_bin;
 using testing::Proc;
@@ -32,19 +35,8 @@ using testing::run_cmd;
 using testing::subnet_ip;
 using testing::TwoBridges;
 
-int exit_code(const CmdResult& r) { return WIFEXITED(r.status) ? WEXITSTATUS(r.status) : -1; }
-
-struct Dir {
-  std::filesystem::path path = std::filesystem::temp_directory_path() / ("lattice_cable_" + std::to_string(::getpid()));
-  Dir() { std::filesystem::create_directories(path); }
-  ~Dir() { std::filesystem::remove_all(path); }
-  std::string operator/(const std::string& f) const { return (path / f).string(); }
-};
-
-std::string keygen(const std::string& path) {
-  auto r = run_cmd({lattice_bin(), "keygen", "-o", path}, {}, Deadline::after(std::chrono::seconds(10)));
-  return exit_code(r) == 0 ? path : "";
-}
+// What rank 0 logs (LATTICE_LOG=info) when its endpoint to rank 1 is on br1's address.
+std::string cable_line() { return "data over the topology's cable, " + subnet_ip(1, 1) + " here to " + subnet_ip(1, 2) + " there"; }
 
 // Two hosts named after their namespaces, addressed on br0; one tcp link, on br1 if `cable`.
 void write_two_hosts(const std::string& path, const TwoBridges& net, bool cable) {
@@ -90,7 +82,7 @@ CmdResult ping(TwoBridges& net, const std::string& topo, const std::string& secr
 TEST(CableNetns, DataGoesOverTheTopologysCableNotTheCoordinatorsNetwork) {
   TwoBridges net(2);
   if (!net.skip_reason().empty()) LATTICE_SKIP_OR_FAIL("netns", net.skip_reason());
-  Dir dir;
+  ScratchDir dir("cable");
   std::string secret = keygen(dir / "secret");
   ASSERT_FALSE(secret.empty());
   for (int i = 1; i <= 2; ++i) ASSERT_TRUE(net.shape(i, 0, "20mbit")) << "tc tbf on node" << i;
@@ -104,7 +96,7 @@ TEST(CableNetns, DataGoesOverTheTopologysCableNotTheCoordinatorsNetwork) {
   // At least the warm-up's eight 1 MiB sends, and the window behind them.
   EXPECT_GT(over_br1, 8ll << 20) << "br0 " << over_br0 << " B, br1 " << over_br1 << " B\n" << r.out << r.err;
   EXPECT_GT(over_br1, 20 * over_br0) << "br0 " << over_br0 << " B, br1 " << over_br1 << " B";
-  EXPECT_NE(r.err.find("data over the topology's cable, " + subnet_ip(1, 1) + " here to " + subnet_ip(1, 2) + " there"),
+  EXPECT_NE(r.err.find(cable_line()),
             std::string::npos)
       << r.err;
   // 20 Mbit/s is 0.0025 GB/s: the cable is far faster.
@@ -129,7 +121,7 @@ TEST(CableNetns, DataGoesOverTheTopologysCableNotTheCoordinatorsNetwork) {
 TEST(CableNetns, ACableAddressThisHostLacksIsAClearError) {
   TwoBridges net(2);
   if (!net.skip_reason().empty()) LATTICE_SKIP_OR_FAIL("netns", net.skip_reason());
-  Dir dir;
+  ScratchDir dir("cable");
   std::string secret = keygen(dir / "secret");
   ASSERT_FALSE(secret.empty());
   std::ofstream(dir / "bad.json") << "{\"version\": 1, \"hosts\": [{\"name\": \"" << net.ns_name(1) << "\", \"address\": \""
@@ -149,7 +141,7 @@ TEST(CableNetns, ACableAddressThisHostLacksIsAClearError) {
 TEST(CableNetns, RunDiscoverGeneratesOverTheMeasuredCable) {
   TwoBridges net(2);
   if (!net.skip_reason().empty()) LATTICE_SKIP_OR_FAIL("netns", net.skip_reason());
-  Dir dir;
+  ScratchDir dir("cable");
   std::string secret = keygen(dir / "secret");
   ASSERT_FALSE(secret.empty());
   for (int i = 1; i <= 2; ++i) ASSERT_TRUE(net.shape(i, 0, "20mbit"));
@@ -158,7 +150,7 @@ TEST(CableNetns, RunDiscoverGeneratesOverTheMeasuredCable) {
                         secret, "--remote", "ip netns exec {host} {cmd}", "-n", "8", "--temp", "0", "--json"},
                        {{"LATTICE_LOG", "info"}});
   ASSERT_EQ(exit_code(r), 0) << r.out << r.err;
-  EXPECT_NE(r.err.find("data over the topology's cable, " + subnet_ip(1, 1) + " here to " + subnet_ip(1, 2) + " there"),
+  EXPECT_NE(r.err.find(cable_line()),
             std::string::npos)
       << r.err;
   auto j = nlohmann::json::parse(r.out.substr(std::min(r.out.find('{'), r.out.size())), nullptr, false);
@@ -187,7 +179,7 @@ TEST(CableNetns, ServeDiscoverAnswersWhatOneProcessAnswers) {
   if (!net.skip_reason().empty()) LATTICE_SKIP_OR_FAIL("netns", net.skip_reason());
   if (exit_code(run_cmd({"curl", "--version"}, {}, Deadline::after(std::chrono::seconds(10)))) != 0)
     GTEST_SKIP() << "curl absent (scripts/setup.sh installs it)";
-  Dir dir;
+  ScratchDir dir("cable");
   std::string secret = keygen(dir / "secret");
   ASSERT_FALSE(secret.empty());
   auto made = run_cmd({lattice_bin(), "make-model", "-o", dir / "tiny.gguf", "--dim", "128", "--layers", "2", "--heads", "4",
@@ -224,7 +216,7 @@ TEST(CableNetns, ServeDiscoverAnswersWhatOneProcessAnswers) {
   EXPECT_FALSE(ref_j["choices"][0].value("text", std::string()).empty()) << ref.out;
   EXPECT_EQ(got_j["choices"][0]["text"], ref_j["choices"][0]["text"]) << got.out << "\n" << ref.out;
   EXPECT_NE(two->err().find("lattice serve: --discover: 2 hosts, 1 links"), std::string::npos) << two->err();
-  EXPECT_NE(two->err().find("data over the topology's cable, " + subnet_ip(1, 1) + " here to " + subnet_ip(1, 2) + " there"),
+  EXPECT_NE(two->err().find(cable_line()),
             std::string::npos)
       << two->err();
   EXPECT_TRUE(st.ok()) << st.status().to_string();

@@ -25,6 +25,9 @@ namespace lattice::cluster {
 namespace {
 
 using testing::CmdResult;
+using testing::exit_code;
+using testing::keygen;
+using testing::ScratchDir;
 using testing::Env;
 using testing::lattice_bin;
 using testing::Proc;
@@ -32,24 +35,10 @@ using testing::run_cmd;
 using testing::subnet_ip;
 using testing::TwoBridges;
 
-int exit_code(const CmdResult& r) { return WIFEXITED(r.status) ? WEXITSTATUS(r.status) : -1; }
-
-struct Dir {
-  std::filesystem::path path = std::filesystem::temp_directory_path() / ("lattice_disc_" + std::to_string(::getpid()));
-  Dir() { std::filesystem::create_directories(path); }
-  ~Dir() { std::filesystem::remove_all(path); }
-  std::string operator/(const std::string& f) const { return (path / f).string(); }
-};
-
-std::string keygen(const std::string& path) {
-  auto r = run_cmd({lattice_bin(), "keygen", "-o", path}, {}, Deadline::after(std::chrono::seconds(10)));
-  return exit_code(r) == 0 ? path : "";
-}
-
 TEST(DiscoverNetns, FindsExactlyTheNodesAndListsAForeignSecretUnjoined) {
   TwoBridges net(4);
   if (!net.skip_reason().empty()) LATTICE_SKIP_OR_FAIL("netns", net.skip_reason());
-  Dir dir;
+  ScratchDir dir("disc");
   std::string secret = keygen(dir / "secret"), other = keygen(dir / "other");
   ASSERT_FALSE(secret.empty() || other.empty());
   ASSERT_TRUE(net.start_nodes(secret, {{1, ""}, {2, ""}, {3, ""}}));
@@ -91,7 +80,7 @@ TEST(DiscoverNetns, FindsExactlyTheNodesAndListsAForeignSecretUnjoined) {
 TEST(DiscoverNetns, NoNodesIsAClearErrorWithinTheTimeout) {
   TwoBridges net(1);
   if (!net.skip_reason().empty()) LATTICE_SKIP_OR_FAIL("netns", net.skip_reason());
-  Dir dir;
+  ScratchDir dir("disc");
   std::string secret = keygen(dir / "secret");
   auto t0 = Clock::now();
   auto t = net.control({"topo", "--discover", "--timeout-ms", "1000", "--secret-file", secret, "-o", dir / "c.json"});
@@ -108,7 +97,7 @@ TEST(DiscoverNetns, NoNodesIsAClearErrorWithinTheTimeout) {
 TEST(DiscoverNetns, TheBestLinkWinsAndTheFileEqualsTheHandWrittenOne) {
   TwoBridges net(4);
   if (!net.skip_reason().empty()) LATTICE_SKIP_OR_FAIL("netns", net.skip_reason());
-  Dir dir;
+  ScratchDir dir("disc");
   std::string secret = keygen(dir / "secret");
   ASSERT_FALSE(secret.empty());
   for (int i = 1; i <= 4; ++i) ASSERT_TRUE(net.shape(i, 0, "20mbit")) << "tc tbf on node" << i;
@@ -161,7 +150,7 @@ TEST(DiscoverNetns, TheBestLinkWinsAndTheFileEqualsTheHandWrittenOne) {
 TEST(DiscoverNetns, LaunchDiscoverRunsAJobOnTheNodesFound) {
   TwoBridges net(3);
   if (!net.skip_reason().empty()) LATTICE_SKIP_OR_FAIL("netns", net.skip_reason());
-  Dir dir;
+  ScratchDir dir("disc");
   std::string secret = keygen(dir / "secret");
   ASSERT_TRUE(net.start_nodes(secret, {{1, ""}, {2, ""}, {3, ""}}, /*netns_names=*/true));
   auto r = net.control({"launch", "--discover", "--expect", "3", "--discover-out", dir / "d.json", "--secret-file", secret,
@@ -179,7 +168,7 @@ TEST(DiscoverNetns, LaunchDiscoverRunsAJobOnTheNodesFound) {
 TEST(DiscoverNetns, RunDiscoverGeneratesOverTheNodesFound) {
   TwoBridges net(2);
   if (!net.skip_reason().empty()) LATTICE_SKIP_OR_FAIL("netns", net.skip_reason());
-  Dir dir;
+  ScratchDir dir("disc");
   std::string secret = keygen(dir / "secret");
   ASSERT_TRUE(net.start_nodes(secret, {{1, ""}, {2, ""}}, /*netns_names=*/true));
   auto r = net.control({"run", "--demo", "--discover", "--expect", "2", "--discover-out", dir / "d.json", "--secret-file",

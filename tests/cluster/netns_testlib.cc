@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -56,6 +57,23 @@ void write_topology(const std::string& path, Netns& net, const std::vector<std::
     f << (k ? "," : "") << "{\"a\": \"" << net.name(cables[k].first) << "\", \"b\": \"" << net.name(cables[k].second)
       << "\", \"provider\": \"tcp\"}";
   f << "]}\n";
+}
+
+int exit_code(const CmdResult& r) { return WIFEXITED(r.status) ? WEXITSTATUS(r.status) : -1; }
+
+std::string keygen(const std::string& path) {
+  auto r = run_cmd({lattice_bin(), "keygen", "-o", path}, {}, Deadline::after(std::chrono::seconds(10)));
+  return exit_code(r) == 0 ? path : "";
+}
+
+ScratchDir::ScratchDir(const std::string& tag)
+    : path((std::filesystem::temp_directory_path() / ("lattice_" + tag + "_" + std::to_string(::getpid()))).string()) {
+  std::filesystem::create_directories(path);
+}
+
+ScratchDir::~ScratchDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
 }
 
 std::string subnet_ip(int bridge, int host) { return "10.6" + std::to_string(bridge + 1) + ".0." + std::to_string(host); }

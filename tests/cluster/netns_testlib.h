@@ -58,6 +58,20 @@ std::string wait_until_empty(const Netns& net, std::chrono::seconds bound);
 // 10.62.0.0/24, node i is .i on both.
 std::string subnet_ip(int bridge, int host);
 
+// The exit code of a finished command, -1 if it did not exit.
+int exit_code(const CmdResult& r);
+// A cluster secret made by `lattice keygen` at `path`; "" if that failed.
+std::string keygen(const std::string& path);
+// A scratch directory "lattice_<tag>_<pid>" under the temporary directory, removed with it.
+struct ScratchDir {
+  explicit ScratchDir(const std::string& tag);
+  ~ScratchDir();
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  std::string operator/(const std::string& f) const { return path + "/" + f; }
+  std::string path;
+};
+
 class TwoBridges {
  public:
   explicit TwoBridges(int n);
