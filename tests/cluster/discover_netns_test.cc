@@ -18,126 +18,27 @@
 
 #include "../require.h"
 #include "lattice/cluster/topology.h"
+#include "netns_testlib.h"
 #include "proc_testlib.h"
 
 namespace lattice::cluster {
 namespace {
 
 using testing::CmdResult;
+using testing::exit_code;
+using testing::keygen;
+using testing::ScratchDir;
 using testing::Env;
 using testing::lattice_bin;
 using testing::Proc;
 using testing::run_cmd;
-
-int sh(const std::string& cmd) {
-  int st = std::system((cmd + " >/dev/null 2>&1").c_str());
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-std::string subnet_ip(int bridge, int host) { return "10.6" + std::to_string(bridge + 1) + ".0." + std::to_string(host); }
-
-// Node namespaces 1..n (node i: .i on both bridges) and a control namespace (.100).
-class TwoBridges {
- public:
-  explicit TwoBridges(int n) : n_(n) {
-    base_ = "ld" + std::to_string(::getpid() % 100000);
-    if (sh("ip netns add " + base_ + "h") != 0) {
-      skip_ = "ip netns is not permitted here (need root / CAP_SYS_ADMIN)";
-      return;
-    }
-    created_.push_back(base_ + "h");
-    std::string hub = "ip -n " + base_ + "h ";
-    bool ok = true;
-    for (int b = 0; ok && b < 2; ++b)
-      ok = sh(hub + "link add br" + std::to_string(b) + " type bridge") == 0 &&
-           sh(hub + "link set br" + std::to_string(b) + " up") == 0;
-    for (int i = 1; ok && i <= n + 1; ++i) {
-      int host = i <= n ? i : 100;
-      std::string ns = ns_name(i <= n ? i : 0);
-      ok = sh("ip netns add " + ns) == 0;
-      if (!ok) break;
-      created_.push_back(ns);
-      ok = sh("ip -n " + ns + " link set lo up") == 0;
-      for (int b = 0; ok && b < 2; ++b) {
-        std::string a = base_ + "a" + std::to_string(host) + "x" + std::to_string(b);
-        std::string z = base_ + "z" + std::to_string(host) + "x" + std::to_string(b);
-        std::string dev = "eth" + std::to_string(b);
-        ok = sh("ip link add " + a + " type veth peer name " + z) == 0 && sh("ip link set " + a + " netns " + ns) == 0 &&
-             sh("ip link set " + z + " netns " + base_ + "h") == 0 &&
-             sh("ip -n " + ns + " link set " + a + " name " + dev) == 0 &&
-             sh("ip -n " + ns + " addr add " + subnet_ip(b, host) + "/24 dev " + dev) == 0 &&
-             sh("ip -n " + ns + " link set " + dev + " up") == 0 &&
-             sh(hub + "link set " + z + " master br" + std::to_string(b)) == 0 && sh(hub + "link set " + z + " up") == 0;
-        if (!ok) sh("ip link del " + a);
-      }
-    }
-    if (!ok) skip_ = "could not build veth links and bridges between namespaces";
-  }
-  ~TwoBridges() {
-    nodes_.clear();  // stop the announcers before their namespaces go
-    for (auto it = created_.rbegin(); it != created_.rend(); ++it) sh("ip netns del " + *it);
-  }
-  const std::string& skip_reason() const { return skip_; }
-  // 0: the control namespace; 1..n: the nodes.
-  std::string ns_name(int i) const { return base_ + (i == 0 ? std::string("c") : std::to_string(i)); }
-  // Egress shaping of node i's interface eth<bridge>.
-  bool shape(int i, int bridge, const std::string& rate) {
-    return sh("tc -n " + ns_name(i) + " qdisc add dev eth" + std::to_string(bridge) + " root tbf rate " + rate +
-              " burst 16kb latency 100ms") == 0;
-  }
-  // Starts nodes (number, kinds override) as announcers, all at once; waits until each is
-  // registered on the network. Node i is named "node<i>", or its namespace's name.
-  ::testing::AssertionResult start_nodes(const std::string& secret, const std::vector<std::pair<int, std::string>>& nodes,
-                                         bool netns_names = false) {
-    std::vector<std::pair<int, Proc>> started;
-    for (const auto& [i, kinds] : nodes) {
-      Env env;
-      if (!kinds.empty()) env.emplace_back("LATTICE_IFACE_KIND", kinds);
-      std::string name = netns_names ? ns_name(i) : "node" + std::to_string(i);
-      auto p = Proc::spawn({"ip", "netns", "exec", ns_name(i), lattice_bin(), "discover", "--announce", "--name", name,
-                            "--secret-file", secret, "--for-s", "120"},
-                           env);
-      if (!p.ok()) return ::testing::AssertionFailure() << p.status().to_string();
-      started.emplace_back(i, std::move(*p));
-    }
-    for (auto& [i, p] : started) {
-      auto line = p.wait_line("announcing", Deadline::after(std::chrono::seconds(15)));
-      if (!line.ok()) return ::testing::AssertionFailure() << "node " << i << ": " << p.out() << p.err();
-      nodes_.push_back(std::move(p));
-    }
-    return ::testing::AssertionSuccess();
-  }
-  CmdResult control(std::vector<std::string> args) {
-    std::vector<std::string> argv = {"ip", "netns", "exec", ns_name(0), lattice_bin()};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return run_cmd(argv, {}, Deadline::after(std::chrono::seconds(60)));
-  }
-
- private:
-  int n_;
-  std::string base_, skip_;
-  std::vector<std::string> created_;
-  std::vector<Proc> nodes_;
-};
-
-int exit_code(const CmdResult& r) { return WIFEXITED(r.status) ? WEXITSTATUS(r.status) : -1; }
-
-struct Dir {
-  std::filesystem::path path = std::filesystem::temp_directory_path() / ("lattice_disc_" + std::to_string(::getpid()));
-  Dir() { std::filesystem::create_directories(path); }
-  ~Dir() { std::filesystem::remove_all(path); }
-  std::string operator/(const std::string& f) const { return (path / f).string(); }
-};
-
-std::string keygen(const std::string& path) {
-  auto r = run_cmd({lattice_bin(), "keygen", "-o", path}, {}, Deadline::after(std::chrono::seconds(10)));
-  return exit_code(r) == 0 ? path : "";
-}
+using testing::subnet_ip;
+using testing::TwoBridges;
 
 TEST(DiscoverNetns, FindsExactlyTheNodesAndListsAForeignSecretUnjoined) {
   TwoBridges net(4);
   if (!net.skip_reason().empty()) LATTICE_SKIP_OR_FAIL("netns", net.skip_reason());
-  Dir dir;
+  ScratchDir dir("disc");
   std::string secret = keygen(dir / "secret"), other = keygen(dir / "other");
   ASSERT_FALSE(secret.empty() || other.empty());
   ASSERT_TRUE(net.start_nodes(secret, {{1, ""}, {2, ""}, {3, ""}}));
@@ -179,7 +80,7 @@ TEST(DiscoverNetns, FindsExactlyTheNodesAndListsAForeignSecretUnjoined) {
 TEST(DiscoverNetns, NoNodesIsAClearErrorWithinTheTimeout) {
   TwoBridges net(1);
   if (!net.skip_reason().empty()) LATTICE_SKIP_OR_FAIL("netns", net.skip_reason());
-  Dir dir;
+  ScratchDir dir("disc");
   std::string secret = keygen(dir / "secret");
   auto t0 = Clock::now();
   auto t = net.control({"topo", "--discover", "--timeout-ms", "1000", "--secret-file", secret, "-o", dir / "c.json"});
@@ -196,7 +97,7 @@ TEST(DiscoverNetns, NoNodesIsAClearErrorWithinTheTimeout) {
 TEST(DiscoverNetns, TheBestLinkWinsAndTheFileEqualsTheHandWrittenOne) {
   TwoBridges net(4);
   if (!net.skip_reason().empty()) LATTICE_SKIP_OR_FAIL("netns", net.skip_reason());
-  Dir dir;
+  ScratchDir dir("disc");
   std::string secret = keygen(dir / "secret");
   ASSERT_FALSE(secret.empty());
   for (int i = 1; i <= 4; ++i) ASSERT_TRUE(net.shape(i, 0, "20mbit")) << "tc tbf on node" << i;
@@ -249,7 +150,7 @@ TEST(DiscoverNetns, TheBestLinkWinsAndTheFileEqualsTheHandWrittenOne) {
 TEST(DiscoverNetns, LaunchDiscoverRunsAJobOnTheNodesFound) {
   TwoBridges net(3);
   if (!net.skip_reason().empty()) LATTICE_SKIP_OR_FAIL("netns", net.skip_reason());
-  Dir dir;
+  ScratchDir dir("disc");
   std::string secret = keygen(dir / "secret");
   ASSERT_TRUE(net.start_nodes(secret, {{1, ""}, {2, ""}, {3, ""}}, /*netns_names=*/true));
   auto r = net.control({"launch", "--discover", "--expect", "3", "--discover-out", dir / "d.json", "--secret-file", secret,
@@ -267,7 +168,7 @@ TEST(DiscoverNetns, LaunchDiscoverRunsAJobOnTheNodesFound) {
 TEST(DiscoverNetns, RunDiscoverGeneratesOverTheNodesFound) {
   TwoBridges net(2);
   if (!net.skip_reason().empty()) LATTICE_SKIP_OR_FAIL("netns", net.skip_reason());
-  Dir dir;
+  ScratchDir dir("disc");
   std::string secret = keygen(dir / "secret");
   ASSERT_TRUE(net.start_nodes(secret, {{1, ""}, {2, ""}}, /*netns_names=*/true));
   auto r = net.control({"run", "--demo", "--discover", "--expect", "2", "--discover-out", dir / "d.json", "--secret-file",

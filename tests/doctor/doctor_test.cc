@@ -1,5 +1,5 @@
 // Doctor in this process (no process started): a healthy emulated node reports no failure, and
-// each injected fault (the emulated verbs device's three failure modes, a secret others can
+// each injected fault (the emulated verbs device's four failure modes, a secret others can
 // read) fails exactly its own check, with a fix. Plus the report's JSON and text forms.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -48,11 +48,16 @@ TEST_F(DoctorNode, AHealthyEmulatedNodeReportsNoFailure) {
   ASSERT_EQ(r.nodes.size(), 1u);
   EXPECT_EQ(r.nodes[0].host, "h1");
   // Every check of the brief is there, each with a verdict.
-  for (const char* id : {"rdma", "verbs-devices", "verbs-ports", "gid1", "mtu", "memory", "thermal", "power", "secret"})
+  for (const char* id : {"rdma", "verbs-devices", "verbs-ports", "verbs-queues", "gid1", "mtu", "memory", "thermal", "power", "secret"})
     EXPECT_NE(r.find(0, id), nullptr) << id;
   for (const char* id : {"version", "model", "clock", "cable h0-h1", "cable h1-h2", "mtu-match", "mesh"})
     EXPECT_NE(r.find(-1, id), nullptr) << id;
   EXPECT_EQ(r.find(0, "verbs-ports")->level, Level::kOk);
+  // A protection domain and a queue pair were made on each emulated device's active port.
+  const Check* q = r.find(0, "verbs-queues");
+  ASSERT_NE(q, nullptr);
+  EXPECT_NE(q->detail.find("emu_tb5_0: pd, cq, uc qp INIT on port 2"), std::string::npos) << q->detail;
+  EXPECT_NE(q->detail.find("emu_rc_0: pd, cq, rc qp INIT on port 1"), std::string::npos) << q->detail;
   EXPECT_NE(r.find(0, "memory")->detail.find("the plan needs"), std::string::npos) << r.find(0, "memory")->detail;
   EXPECT_NE(r.find(-1, "model")->detail.find("blake2b:"), std::string::npos);
 }
@@ -76,7 +81,7 @@ TEST_P(DoctorEmuFault, FailsExactlyItsCheckWithAFix) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, DoctorEmuFault,
                          ::testing::Values(Fault{"no-device", "verbs-devices"}, Fault{"port-down", "verbs-ports"},
-                                           Fault{"no-gid1", "gid1"}),
+                                           Fault{"no-gid1", "gid1"}, Fault{"no-pd", "verbs-queues"}),
                          [](const auto& info) {
                            std::string n = info.param.knob;
                            for (char& ch : n)
@@ -186,11 +191,12 @@ TEST(DoctorJson, AnUnknownStatusIsRefused) {
 
 TEST(DoctorEmuKnob, ParsesItsWordsAndRefusesOthers) {
   using fabric::verbs::emu::parse_machine_faults;
-  auto f = parse_machine_faults("no-device,no-gid1");
+  auto f = parse_machine_faults("no-device,no-gid1,no-pd");
   ASSERT_TRUE(f.ok());
   EXPECT_TRUE(f->no_device);
   EXPECT_FALSE(f->port_down);
   EXPECT_TRUE(f->no_gid1);
+  EXPECT_TRUE(f->no_pd);
   EXPECT_TRUE(parse_machine_faults("").ok());
   auto bad = parse_machine_faults("port-down,unplugged");
   ASSERT_FALSE(bad.ok());

@@ -130,6 +130,7 @@ Result<ClusterOptions> cluster_options_from_env(const std::string& secret_file) 
                              std::to_string(o.world_size) + " ranks");
     if (o.coordinator.empty()) o.coordinator = plan.coordinator;
     o.linked = plan.linked;  // only the pairs the topology cables get an endpoint
+    o.link_addrs = plan.link_addrs;
   }
   if (!e.provider.empty()) o.provider = e.provider;
   if (o.provider != "tcp" && o.provider != "shm")
@@ -260,6 +261,48 @@ bool Cluster::pair_linked(int a, int b) const {
   return !(epoch_ == 0 && !opt_.rejoin) || opt_.linked(a, b);  // as build_epoch decides
 }
 
+// Data traffic is sealed with the cluster secret (tcp; same-host shm ignores it) unless
+// --insecure, which the join already announced loudly.
+Result<std::unique_ptr<fabric::Provider>> Cluster::make_fabric(const std::string& host) const {
+  fabric::ProviderOptions po;
+  if (opt_.secret && !opt_.insecure) po.secret = opt_.secret->bytes();
+  const bool bare_v6 = host.find(':') != std::string::npos && host.front() != '[';
+  return fabric::make_provider(provider_uri(opt_.provider, bare_v6 ? "[" + host + "]" : host), po);
+}
+
+Result<fabric::Provider*> Cluster::cable_provider(int rank, int peer, bool first_epoch) {
+  if (opt_.provider != "tcp" || !opt_.link_addrs) return provider_.get();
+  // The topology's cables join hosts: a member's host is its first-epoch rank (origin).
+  auto host_of = [&](int r) { return origins_[size_t(r)] >= 0 ? origins_[size_t(r)] : (first_epoch ? r : -1); };
+  const int ha = host_of(rank), hb = host_of(peer);
+  const std::string pair = "rank " + std::to_string(rank) + " - rank " + std::to_string(peer) + " (" +
+                           (size_t(peer) < names_.size() ? names_[size_t(peer)] : "?") + ")";
+  auto [mine, theirs] = ha >= 0 && hb >= 0 ? opt_.link_addrs(ha, hb) : std::pair<std::string, std::string>{};
+  if (mine.empty()) {
+    LATTICE_LOG_INFO("{}: the topology gives no address for this end of their cable; its data goes over {}, "
+                     "the address that reaches the coordinator (set a_addr/b_addr in the topology to steer it)",
+                     pair, default_host_);
+    return provider_.get();
+  }
+  LATTICE_LOG_INFO("{}: data over the topology's cable, {} here to {} there", pair, mine,
+                   theirs.empty() ? std::string("the peer's default address") : theirs);
+  if (mine == default_host_) return provider_.get();
+  for (auto& [host, prov] : cable_providers_)
+    if (host == mine) return prov.get();
+  auto made = make_fabric(mine);
+  if (!made.ok()) {
+    Status why = made.status().with_context(pair + ": the topology puts this end of their cable on " + mine +
+                                            ", but this host cannot listen there (is the interface up with that "
+                                            "address? else fix a_addr/b_addr in the topology file)");
+    // Said now: the peers notice this rank leaving and may stop the job before it returns.
+    LATTICE_LOG_ERROR("{}", why.to_string());
+    return why;
+  }
+  cable_providers_.emplace_back(mine, std::move(*made));
+  provider_list_.push_back(cable_providers_.back().second.get());
+  return cable_providers_.back().second.get();
+}
+
 Status Cluster::build_epoch(const json& plan, Deadline deadline) {
   int rank = plan.value("rank", -1), world = plan.value("world", 0);
   uint64_t epoch = plan.value("epoch", uint64_t{0});
@@ -283,12 +326,8 @@ Status Cluster::build_epoch(const json& plan, Deadline deadline) {
   log::set_rank(rank);
 
   if (!provider_ && !opt_.control_only) {
-    const std::string uri = provider_uri(opt_.provider, opt_.fabric_host.empty() ? local_ip() : opt_.fabric_host);
-    // Data traffic is sealed with the cluster secret (tcp; same-host shm ignores it) unless
-    // --insecure, which the join already announced loudly.
-    fabric::ProviderOptions po;
-    if (opt_.secret && !opt_.insecure) po.secret = opt_.secret->bytes();
-    LATTICE_ASSIGN_OR_RETURN(provider_, fabric::make_provider(uri, po));
+    default_host_ = opt_.fabric_host.empty() ? local_ip() : opt_.fabric_host;
+    LATTICE_ASSIGN_OR_RETURN(provider_, make_fabric(default_host_));
     provider_list_ = {provider_.get()};
   }
   auto st = std::make_shared<EpochState>();
@@ -311,14 +350,17 @@ Status Cluster::build_epoch(const json& plan, Deadline deadline) {
   };
   json addrs = json::object();
   std::vector<std::unique_ptr<fabric::Endpoint>> raw(world);
+  std::vector<fabric::Provider*> prov_of(world, provider_.get());
   for (int p = 0; p < world; ++p) {
     if (!is_linked(rank, p)) continue;
-    LATTICE_ASSIGN_OR_RETURN(auto cq, provider_->create_cq(1024));
+    LATTICE_ASSIGN_OR_RETURN(prov_of[p], cable_provider(rank, p, first_epoch));
+    fabric::Provider* prov = prov_of[p];
+    LATTICE_ASSIGN_OR_RETURN(auto cq, prov->create_cq(1024));
     fabric::EndpointOptions eo;
     eo.peer_rank = p;
     eo.peer_timeout = opt_.peer_timeout;
     eo.declared_lost = &st->lost[p];
-    LATTICE_ASSIGN_OR_RETURN(raw[p], provider_->create_endpoint(cq.get(), cq.get(), eo));
+    LATTICE_ASSIGN_OR_RETURN(raw[p], prov->create_endpoint(cq.get(), cq.get(), eo));
     addrs[std::to_string(p)] = to_hex(raw[p]->local_address());
     st->cqs.push_back(std::move(cq));
   }
@@ -364,7 +406,7 @@ Status Cluster::build_epoch(const json& plan, Deadline deadline) {
     if (!raw[p]) continue;
     auto* cq = st->cqs[cq_i++].get();
     st->endpoints[p] = std::make_unique<GuardedEndpoint>(std::move(raw[p]), &st->lost[p], &st->fenced, epoch);
-    st->links[p] = Link{st->endpoints[p].get(), provider_.get(), cq, cq};
+    st->links[p] = Link{st->endpoints[p].get(), prov_of[p], cq, cq};
   }
   {
     std::lock_guard lock(g_state_mu);

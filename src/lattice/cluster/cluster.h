@@ -66,6 +66,11 @@ struct ClusterOptions {
   std::chrono::milliseconds connect_timeout{15000};
   // Which pairs get an endpoint (ranks of the epoch being built); empty: full mesh.
   std::function<bool(int, int)> linked;
+  // tcp: the IPs at each end of a pair's cable (origin ranks, TopologyPlan::link_addrs). A rank
+  // binds the pair's endpoint to its end's IP, so the peer dials it over that cable, not over
+  // the coordinator's network; an end without one uses fabric_host (logged at info level). An
+  // IP this host does not have fails the join, naming the pair.
+  std::function<std::pair<std::string, std::string>(int, int)> link_addrs;
   // No fabric at all (no provider, no endpoints): only the control plane, its allgather and
   // the membership. For programs that make their own endpoints (demo, bench fabric) and use
   // the cluster to start, swap address blobs and agree on steps.
@@ -140,7 +145,14 @@ class Cluster final : public Group {
   ClusterOptions opt_;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<MemberLink> link_;
+  // The provider for fabric_host (every pair without a cable address), then one per other
+  // local IP a cable names (tcp), made when a pair first needs it and kept across epochs.
+  Result<std::unique_ptr<fabric::Provider>> make_fabric(const std::string& host) const;
+  // The provider for the endpoint this rank opens to `peer` (ranks of the epoch being built).
+  Result<fabric::Provider*> cable_provider(int rank, int peer, bool first_epoch);
+  std::string default_host_;  // where provider_ listens
   std::unique_ptr<fabric::Provider> provider_;
+  std::vector<std::pair<std::string, std::unique_ptr<fabric::Provider>>> cable_providers_;
   std::vector<fabric::Provider*> provider_list_;
   std::shared_ptr<EpochState> state_;
   std::vector<std::string> names_;

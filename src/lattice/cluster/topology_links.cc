@@ -29,6 +29,26 @@ Result<TopologyPlan> plan_from_topology_file(const std::string& path) {
       return true;  // ranks beyond the file (joiners): full mesh
     return cables[host_of_rank[a]][host_of_rank[b]] > 0;
   };
+  // The data cable of each host pair: index into topo.links, -1 if none.
+  std::vector<std::vector<int>> best(size_t(n), std::vector<int>(size_t(n), -1));
+  for (size_t k = 0; k < topo.links.size(); ++k) {
+    const Link& l = topo.links[k];
+    if (l.provider == LinkProvider::kShm || l.a < 0 || l.b < 0 || l.a >= n || l.b >= n) continue;
+    int& cur = best[size_t(l.a)][size_t(l.b)];
+    if (cur < 0 || l.gbps.value_or(0) > topo.links[size_t(cur)].gbps.value_or(0)) cur = int(k);
+    best[size_t(l.b)][size_t(l.a)] = cur;
+  }
+  std::vector<Link> links = topo.links;
+  plan.link_addrs = [best, links, host_of_rank](int a, int b) -> std::pair<std::string, std::string> {
+    const int n = static_cast<int>(host_of_rank.size());
+    if (a < 0 || b < 0 || a >= n || b >= n || a == b) return {};
+    const int ha = host_of_rank[size_t(a)], hb = host_of_rank[size_t(b)];
+    const int k = best[size_t(ha)][size_t(hb)];
+    if (k < 0) return {};
+    const Link& l = links[size_t(k)];
+    if (l.a == ha) return {l.a_addr, l.b_addr};
+    return {l.b_addr, l.a_addr};
+  };
   return plan;
 }
 

@@ -5,6 +5,8 @@
 
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "lattice/core/status.h"
 
@@ -13,6 +15,10 @@ namespace lattice::cluster {
 struct TopologyPlan {
   std::string coordinator;              // the file's coordinator, else rank 0's address
   std::function<bool(int, int)> linked; // by rank: true if at least one cable joins the pair
+  // By rank: the IPs at a's end and at b's end of the pair's data cable: of the tcp/verbs
+  // cables joining them, the fastest by "gbps" (unknown counts as slowest; ties: the first
+  // listed). An end the file gives no a_addr/b_addr for is empty, and so is a pair without one.
+  std::function<std::pair<std::string, std::string>(int, int)> link_addrs;
   int world_size = 0;
   std::vector<std::string> ssh;         // by rank: how the launcher reaches the host
   std::vector<std::string> names;       // by rank: host names

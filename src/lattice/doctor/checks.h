@@ -10,6 +10,7 @@
 
 #include "lattice/cluster/topology.h"
 #include "lattice/doctor/doctor.h"
+#include "lattice/fabric/device_queues.h"
 #include "lattice/fabric/fabric.h"
 
 namespace lattice::doctor::detail {
@@ -61,6 +62,7 @@ struct Context {
   int self = -1;                       // this node's host index in the topology (-1: none)
   bool launched = false;
   fabric::DeviceList devices;          // system devices, plus the emulated ones with --emulated
+  std::vector<fabric::DeviceQueues> queues;  // a PD and QP made and destroyed on each of them
   std::vector<std::string> named_devices;  // verbs devices the topology gives this host
   bool rdma_expected = false;          // --emulated, or a verbs link on this host
   uint64_t mem_available = 0;

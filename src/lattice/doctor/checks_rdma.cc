@@ -1,4 +1,5 @@
-// Node checks of RDMA: enabled at all, devices, port states, GID index 1, MTU. The devices are
+// Node checks of RDMA: enabled at all, devices, port states, a protection domain and queue
+// pair made and destroyed on each, GID index 1, MTU. The devices are
 // fabric::list_devices()'s (what the verbs provider sees), the emulated ones too with --emulated.
 #include <sys/stat.h>
 
@@ -147,6 +148,40 @@ Check verbs_ports(const Context& c) {
               emu_hint(emulated_down) + real);
 }
 
+// What the verbs provider does first, tried for real (fabric/device_queues.h): a protection
+// domain, a completion queue and a queue pair moved to INIT on each ACTIVE port. A null
+// protection domain is named here instead of crashing whatever dereferences it later.
+Check verbs_queues(const Context& c) {
+  auto used = used_devices(c);
+  const char* title = "protection domain and queue pair";
+  if (used.empty()) return make("verbs-queues", title, c.rdma_expected ? Level::kWarn : Level::kOk, "no device to look at");
+  std::string seen, failed, fix;
+  bool emulated_failed = false;
+  for (const auto* d : used) {
+    if (!d->error.empty()) continue;  // verbs-devices reports it
+    for (const auto& q : c.queues) {
+      if (q.device != d->name || q.emulated != d->emulated) continue;
+      if (q.error.empty()) {
+        seen += (seen.empty() ? "" : "; ") + q.device + ": " + q.done;
+        continue;
+      }
+      failed += (failed.empty() ? "" : "; ") + q.device + ": " + q.error;
+      emulated_failed = emulated_failed || q.emulated;
+#ifdef __APPLE__
+      const std::string real = "RDMA must be enabled for this Mac: boot into Recovery, run rdma_ctl enable, restart; "
+                               "then check ibv_devinfo -d " + q.device + " as the user that runs lattice";
+#else
+      const std::string real = "check the user may use " + q.device +
+                               ": sudo chmod 666 /dev/infiniband/uverbs* (or add the user to the rdma group), and the "
+                               "locked-memory limit: ulimit -l unlimited (/etc/security/limits.conf: * - memlock unlimited)";
+#endif
+      if (fix.empty()) fix = real;
+    }
+  }
+  if (failed.empty()) return make("verbs-queues", title, Level::kOk, seen.empty() ? "no device could be opened" : seen);
+  return make("verbs-queues", title, Level::kFail, failed, emu_hint(emulated_failed) + fix);
+}
+
 Check gid1(const Context& c) {
   auto used = used_devices(c);
   if (used.empty()) return make("gid1", "GID index 1 (IPv4)", c.rdma_expected ? Level::kWarn : Level::kOk, "no device to look at");
@@ -207,6 +242,7 @@ const std::vector<NodeCheckEntry>& rdma_checks() {
       {"rdma", "RDMA enabled", rdma_enabled},
       {"verbs-devices", "verbs devices", verbs_devices},
       {"verbs-ports", "verbs ports", verbs_ports},
+      {"verbs-queues", "protection domain and queue pair", verbs_queues},
       {"gid1", "GID index 1 (IPv4)", gid1},
       {"mtu", "MTU", mtu},
   };

@@ -12,6 +12,7 @@
 
 #include "lattice/core/build_info.h"
 #include "lattice/doctor/checks.h"
+#include "lattice/fabric/device_queues.h"
 #include "lattice/engine/gguf/gguf.h"
 
 #ifndef LATTICE_VERSION
@@ -137,6 +138,7 @@ Result<Context> make_context(const Options& options, int rank, int world_size, b
   }
   c.rdma_expected = c.rdma_expected || options.emulated;
   c.devices = fabric::list_devices(options.emulated);
+  c.queues = fabric::try_device_queues(options.emulated);
   // A verbs cable's end: its device's state (a missing device or no ACTIVE port is a cut).
   for (auto& e : c.ends) {
     if (e.device.empty()) continue;

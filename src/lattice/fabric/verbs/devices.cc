@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "lattice/fabric/device_queues.h"
 #include "lattice/fabric/providers.h"
 #include "lattice/fabric/verbs/api.h"
 #include "lattice/fabric/verbs/emu/emu.h"
@@ -47,6 +48,88 @@ DevicePort read_port(const VerbsApi& api, ibv_context* ctx, uint8_t number) {
     port.gids.push_back(std::move(out));
   }
   return port;
+}
+
+std::string call_failed(const char* what) {
+  return std::string(what) + " (" + (errno ? std::strerror(errno) : "no errno") + ")";
+}
+
+// The provider's first steps on an opened device, undone at once (device_queues.h).
+void try_queues(const VerbsApi& api, ibv_context* ctx, const std::vector<uint8_t>& active_ports, DeviceQueues* dev) {
+  errno = 0;
+  ibv_pd* pd = api.alloc_pd(ctx);
+  if (pd == nullptr) {
+    dev->error = call_failed("ibv_alloc_pd returned no protection domain");
+    return;
+  }
+  errno = 0;
+  ibv_cq* cq = api.create_cq(ctx, 4, nullptr, nullptr, 0);
+  if (cq == nullptr) {
+    dev->error = call_failed("ibv_create_cq failed");
+    api.dealloc_pd(pd);
+    return;
+  }
+  std::string done = "pd, cq";
+  for (uint8_t port : active_ports) {
+    ibv_qp* qp = nullptr;
+    const char* kind = "rc";
+    for (ibv_qp_type type : {IBV_QPT_RC, IBV_QPT_UC}) {
+      ibv_qp_init_attr ia{};
+      ia.send_cq = ia.recv_cq = cq;
+      ia.qp_type = type;
+      ia.cap.max_send_wr = ia.cap.max_recv_wr = 1;
+      ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
+      errno = 0;
+      qp = api.create_qp(pd, &ia);
+      if (qp != nullptr) break;
+      kind = "uc";
+    }
+    if (qp == nullptr) {
+      dev->error = call_failed(("port " + std::to_string(port) + ": ibv_create_qp failed (RC and UC)").c_str());
+      break;
+    }
+    ibv_qp_attr qa{};
+    qa.qp_state = IBV_QPS_INIT;
+    qa.port_num = port;
+    qa.pkey_index = 0;
+    const int rc = api.modify_qp(qp, &qa, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+    api.destroy_qp(qp);
+    if (rc != 0) {
+      errno = rc;
+      dev->error = call_failed(("port " + std::to_string(port) + ": ibv_modify_qp to INIT failed").c_str());
+      break;
+    }
+    done += std::string(", ") + kind + " qp INIT on port " + std::to_string(port);
+  }
+  api.destroy_cq(cq);
+  api.dealloc_pd(pd);
+  if (dev->error.empty()) dev->done = done;
+}
+
+void append_queues(const VerbsApi& api, std::vector<DeviceQueues>* out) {
+  int n = 0;
+  ibv_device** list = api.get_device_list(&n);
+  if (list == nullptr) return;
+  for (int i = 0; i < n; ++i) {
+    ibv_context* ctx = api.open_device(list[i]);
+    if (ctx == nullptr) continue;
+    ibv_device_attr da{};
+    if (api.query_device(ctx, &da) == 0) {
+      DeviceQueues dev;
+      const char* name = api.get_device_name(list[i]);
+      dev.device = name ? name : "?";
+      dev.emulated = api.emulated;
+      std::vector<uint8_t> active;
+      for (uint8_t p = 1; p <= da.phys_port_cnt; ++p) {
+        ibv_port_attr pa{};
+        if (api.query_port(ctx, p, &pa) == 0 && pa.state == IBV_PORT_ACTIVE) active.push_back(p);
+      }
+      try_queues(api, ctx, active, &dev);
+      out->push_back(std::move(dev));
+    }
+    api.close_device(ctx);
+  }
+  api.free_device_list(list);
 }
 
 void append_devices(const VerbsApi& api, std::vector<DeviceInfo>* out) {
@@ -100,3 +183,14 @@ DeviceList list_verbs_devices(bool include_emulated) {
 }
 
 }  // namespace lattice::fabric::detail
+
+namespace lattice::fabric {
+
+std::vector<DeviceQueues> try_device_queues(bool include_emulated) {
+  std::vector<DeviceQueues> out;
+  if (auto api = verbs::load_system_verbs(); api.ok()) verbs::append_queues(**api, &out);
+  if (include_emulated) verbs::append_queues(verbs::emu::api(), &out);
+  return out;
+}
+
+}  // namespace lattice::fabric

@@ -579,6 +579,10 @@ int emu_query_gid(ibv_context* c, uint8_t port, int index, ibv_gid* gid) {
 }
 
 ibv_pd* emu_alloc_pd(ibv_context* c) {
+  if (env_faults().no_pd) {
+    errno = EPERM;
+    return nullptr;
+  }
   auto* pd = new Pd();
   pd->base.context = c;
   return &pd->base;
@@ -930,9 +934,10 @@ Result<MachineFaults> parse_machine_faults(std::string_view words) {
     if (w == "no-device") f.no_device = true;
     else if (w == "port-down") f.port_down = true;
     else if (w == "no-gid1") f.no_gid1 = true;
+    else if (w == "no-pd") f.no_pd = true;
     else if (!w.empty())
       return InvalidArgument(std::string(kMachineFaultEnv) + ": unknown fault '" + std::string(w) +
-                             "' (known: no-device, port-down, no-gid1)");
+                             "' (known: no-device, port-down, no-gid1, no-pd)");
   }
   return f;
 }

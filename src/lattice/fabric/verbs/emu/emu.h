@@ -34,11 +34,13 @@
 //   no_ipv4=1    GID index 1 is empty (the interface has no IPv4 address)
 //
 // Machine faults (the whole emulated machine, every process that reads the variable, for
-// `lattice doctor` and its tests): LATTICE_VERBS_EMU_FAULT=no-device,port-down,no-gid1 (any
-// of them, comma-separated):
+// `lattice doctor` and its tests): LATTICE_VERBS_EMU_FAULT=no-device,port-down,no-gid1,no-pd
+// (any of them, comma-separated):
 //   no-device  ibv_get_device_list lists no emulated device (RDMA not enabled, no NIC)
 //   port-down  every port of every emulated device is DOWN (an unplugged cable)
 //   no-gid1    GID index 1 is empty on every device (no IPv4 on the paired interface)
+//   no-pd      ibv_alloc_pd returns NULL with EPERM (the device opens, but this process may
+//              not use it: the "null protection domain" of a Mac whose RDMA is not enabled)
 // Read at each device-list, port and GID query: they change what the queries report (what a
 // provider opening the device, or doctor, sees), not the data path of QPs already created. An
 // unknown word is logged and ignored (use machine_faults_from_env() to refuse it).
@@ -76,9 +78,10 @@ struct MachineFaults {
   bool no_device = false;
   bool port_down = false;
   bool no_gid1 = false;
+  bool no_pd = false;
 };
 inline constexpr const char* kMachineFaultEnv = "LATTICE_VERBS_EMU_FAULT";
-// Parses "no-device,port-down,no-gid1" (empty: none); an unknown word is kInvalidArgument.
+// Parses "no-device,port-down,no-gid1,no-pd" (empty: none); an unknown word is kInvalidArgument.
 Result<MachineFaults> parse_machine_faults(std::string_view words);
 // LATTICE_VERBS_EMU_FAULT parsed (unset: none).
 Result<MachineFaults> machine_faults_from_env();
