@@ -6,6 +6,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "lattice/engine/gguf/make_model.h"
 
@@ -72,6 +74,32 @@ HttpResult curl(const std::string& url, const std::vector<std::string>& args) {
   h.status = std::atoi(r.out.c_str() + nl + 1);
   h.body = r.out.substr(0, nl);
   return h;
+}
+
+pid_t rank_pid(pid_t launcher, int rank) {
+  std::ifstream children("/proc/" + std::to_string(launcher) + "/task/" + std::to_string(launcher) + "/children");
+  pid_t child;
+  while (children >> child) {
+    std::ifstream env("/proc/" + std::to_string(child) + "/environ", std::ios::binary);
+    std::stringstream ss;
+    ss << env.rdbuf();
+    const std::string all = ss.str();
+    size_t at = 0;
+    while (at < all.size()) {
+      const std::string var = all.c_str() + at;
+      if (var == "LATTICE_RANK=" + std::to_string(rank)) return child;
+      at += var.size() + 1;
+    }
+  }
+  return -1;
+}
+
+double metric(const std::string& text, const std::string& name) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
+  return -1;
 }
 
 }  // namespace lattice::serve::testing

@@ -2,6 +2,8 @@
 // it picks, and curl as the HTTP client.
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
 
@@ -47,5 +49,10 @@ struct HttpResult {
 bool have_curl();
 // curl -s ARGS... URL; the status and body. Every call has a 30 s deadline.
 HttpResult curl(const std::string& url, const std::vector<std::string>& args = {});
+
+// The child of `launcher` started as rank `rank` (LATTICE_RANK in its environment), or -1.
+pid_t rank_pid(pid_t launcher, int rank);
+// The value of an unlabelled (or exactly labelled) sample in Prometheus text, or -1.
+double metric(const std::string& text, const std::string& name);
 
 }  // namespace lattice::serve::testing

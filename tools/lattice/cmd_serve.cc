@@ -23,6 +23,7 @@ struct ServeArgs {
   int port = 8080, slots = 4, threads = 0, ctx = 0, queue = 256;
   int nodes = 0;                 // local ranks to start (0: one process, or a rank under a launcher)
   std::string provider = "shm";
+  std::string parallel = "auto";  // over ranks: tp | pp | ep | auto (serve/server.h)
   int64_t max_body_mib = 8;
   DiscoverFlags discover;  // one rank per discovered host instead of --nodes local ranks
   bool no_prefix_cache = false;
@@ -37,14 +38,14 @@ int fail(const std::string& msg) {
 // command lines, which every local user can read.
 constexpr const char* kKeyEnv = "LATTICE_SERVE_API_KEY";
 
-// `--nodes N`: N local rank processes of `lattice serve` (same flags), tensor parallel;
+// `--nodes N`: N local rank processes of `lattice serve` (same flags), --parallel over them;
 // rank 0 listens. The launcher hosts the coordinator, so a lost follower is survived.
 int launch_ranks(const ServeArgs& a, const std::string& key) {
   if (a.provider != "shm" && a.provider != "tcp") return fail("--provider must be shm or tcp");
   std::vector<std::string> argv = {cluster::self_exe(), "serve", "-m", std::filesystem::absolute(a.model).string(), "--host", a.host,
               "--port", std::to_string(a.port), "--slots", std::to_string(a.slots), "-t",
               std::to_string(std::max(1, a.threads)), "--ctx", std::to_string(a.ctx), "--queue", std::to_string(a.queue),
-              "--max-body-mib", std::to_string(a.max_body_mib)};
+              "--max-body-mib", std::to_string(a.max_body_mib), "--parallel", a.parallel};
   if (a.no_prefix_cache) argv.push_back("--no-prefix-cache");
   if (a.discover.on) {
     // The same ranks, one per discovered host (cluster/hostfile_job.h); rank 0 listens.
@@ -86,6 +87,8 @@ int serve(const ServeArgs& a) {
   if (a.max_body_mib < 1 || a.max_body_mib > 1024) return fail("--max-body-mib must be in 1..1024");
   if (!a.api_key.empty() && !a.api_key_file.empty()) return fail("give --api-key or --api-key-file, not both");
   if (a.nodes < 0 || a.nodes > 64) return fail("--nodes must be in 1..64");
+  if (a.parallel != "tp" && a.parallel != "pp" && a.parallel != "ep" && a.parallel != "auto")
+    return fail("--parallel must be tp, pp, ep or auto");
   const bool ranked = cli::under_cluster_launcher();
   if (ranked && a.nodes > 0) return fail("--nodes starts local ranks itself: not under a launcher");
   serve::ServeOptions o;
@@ -96,6 +99,7 @@ int serve(const ServeArgs& a) {
   o.n_ctx = static_cast<uint32_t>(a.ctx);
   o.max_queue = static_cast<uint32_t>(a.queue);
   o.prefix_cache = !a.no_prefix_cache;
+  o.parallel = a.parallel;
   o.max_body_bytes = static_cast<size_t>(a.max_body_mib) << 20;
   o.api_key = a.api_key;
   if (!a.api_key_file.empty()) {
@@ -128,8 +132,12 @@ Registrar serve_cmd{{"serve", "an OpenAI-compatible HTTP server for a GGUF model
                        app.add_flag("--no-prefix-cache", a->no_prefix_cache,
                                     "prefill every prompt whole (default: reuse a free slot's cached prefix)");
                        app.add_option("--nodes", a->nodes,
-                                      "local ranks, tensor parallel (rank 0 listens; -t threads each); "
+                                      "local ranks, --parallel over them (rank 0 listens; -t threads each); "
                                       "under `lattice launch` each process is a rank")
+                           ->capture_default_str();
+                       app.add_option("--parallel", a->parallel,
+                                      "over ranks: tp (tensor), pp (pipeline), ep (experts over ranks, the rest tensor) "
+                                      "or auto (ep for mixture-of-experts files, else tp while every rank owns a KV head, else pp)")
                            ->capture_default_str();
                        app.add_option("--provider", a->provider, "fabric between local ranks: shm or tcp")->capture_default_str();
                        add_discover_flags(app, a->discover, "--nodes");

@@ -25,6 +25,7 @@
 #include "lattice/engine/gguf/presets.h"
 #include "lattice/engine/model/arch.h"
 #include "lattice/engine/model/hparams.h"
+#include "lattice/engine/parallel/auto_mode.h"
 #include "lattice/engine/parallel/distributed.h"
 #include "lattice/engine/runtime/generator.h"
 #include "lattice/engine/sampler/sampler.h"
@@ -155,8 +156,8 @@ std::string check_args(const RunArgs& a, int world) {
   return "";
 }
 
-// `auto`: expert parallel for a mixture-of-experts file with at least as many experts as
-// ranks, tensor parallel otherwise (from the file's header; every rank decides the same).
+// `auto`: plan's rule (parallel/auto_mode.h), from the file's header; every rank decides
+// the same. A file it cannot read is left to the ranks' own error (tp meanwhile).
 std::string resolve_parallel(const RunArgs& a, int world) {
   if (a.parallel != "auto") return a.parallel;
   auto file = engine::GgufFile::open(a.model);
@@ -165,7 +166,12 @@ std::string resolve_parallel(const RunArgs& a, int world) {
   const engine::ArchInfo* arch = name.ok() ? engine::find_arch(*name) : nullptr;
   if (!arch) return "tp";
   auto hp = engine::read_hparams((*file)->metadata(), *arch);
-  return hp.ok() && hp->moe() && hp->n_expert >= static_cast<uint32_t>(std::max(world, 1)) ? "ep" : "tp";
+  if (!hp.ok()) return "tp";
+  switch (engine::parallel::auto_mode(*hp, std::max(world, 1))) {
+    case engine::parallel::ParallelMode::kExpert: return "ep";
+    case engine::parallel::ParallelMode::kPipeline: return "pp";
+    default: return "tp";
+  }
 }
 
 // Parent: start `nodes` copies of this command as ranks and wait for them.

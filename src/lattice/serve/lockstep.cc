@@ -94,7 +94,6 @@ Result<std::unique_ptr<ClusterEngine>> ClusterEngine::create(cluster::Cluster& c
   e->go_ = go;
   e->first_rank_ = c.rank();
   for (int r = 0; r < c.world_size(); ++r) e->members_.push_back(r);
-  if (options.parallel != par::Parallelism::kTensor) return InvalidArgument("serve: only tensor parallel serving");
   LATTICE_ASSIGN_OR_RETURN(e->comm_, coll::Communicator::create(c));
   LATTICE_ASSIGN_OR_RETURN(e->pl_, par::place(options, c, *e->comm_, {}, go.n_ctx));
   e->go_.n_ctx = e->n_ctx();
@@ -102,7 +101,7 @@ Result<std::unique_ptr<ClusterEngine>> ClusterEngine::create(cluster::Cluster& c
   return e;
 }
 
-uint32_t ClusterEngine::n_ctx() const { return pl_->forward->options().n_ctx; }
+uint32_t ClusterEngine::n_ctx() const { return pl_->n_ctx(); }
 uint32_t ClusterEngine::n_vocab() const { return pl_->model->hparams().n_vocab; }
 
 Result<std::unique_ptr<engine::Generator>> ClusterEngine::generator() {

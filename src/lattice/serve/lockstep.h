@@ -1,4 +1,5 @@
-// Lockstep: `lattice serve` over N ranks, tensor parallel. Rank 0 listens and schedules (its
+// Lockstep: `lattice serve` over N ranks, tensor, pipeline or expert parallel (the placement
+// engine/parallel/distributed.h makes for `run --nodes`, every mode a Stepper). Rank 0 listens and schedules (its
 // EngineLoop); every rank runs a Generator over its shard of the model, and the followers make
 // the same calls as rank 0 in the same order, so every step is the same batched step on every
 // rank (the collectives inside it are the engine's, through engine/parallel's CommGroup).

@@ -14,7 +14,10 @@
 
 #include "lattice/cluster/cluster.h"
 #include "lattice/engine/gguf/gguf.h"
+#include "lattice/engine/model/arch.h"
+#include "lattice/engine/model/hparams.h"
 #include "lattice/engine/parallel/distributed.h"
+#include "lattice/engine/parallel/auto_mode.h"
 #include "lattice/engine/runtime/forward.h"
 #include "lattice/engine/runtime/generator.h"
 #include "lattice/engine/tokenizer/from_gguf.h"
@@ -451,6 +454,32 @@ Status serve_until_signal(const std::string& model_path, ServeOptions options) {
   return Status::Ok();
 }
 
+namespace {
+
+// --parallel over `world` ranks; every rank decides the same from the file's header.
+Result<engine::parallel::Parallelism> parallelism(const engine::GgufFile& file, const std::string& name, int world,
+                                                  std::string* why) {
+  namespace par = engine::parallel;
+  par::ParallelMode m;
+  if (name == "tp") m = par::ParallelMode::kTensor;
+  else if (name == "pp") m = par::ParallelMode::kPipeline;
+  else if (name == "ep") m = par::ParallelMode::kExpert;
+  else if (name == "auto") m = par::ParallelMode::kAuto;
+  else return InvalidArgument("--parallel must be tp, pp, ep or auto, not '" + name + "'");
+  if (m == par::ParallelMode::kAuto) {
+    auto arch_name = file.metadata().get_string("general.architecture");
+    const engine::ArchInfo* arch = arch_name.ok() ? engine::find_arch(*arch_name) : nullptr;
+    if (!arch) return InvalidArgument("--parallel auto: the file's architecture is not one lattice runs");
+    LATTICE_ASSIGN_OR_RETURN(auto hp, engine::read_hparams(file.metadata(), *arch));
+    m = par::auto_mode(hp, world, why);
+  }
+  return m == par::ParallelMode::kPipeline ? par::Parallelism::kPipeline
+         : m == par::ParallelMode::kExpert ? par::Parallelism::kExpert
+                                           : par::Parallelism::kTensor;
+}
+
+}  // namespace
+
 Status serve_rank(const std::string& model_path, ServeOptions options) {
   auto copts = cluster::cluster_options_from_env();
   if (!copts.ok()) return copts.status();
@@ -460,16 +489,21 @@ Status serve_rank(const std::string& model_path, ServeOptions options) {
   sigset_t sigs{};
   if (leader) sigs = prepare_process();
   std::optional<engine::Tokenizer> tok;
+  engine::parallel::DistOptions d;
   {
     auto file = engine::GgufFile::open(model_path);
     if (!file.ok()) return file.status();
     auto t = engine::tokenizer_from_gguf(**file);
     if (!t.ok()) return InvalidArgument("tokenizer: " + t.status().to_string());
     tok.emplace(std::move(*t));
+    std::string why;
+    auto mode = parallelism(**file, options.parallel, copts->world_size, &why);
+    if (!mode.ok()) return mode.status();
+    d.parallel = *mode;
+    if (leader && !why.empty()) std::fprintf(stderr, "lattice serve: %s\n", why.c_str());
   }
   auto cl = cluster::join_cluster(*copts, Deadline::after(std::chrono::seconds(60)));
   if (!cl.ok()) return cl.status().with_context("could not join the cluster");
-  engine::parallel::DistOptions d;
   d.model_path = model_path;
   d.n_threads = options.threads > 0 ? options.threads : 1;
   d.n_ctx = options.n_ctx;

@@ -39,6 +39,10 @@ struct ServeOptions {
   std::string model_name;          // the id in /v1/models and responses
   size_t max_body_bytes = 8 << 20;
   std::chrono::seconds header_timeout{60};
+  // Over ranks (serve_rank): tp, pp, ep or auto (plan's rule, parallel/plan.h auto_mode: expert
+  // parallel for a mixture of experts, else tensor parallel while every rank owns a head, else
+  // pipeline). Ignored on one process.
+  std::string parallel = "auto";
 };
 
 class ClusterEngine;

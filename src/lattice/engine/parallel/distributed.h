@@ -66,6 +66,7 @@ struct Placement {
   std::unique_ptr<PpSession> pp;     // pipeline
   double load_s = 0;
   Stepper& stepper() { return forward ? static_cast<Stepper&>(*forward) : static_cast<Stepper&>(*pp); }
+  uint32_t n_ctx() const { return forward ? forward->options().n_ctx : pp->n_ctx(); }
   const CollStats& coll_stats() const { return group->stats(); }
 };
 

@@ -18,6 +18,29 @@ uint64_t tensor_bytes(const GgufFile& f, const std::string& name) {
 
 }  // namespace
 
+ParallelMode auto_mode(const Hparams& hp, int world, std::string* why) {
+  // The heads tensor parallelism splits: KV heads, or under multi-head latent attention (one
+  // latent shared by every head) the query heads.
+  const uint32_t tp_heads = hp.kv_lora_rank ? hp.n_head : hp.n_head_kv;
+  const std::string heads_name = hp.kv_lora_rank ? " heads" : " KV heads";
+  std::string w;
+  ParallelMode mode;
+  if (hp.moe() && world > 1 && world <= static_cast<int>(hp.n_expert) && world <= static_cast<int>(tp_heads)) {
+    mode = ParallelMode::kExpert;
+    w = "auto: expert parallel (" + std::to_string(hp.n_expert) + " experts over " + std::to_string(world) +
+        " nodes by memory, attention tensor parallel)";
+  } else {
+    // Tensor parallel streams 1/W of the weights per token on every node at once (the fastest
+    // decode) as long as every node owns at least one head; beyond that, pipeline stages.
+    mode = world <= static_cast<int>(tp_heads) ? ParallelMode::kTensor : ParallelMode::kPipeline;
+    w = mode == ParallelMode::kTensor
+            ? "auto: tensor parallel (every node owns >= 1 of " + std::to_string(tp_heads) + heads_name + ")"
+            : "auto: pipeline (" + std::to_string(world) + " nodes > " + std::to_string(tp_heads) + heads_name + ")";
+  }
+  if (why) *why = std::move(w);
+  return mode;
+}
+
 Result<Placement> plan_placement(const GgufFile& file, const std::vector<NodeSpec>& nodes, ParallelMode mode,
                                  uint32_t n_ctx) {
   if (nodes.empty()) return InvalidArgument("plan: no nodes");
@@ -41,22 +64,8 @@ Result<Placement> plan_placement(const GgufFile& file, const std::vector<NodeSpe
   std::vector<double> mem(W);
   for (int i = 0; i < W; ++i) mem[i] = static_cast<double>(nodes[i].memory_bytes);
 
-  // The heads tensor parallelism splits: KV heads, or under multi-head latent attention
-  // (one latent shared by every head) the query heads.
-  const uint32_t tp_heads = hp.kv_lora_rank ? hp.n_head : hp.n_head_kv;
-  const std::string heads_name = hp.kv_lora_rank ? " heads" : " KV heads";
-  if (mode == ParallelMode::kAuto && hp.moe() && W > 1 && W <= static_cast<int>(hp.n_expert) &&
-      W <= static_cast<int>(tp_heads)) {
-    mode = ParallelMode::kExpert;
-    p.why = "auto: expert parallel (" + std::to_string(hp.n_expert) + " experts over " + std::to_string(W) +
-            " nodes by memory, attention tensor parallel)";
-  } else if (mode == ParallelMode::kAuto) {
-    // Tensor parallel streams 1/W of the weights per token on every node at once (the fastest
-    // decode) as long as every node owns at least one KV head; beyond that, pipeline stages.
-    mode = W <= static_cast<int>(tp_heads) ? ParallelMode::kTensor : ParallelMode::kPipeline;
-    p.why = mode == ParallelMode::kTensor
-                ? "auto: tensor parallel (every node owns >= 1 of " + std::to_string(tp_heads) + heads_name + ")"
-                : "auto: pipeline (" + std::to_string(W) + " nodes > " + std::to_string(tp_heads) + heads_name + ")";
+  if (mode == ParallelMode::kAuto) {
+    mode = auto_mode(hp, W, &p.why);
   } else {
     p.why = mode == ParallelMode::kTensor ? "--parallel tp" : mode == ParallelMode::kExpert ? "--parallel ep" : "--parallel pp";
   }

@@ -12,10 +12,10 @@
 #include "lattice/engine/gguf/gguf.h"
 #include "lattice/engine/model/hparams.h"
 #include "lattice/engine/model/shard.h"
+#include "lattice/engine/parallel/auto_mode.h"
 
 namespace lattice::engine::parallel {
 
-enum class ParallelMode : uint8_t { kAuto, kTensor, kPipeline, kExpert };
 
 struct NodeSpec {
   std::string name;

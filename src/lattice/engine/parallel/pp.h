@@ -57,6 +57,7 @@ class PpSession final : public Stepper {
   // The last token's logits on every rank (a broadcast of n_vocab floats from the last stage).
   Status gather_logits(std::vector<float>* out);
   uint32_t n_past() const { return seq_->n_past(); }
+  uint32_t n_ctx() const { return forward_->options().n_ctx; }  // positions a sequence may hold
 
   // Stepper.
   Result<std::unique_ptr<Sequence>> new_sequence(uint32_t n_ctx) const override { return forward_->new_sequence(n_ctx); }
