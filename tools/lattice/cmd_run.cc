@@ -125,7 +125,7 @@ Registrar run_cmd{{"run", "generate text from a GGUF model (llama, qwen2, qwen3,
                      add_discover_flags(app, a->discover, "--nodes");
                      add_discover_host_flags(app, a->discover);
                      app.add_option("--provider", a->provider, "with --nodes: shm or tcp")->capture_default_str();
-                     app.add_option("--parallel", a->parallel, "with --nodes: tp (tensor), pp (pipeline), ep (experts over ranks, the rest tensor) or auto (ep for mixture-of-experts files)")
+                     app.add_option("--parallel", a->parallel, "with --nodes: tp (tensor), pp (pipeline), ep (experts over ranks, the rest tensor) or auto (ep for mixture-of-experts files, else tp while every rank owns a KV head, else pp)")
                          ->capture_default_str();
                      app.add_option("--split", a->split, "with --nodes: share per rank, e.g. 3,1 (default equal; ep: each rank's memory)");
                      app.add_option("--ep-replicate", a->ep_replicate,
