@@ -58,6 +58,14 @@ def run_provider(prov, a):
 
 
 def topology(work, n, provider, machine, a):
+    if provider == "verbs-emu":
+        # The emulated device gives every QP a wire of its own, as every Thunderbolt port of an
+        # Apple machine has its own bus: this machine with a port per peer.
+        m = json.load(open(machine))
+        m["tb5_ports"] = max(1, n - 1)
+        machine = os.path.join(work, "this-machine-tb5.json")
+        with open(machine, "w") as f:
+            json.dump(m, f)
     hosts = [{"name": f"r{i}", "address": f"127.0.0.1:{7100 + i}", "machine": machine} for i in range(n)]
     links = []
     for i in range(n):
@@ -73,6 +81,36 @@ def topology(work, n, provider, machine, a):
     with open(path, "w") as f:
         json.dump({"version": 1, "hosts": hosts, "links": links}, f)
     return path
+
+
+def one(lattice, work, target, label, machine, prompt, n, mode, prov, a):
+    """Measures and predicts one configuration; a row of the table."""
+    best = best_pp = None
+    for _ in range(a.reps):
+        if n == 1:
+            j = json.loads(sh([lattice, "bench", "engine", "-m", target, "-p", "16", "-n", str(a.n),
+                               "-t", "1", "-r", "1", "--json"]))
+            tg = [r for r in j if r["decode_tok_s"]][0]["decode_tok_s"]
+            pp = [r for r in j if r["prefill_tok_s"]][0]["prefill_tok_s"]
+            n_prompt = 16
+        else:
+            j = json.loads(sh([lattice, "run", "-m", target, "-p", prompt, "-n", str(a.n),
+                               "--nodes", str(n), "--provider", run_provider(prov, a), "--parallel", mode, "-t", "1",
+                               "--ignore-eos", "--temp", "0", "--json"]))
+            tg, pp, n_prompt = j["decode_tok_s"], j["prefill_tok_s"], j["n_prompt"]
+        best = tg if best is None else max(best, tg)
+        best_pp = pp if best_pp is None else max(best_pp, pp)
+    topo = topology(work, n, prov, machine, a)
+    s = json.loads(sh([lattice, "sim", "-m", target, "--hostfile", topo, "--parallel", mode, "-t", "1",
+                       "--prompt", str(n_prompt + a.n // 2), "--json"]))
+    sp = json.loads(sh([lattice, "sim", "-m", target, "--hostfile", topo, "--parallel", mode, "-t", "1",
+                        "--prompt", str(n_prompt), "--json"]))
+    err = s["decode_tok_s"] / best - 1
+    return {"model": label, "ranks": n, "mode": mode if n > 1 else "-", "provider": prov if n > 1 else "-",
+            "measured_tok_s": best, "predicted_tok_s": s["decode_tok_s"], "error": err,
+            "measured_prefill_tok_s": best_pp, "predicted_prefill_tok_s": sp["prefill_tok_s"],
+            "prefill_error": sp["prefill_tok_s"] / best_pp - 1,
+            "bound": 0.10 if n <= 2 else 0.20}
 
 
 def main():
@@ -107,32 +145,13 @@ def main():
             for prov in a.providers.split(","):
                 if n == 1 and (mode != a.modes.split(",")[0] or prov != a.providers.split(",")[0]):
                     continue
-                best = best_pp = None
-                for _ in range(a.reps):
-                    if n == 1:
-                        j = json.loads(sh([lattice, "bench", "engine", "-m", target, "-p", "16", "-n", str(a.n),
-                                           "-t", "1", "-r", "1", "--json"]))
-                        tg = [r for r in j if r["decode_tok_s"]][0]["decode_tok_s"]
-                        pp = [r for r in j if r["prefill_tok_s"]][0]["prefill_tok_s"]
-                        n_prompt = 16
-                    else:
-                        j = json.loads(sh([lattice, "run", "-m", target, "-p", prompt, "-n", str(a.n),
-                                           "--nodes", str(n), "--provider", run_provider(prov, a), "--parallel", mode, "-t", "1",
-                                           "--ignore-eos", "--temp", "0", "--json"]))
-                        tg, pp, n_prompt = j["decode_tok_s"], j["prefill_tok_s"], j["n_prompt"]
-                    best = tg if best is None else max(best, tg)
-                    best_pp = pp if best_pp is None else max(best_pp, pp)
-                topo = topology(work, n, prov, machine, a)
-                s = json.loads(sh([lattice, "sim", "-m", target, "--hostfile", topo, "--parallel", mode, "-t", "1",
-                                   "--prompt", str(n_prompt + a.n // 2), "--json"]))
-                sp = json.loads(sh([lattice, "sim", "-m", target, "--hostfile", topo, "--parallel", mode, "-t", "1",
-                                    "--prompt", str(n_prompt), "--json"]))
-                err = s["decode_tok_s"] / best - 1
-                rows.append({"model": label, "ranks": n, "mode": mode if n > 1 else "-", "provider": prov if n > 1 else "-",
-                             "measured_tok_s": best, "predicted_tok_s": s["decode_tok_s"], "error": err,
-                             "measured_prefill_tok_s": best_pp, "predicted_prefill_tok_s": sp["prefill_tok_s"],
-                             "prefill_error": sp["prefill_tok_s"] / best_pp - 1,
-                             "bound": 0.10 if n <= 2 else 0.20})
+                try:
+                    row = one(lattice, work, target, label, machine, prompt, n, mode, prov, a)
+                except (SystemExit, subprocess.TimeoutExpired, KeyError, ValueError) as e:
+                    row = {"model": label, "ranks": n, "mode": mode, "provider": prov, "failed": str(e)[-400:],
+                           "bound": 0.10 if n <= 2 else 0.20}
+                print(json.dumps(row), file=sys.stderr, flush=True)
+                rows.append(row)
     if a.json:
         print(json.dumps({"shape": label, "machine": json.load(open(machine)), "rows": rows}, indent=2))
         return
@@ -140,6 +159,9 @@ def main():
     print("| model | ranks | parallel | provider | decode measured | predicted | error | bound | prefill measured | predicted | error |")
     print("| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
+        if "failed" in r:
+            print(f"| {r['model']} | {r['ranks']} | {r['mode']} | {r['provider']} | failed: {r['failed'].splitlines()[-1]} |")
+            continue
         print(f"| {r['model']} | {r['ranks']} | {r['mode']} | {r['provider']} | {r['measured_tok_s']:.1f} | "
               f"{r['predicted_tok_s']:.1f} | {100 * r['error']:+.1f}% | ±{100 * r['bound']:.0f}% | "
               f"{r['measured_prefill_tok_s']:.1f} | {r['predicted_prefill_tok_s']:.1f} | {100 * r['prefill_error']:+.1f}% |")
