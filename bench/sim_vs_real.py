@@ -8,8 +8,14 @@ thing (`bench engine` for one rank, `run --nodes N` otherwise: processes on this
 Prints a table (or --json) with the measured and predicted decode tok/s and the error. Not a timed
 test: the machine is shared; the lead re-runs it on a quiet one.
 
-  bench/sim_vs_real.py [--build build] [--ranks 1,2,3,4] [--modes tp,pp] [--providers shm,tcp]
-                       [--shape 1.1b|small|moe] [--n 64] [--json]
+  bench/sim_vs_real.py [--build build] [--ranks 1,2,3,4] [--modes tp,pp] [--providers shm,tcp,tcp-emu,verbs-emu]
+                       [--shape 1.1b|small|moe | --model FILE.gguf] [--machine FILE] [--n 64] [--json]
+
+Providers tcp-emu and verbs-emu are emulated links of --link-latency-us / --link-gbytes-s (default
+50 us, 1 GB/s): the ranks run over tcp?latency_us=L&gbytes_s=R (a relay in front of each listener,
+fabric/tcp/link_emu.h) or verbs-emu://apple-tb5?latency_us=L&gbytes_s=R (the emulated RDMA device's
+wire, fabric/verbs/emu/emu.h), and the simulator's topology gives every link those figures
+("latency_us": L, "gbps": 8 R). --machine reuses a calibration (written by an earlier run).
 """
 import argparse
 import json
@@ -45,13 +51,66 @@ def model(lattice, work, name):
     return path
 
 
-def topology(work, n, provider, machine):
+def run_provider(prov, a):
+    """The --provider word of `lattice run` for a provider of the table."""
+    q = f"latency_us={a.link_latency_us:g}&gbytes_s={a.link_gbytes_s:g}"
+    return {"tcp-emu": f"tcp?{q}", "verbs-emu": f"verbs-emu://apple-tb5?{q}"}.get(prov, prov)
+
+
+def topology(work, n, provider, machine, a):
+    if provider == "verbs-emu":
+        # The emulated device gives every QP a wire of its own, as every Thunderbolt port of an
+        # Apple machine has its own bus: this machine with a port per peer.
+        m = json.load(open(machine))
+        m["tb5_ports"] = max(1, n - 1)
+        machine = os.path.join(work, "this-machine-tb5.json")
+        with open(machine, "w") as f:
+            json.dump(m, f)
     hosts = [{"name": f"r{i}", "address": f"127.0.0.1:{7100 + i}", "machine": machine} for i in range(n)]
-    links = [{"a": f"r{i}", "b": f"r{j}", "provider": provider} for i in range(n) for j in range(i + 1, n)]
+    links = []
+    for i in range(n):
+        for j in range(i + 1, n):
+            link = {"a": f"r{i}", "b": f"r{j}", "provider": {"tcp-emu": "tcp", "verbs-emu": "verbs"}.get(provider, provider)}
+            if provider in ("tcp-emu", "verbs-emu"):
+                link["latency_us"] = a.link_latency_us
+                link["gbps"] = 8 * a.link_gbytes_s
+            if provider == "verbs-emu":
+                link["a_device"], link["b_device"] = f"emu_tb5_{j}", f"emu_tb5_{i}"
+            links.append(link)
     path = os.path.join(work, f"local-{n}-{provider}.json")
     with open(path, "w") as f:
         json.dump({"version": 1, "hosts": hosts, "links": links}, f)
     return path
+
+
+def one(lattice, work, target, label, machine, prompt, n, mode, prov, a):
+    """Measures and predicts one configuration; a row of the table."""
+    best = best_pp = None
+    for _ in range(a.reps):
+        if n == 1:
+            j = json.loads(sh([lattice, "bench", "engine", "-m", target, "-p", "16", "-n", str(a.n),
+                               "-t", "1", "-r", "1", "--json"]))
+            tg = [r for r in j if r["decode_tok_s"]][0]["decode_tok_s"]
+            pp = [r for r in j if r["prefill_tok_s"]][0]["prefill_tok_s"]
+            n_prompt = 16
+        else:
+            j = json.loads(sh([lattice, "run", "-m", target, "-p", prompt, "-n", str(a.n),
+                               "--nodes", str(n), "--provider", run_provider(prov, a), "--parallel", mode, "-t", "1",
+                               "--ignore-eos", "--temp", "0", "--json"]))
+            tg, pp, n_prompt = j["decode_tok_s"], j["prefill_tok_s"], j["n_prompt"]
+        best = tg if best is None else max(best, tg)
+        best_pp = pp if best_pp is None else max(best_pp, pp)
+    topo = topology(work, n, prov, machine, a)
+    s = json.loads(sh([lattice, "sim", "-m", target, "--hostfile", topo, "--parallel", mode, "-t", "1",
+                       "--prompt", str(n_prompt + a.n // 2), "--json"]))
+    sp = json.loads(sh([lattice, "sim", "-m", target, "--hostfile", topo, "--parallel", mode, "-t", "1",
+                        "--prompt", str(n_prompt), "--json"]))
+    err = s["decode_tok_s"] / best - 1
+    return {"model": label, "ranks": n, "mode": mode if n > 1 else "-", "provider": prov if n > 1 else "-",
+            "measured_tok_s": best, "predicted_tok_s": s["decode_tok_s"], "error": err,
+            "measured_prefill_tok_s": best_pp, "predicted_prefill_tok_s": sp["prefill_tok_s"],
+            "prefill_error": sp["prefill_tok_s"] / best_pp - 1,
+            "bound": 0.10 if n <= 2 else 0.20}
 
 
 def main():
@@ -61,6 +120,10 @@ def main():
     ap.add_argument("--modes", default="tp,pp")
     ap.add_argument("--providers", default="shm,tcp")
     ap.add_argument("--shape", default="1.1b", choices=["1.1b", "small", "moe"])
+    ap.add_argument("--model", help="a GGUF to run and predict instead of a generated --shape")
+    ap.add_argument("--machine", help="calibration file to reuse (written if missing)")
+    ap.add_argument("--link-latency-us", type=float, default=50.0, help="emulated links: one-way latency")
+    ap.add_argument("--link-gbytes-s", type=float, default=1.0, help="emulated links: GB/s each way")
     ap.add_argument("--n", type=int, default=64, help="tokens generated per run")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="quick calibration")
@@ -69,10 +132,12 @@ def main():
     lattice = os.path.abspath(os.path.join(a.build, "lattice"))
     work = os.path.abspath(os.path.join(a.build, "sim-validation"))
     os.makedirs(work, exist_ok=True)
-    target = model(lattice, work, a.shape)
-    calib = model(lattice, work, "calib")
-    machine = os.path.join(work, "this-machine.json")
-    sh([lattice, "sim", "--calibrate", "-o", machine, "-m", calib] + (["--quick"] if a.quick else []))
+    target = os.path.abspath(a.model) if a.model else model(lattice, work, a.shape)
+    label = os.path.basename(a.model) if a.model else a.shape
+    machine = os.path.abspath(a.machine) if a.machine else os.path.join(work, "this-machine.json")
+    if not (a.machine and os.path.exists(machine)):
+        calib = model(lattice, work, "calib")
+        sh([lattice, "sim", "--calibrate", "-o", machine, "-m", calib] + (["--quick"] if a.quick else []))
     rows = []
     prompt = "The quick brown fox jumps over the lazy dog and keeps running far away"
     for n in [int(x) for x in a.ranks.split(",")]:
@@ -80,40 +145,24 @@ def main():
             for prov in a.providers.split(","):
                 if n == 1 and (mode != a.modes.split(",")[0] or prov != a.providers.split(",")[0]):
                     continue
-                best = best_pp = None
-                for _ in range(a.reps):
-                    if n == 1:
-                        j = json.loads(sh([lattice, "bench", "engine", "-m", target, "-p", "16", "-n", str(a.n),
-                                           "-t", "1", "-r", "1", "--json"]))
-                        tg = [r for r in j if r["decode_tok_s"]][0]["decode_tok_s"]
-                        pp = [r for r in j if r["prefill_tok_s"]][0]["prefill_tok_s"]
-                        n_prompt = 16
-                    else:
-                        j = json.loads(sh([lattice, "run", "-m", target, "-p", prompt, "-n", str(a.n),
-                                           "--nodes", str(n), "--provider", prov, "--parallel", mode, "-t", "1",
-                                           "--ignore-eos", "--temp", "0", "--json"]))
-                        tg, pp, n_prompt = j["decode_tok_s"], j["prefill_tok_s"], j["n_prompt"]
-                    best = tg if best is None else max(best, tg)
-                    best_pp = pp if best_pp is None else max(best_pp, pp)
-                topo = topology(work, n, prov, machine)
-                s = json.loads(sh([lattice, "sim", "-m", target, "--hostfile", topo, "--parallel", mode, "-t", "1",
-                                   "--prompt", str(n_prompt + a.n // 2), "--json"]))
-                sp = json.loads(sh([lattice, "sim", "-m", target, "--hostfile", topo, "--parallel", mode, "-t", "1",
-                                    "--prompt", str(n_prompt), "--json"]))
-                err = s["decode_tok_s"] / best - 1
-                rows.append({"ranks": n, "mode": mode if n > 1 else "-", "provider": prov if n > 1 else "-",
-                             "measured_tok_s": best, "predicted_tok_s": s["decode_tok_s"], "error": err,
-                             "measured_prefill_tok_s": best_pp, "predicted_prefill_tok_s": sp["prefill_tok_s"],
-                             "prefill_error": sp["prefill_tok_s"] / best_pp - 1,
-                             "bound": 0.10 if n <= 2 else 0.20})
+                try:
+                    row = one(lattice, work, target, label, machine, prompt, n, mode, prov, a)
+                except (SystemExit, subprocess.TimeoutExpired, KeyError, ValueError) as e:
+                    row = {"model": label, "ranks": n, "mode": mode, "provider": prov, "failed": str(e)[-400:],
+                           "bound": 0.10 if n <= 2 else 0.20}
+                print(json.dumps(row), file=sys.stderr, flush=True)
+                rows.append(row)
     if a.json:
-        print(json.dumps({"shape": a.shape, "machine": json.load(open(machine)), "rows": rows}, indent=2))
+        print(json.dumps({"shape": label, "machine": json.load(open(machine)), "rows": rows}, indent=2))
         return
-    print(f"shape {a.shape}; machine file {machine}")
-    print("| ranks | parallel | provider | decode measured | predicted | error | bound | prefill measured | predicted | error |")
-    print("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print(f"model {label}; machine file {machine}; emulated links {a.link_latency_us:g} us, {a.link_gbytes_s:g} GB/s")
+    print("| model | ranks | parallel | provider | decode measured | predicted | error | bound | prefill measured | predicted | error |")
+    print("| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
-        print(f"| {r['ranks']} | {r['mode']} | {r['provider']} | {r['measured_tok_s']:.1f} | "
+        if "failed" in r:
+            print(f"| {r['model']} | {r['ranks']} | {r['mode']} | {r['provider']} | failed: {r['failed'].splitlines()[-1]} |")
+            continue
+        print(f"| {r['model']} | {r['ranks']} | {r['mode']} | {r['provider']} | {r['measured_tok_s']:.1f} | "
               f"{r['predicted_tok_s']:.1f} | {100 * r['error']:+.1f}% | ±{100 * r['bound']:.0f}% | "
               f"{r['measured_prefill_tok_s']:.1f} | {r['predicted_prefill_tok_s']:.1f} | {100 * r['prefill_error']:+.1f}% |")
 

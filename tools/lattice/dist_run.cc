@@ -177,7 +177,8 @@ std::string resolve_parallel(const RunArgs& a, int world) {
 // Parent: start `nodes` copies of this command as ranks and wait for them.
 int launch_local(RunArgs a) {
   if (a.nodes < 1 || a.nodes > 64) return fail("--nodes must be in 1..64");
-  if (a.provider != "shm" && a.provider != "tcp") return fail("--provider must be shm or tcp");
+  if (!cluster::cluster_provider_ok(a.provider))
+    return fail("--provider must be shm or tcp (emulated links: tcp?latency_us=L&gbytes_s=R, verbs-emu://apple-tb5?...)");
   if (std::string e = check_args(a, a.nodes); !e.empty()) return fail(e);
   a.parallel = resolve_parallel(a, a.nodes);
   // Every rank must sample with the same seed: resolve a random one here.

@@ -133,8 +133,9 @@ Result<ClusterOptions> cluster_options_from_env(const std::string& secret_file) 
     o.link_addrs = plan.link_addrs;
   }
   if (!e.provider.empty()) o.provider = e.provider;
-  if (o.provider != "tcp" && o.provider != "shm")
-    return InvalidArgument(std::string(env::kProvider) + "='" + o.provider + "': use shm or tcp");
+  if (!cluster_provider_ok(o.provider))
+    return InvalidArgument(std::string(env::kProvider) + "='" + o.provider +
+                           "': use shm or tcp (emulated links: tcp?latency_us=..., verbs-emu://apple-tb5?...)");
   o.fabric_host = e.fabric_addr;
   o.insecure = e.insecure;
   o.rejoin = e.rejoin;
@@ -159,8 +160,14 @@ Result<ClusterOptions> cluster_options_from_env(const std::string& secret_file) 
 }
 
 std::string provider_uri(std::string_view word, std::string_view host) {
-  if (word == "tcp") return "tcp://" + std::string(host.empty() ? "127.0.0.1" : host) + ":0";
+  if (word == "tcp" || word.starts_with("tcp?"))
+    return "tcp://" + std::string(host.empty() ? "127.0.0.1" : host) + ":0" + std::string(word.substr(3));
   return std::string(word);
+}
+
+bool cluster_provider_ok(std::string_view word) {
+  return word == "shm" || word == "tcp" || word.starts_with("tcp?") || word == "verbs-emu" ||
+         word.starts_with("verbs-emu://");
 }
 
 std::string Cluster::local_ip() const { return link_ ? link_->local_ip() : "127.0.0.1"; }

@@ -53,7 +53,7 @@ struct ClusterOptions {
   int world_size = 1;
   std::string coordinator;        // "host:port"; empty with world_size 1: no control plane
   bool host_coordinator = true;   // rank 0 runs the coordinator on the coordinator's port
-  std::string provider = "tcp";   // "tcp" | "shm"
+  std::string provider = "tcp";   // "tcp" | "shm" (or an emulated link: cluster_provider_ok)
   std::string fabric_host;        // tcp: IP to bind endpoints to; empty: the IP that reaches the coordinator
   std::optional<crypto::ClusterSecret> secret;
   bool insecure = false;
@@ -85,7 +85,12 @@ Result<ClusterOptions> cluster_options_from_env(const std::string& secret_file =
 // A provider word as every command takes it, as a fabric URI: plain "tcp" is tcp on `host`
 // (empty: 127.0.0.1) with a port picked by the system; anything else (shm, tcp://HOST:PORT,
 // verbs, ...) is already a URI and returned as it is.
+// "tcp?latency_us=50&gbytes_s=1" is that tcp with the query (an emulated link, tcp/link_emu.h).
 std::string provider_uri(std::string_view word, std::string_view host = {});
+
+// The providers a cluster's ranks can use: shm, tcp, tcp?QUERY (emulated link timing) and
+// verbs-emu[://PROFILE][?QUERY] (the emulated RDMA device on this machine).
+bool cluster_provider_ok(std::string_view word);
 
 class Cluster;
 Result<std::unique_ptr<Cluster>> join_cluster(ClusterOptions options, Deadline deadline);

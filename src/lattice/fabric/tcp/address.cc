@@ -1,4 +1,5 @@
 #include "lattice/fabric/tcp/address.h"
+#include "lattice/fabric/tcp/link_emu.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -99,7 +100,10 @@ Result<ListenSpec> parse_listen_spec(std::string_view params) {
       } else if (kv == "secure=0" || kv == "secure=false") {
         spec.secure = false;
       } else if (!kv.empty()) {
-        return InvalidArgument("tcp URI: unknown option '" + std::string(kv) + "' (known: busy_poll=0|1, secure=0|1)");
+        LATTICE_ASSIGN_OR_RETURN(bool link, parse_link_option(kv, &spec.link));
+        if (!link)
+          return InvalidArgument("tcp URI: unknown option '" + std::string(kv) +
+                                 "' (known: busy_poll=0|1, secure=0|1, latency_us=L, gbytes_s=R)");
       }
     }
   }

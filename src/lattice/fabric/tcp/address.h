@@ -51,14 +51,22 @@ struct EndpointAddress {
   friend bool operator==(const EndpointAddress& a, const EndpointAddress& b) = default;
 };
 
+// "?latency_us=L&gbytes_s=R" of a tcp URI: the link to emulate (link_emu.h).
+struct LinkShape {
+  double latency_us = 0;  // one way, added to every byte; 0: none
+  double gbytes_s = 0;    // rate of each direction; 0: unlimited
+  bool on() const { return latency_us > 0 || gbytes_s > 0; }
+};
+
 struct ListenSpec {
   SockAddr bind_addr;        // where to listen
   std::string host;          // as written in the URI
   bool busy_poll = false;    // "?busy_poll=1"
   bool secure = false;       // "?secure=1": seal traffic with the secret from LATTICE_SECRET[_FILE]
+  LinkShape link;            // "?latency_us=L&gbytes_s=R": an emulated link (link_emu.h)
 };
 
-// Parses "HOST:PORT[?busy_poll=0|1][&secure=0|1]" (HOST: IPv4 literal, [IPv6] literal, or "localhost").
+// Parses "HOST:PORT[?busy_poll=0|1][&secure=0|1][&latency_us=L][&gbytes_s=R]" (HOST: IPv4 literal, [IPv6] literal, or "localhost").
 Result<ListenSpec> parse_listen_spec(std::string_view params);
 
 // Converts a bound socket address into the ip/port/family advertised in blobs; a wildcard

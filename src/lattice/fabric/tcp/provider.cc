@@ -16,6 +16,7 @@
 #include "lattice/fabric/providers.h"
 #include "lattice/fabric/tcp/cq.h"
 #include "lattice/fabric/tcp/endpoint.h"
+#include "lattice/fabric/tcp/link_emu.h"
 
 namespace lattice::fabric::tcp {
 
@@ -60,6 +61,11 @@ Result<std::unique_ptr<TcpProvider>> TcpProvider::create(std::string_view params
   if (::getsockname(p->listen_fd_, bound.get(), &bound.len) < 0)
     return ErrnoError("tcp provider: getsockname()", errno);
   p->listen_addr_ = advertised_address(bound);
+  if (spec.link.on()) {
+    // An emulated link: peers dial the relay, which dials our listener (link_emu.h).
+    LATTICE_ASSIGN_OR_RETURN(p->link_emu_, LinkEmulator::start(spec.bind_addr, p->listen_addr_.sockaddr(), spec.link));
+    p->listen_addr_ = advertised_address(p->link_emu_->bound());
+  }
 
   p->epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   if (p->epoll_fd_ < 0) return ErrnoError("tcp provider: epoll_create1()", errno);

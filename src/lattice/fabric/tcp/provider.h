@@ -1,4 +1,5 @@
-// The tcp provider: "tcp://HOST:PORT[?busy_poll=1]" (port 0: ephemeral; IPv4 or [IPv6]).
+// The tcp provider: "tcp://HOST:PORT[?busy_poll=1][&latency_us=L&gbytes_s=R]" (port 0: ephemeral;
+// IPv4 or [IPv6]; latency_us / gbytes_s: an emulated link in front of the listener, link_emu.h).
 //
 // One listening socket per provider, and one background progress thread that sleeps in
 // epoll_wait. That thread
@@ -30,6 +31,7 @@
 namespace lattice::fabric::tcp {
 
 class Conn;
+class LinkEmulator;
 
 inline constexpr auto kHelloTimeout = std::chrono::seconds(5);
 inline constexpr size_t kMaxStrangers = 64;
@@ -88,6 +90,7 @@ class TcpProvider final : public Provider {
   std::unordered_map<uint64_t, std::shared_ptr<Conn>> active_;   // connected, in epoll
   std::unordered_map<uint64_t, Stranger> strangers_;
   std::vector<std::pair<uint64_t, Clock::time_point>> deferred_;  // background thread only
+  std::unique_ptr<LinkEmulator> link_emu_;  // "?latency_us=&gbytes_s=": the relay peers dial
 };
 
 }  // namespace lattice::fabric::tcp

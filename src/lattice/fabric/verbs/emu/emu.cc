@@ -173,6 +173,7 @@ struct Qp {
   // replay= / reorder=: a copy of one message, delivered once the next message went out.
   std::vector<std::byte> held;
   int held_state = 0;  // 0 none, 1 waiting for the next message, 2 due
+  int64_t wire_free_ns = 0;  // latency_us / gbytes_s: when this QP's wire is free again
 };
 
 struct Cq {
@@ -188,6 +189,18 @@ int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
 }
 uint32_t frames_of(uint64_t bytes) { return bytes == 0 ? 1 : static_cast<uint32_t>((bytes + kFrame - 1) / kFrame); }
+
+bool timed(const Faults& f) { return f.latency_us > 0 || f.gbytes_s > 0; }
+
+// latency_us / gbytes_s: when a message of `bytes` put on the QP's wire now is delivered (it
+// waits for the messages before it, takes bytes / rate, then the latency). Caller holds ctx->mu.
+int64_t timed_delivery(Qp* qp, const Faults& f, uint64_t bytes) {
+  const int64_t now = now_ns();
+  const int64_t start = std::max(now, qp->wire_free_ns);
+  const int64_t on_wire = f.gbytes_s > 0 ? static_cast<int64_t>(static_cast<double>(bytes) / f.gbytes_s) : 0;
+  qp->wire_free_ns = start + on_wire;
+  return std::max<int64_t>(1, qp->wire_free_ns + static_cast<int64_t>(f.latency_us * 1000.0));
+}
 
 void push_wc(Cq* cq, uint64_t wr_id, ibv_wc_status st, ibv_wc_opcode op, uint32_t bytes, uint32_t qpn) {
   ibv_wc wc{};
@@ -251,7 +264,7 @@ bool publish(Qp* qp, const PendingSend& s, int copies, uint32_t* flags_out) {
     d.frame_start = head + static_cast<uint64_t>(nf) * c;
     d.n_frames = nf;
     d.bytes = s.length;
-    d.deliver_after_ns = 0;
+    d.deliver_after_ns = timed(qp->ctx->faults) ? timed_delivery(qp, qp->ctx->faults, s.length) : 0;
     d.flags = mismatch ? kDescMismatch : 0;
     d.op = s.op;
     d.req_id = qp->next_req;
@@ -344,7 +357,8 @@ void progress_sends(Qp* qp) {
       }
       if (hits(ctx->faults.delay_frame)) {
         peer->desc[written % kDescRing].deliver_after_ns =
-            now_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(ctx->faults.delay).count();
+            std::max(peer->desc[written % kDescRing].deliver_after_ns,
+                     now_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(ctx->faults.delay).count());
         ctx->stats.delayed++;
       }
       if (copies == 2) ctx->stats.duplicated++;
@@ -429,7 +443,7 @@ bool serve_request(Qp* qp, const Desc& d) {
   r.frame_start = head;
   r.n_frames = nf;
   r.bytes = st == IBV_WC_SUCCESS ? resp_bytes : 0;
-  r.deliver_after_ns = 0;
+  r.deliver_after_ns = timed(qp->ctx->faults) ? timed_delivery(qp, qp->ctx->faults, r.bytes) : 0;
   r.flags = 0;
   r.op = kOpResponse;
   r.req_id = d.req_id;
@@ -978,12 +992,21 @@ Result<Faults> parse_faults(std::string_view query) {
       if (!parse_u64(val.substr(0, colon), &n) || n == 0 || !parse_u64(ms, &d) || d > 600000) return bad();
       f.delay_frame = n;
       f.delay = std::chrono::milliseconds(d);
+    } else if (key == "latency_us" || key == "gbytes_s") {
+      double v = 0;
+      auto [p, ec] = std::from_chars(val.data(), val.data() + val.size(), v);
+      // A link of more than a second one way, or slower than 1 KB/s, is a typo, not a cable.
+      if (ec != std::errc() || p != val.data() + val.size() || !(v > 0) ||
+          (key == "latency_us" ? v > 1e6 : v < 1e-6 || v > 1e4))
+        return bad();
+      (key == "latency_us" ? f.latency_us : f.gbytes_s) = v;
     } else if (key == "no_ipv4") {
       if (val != "0" && val != "1") return bad();
       f.no_ipv4 = val == "1";
     } else {
       return InvalidArgument("verbs-emu: unknown parameter '" + std::string(key) +
-                             "' (known: drop, dup, corrupt, tamper, replay, reorder, delay, kill_port_after, no_ipv4)");
+                             "' (known: drop, dup, corrupt, tamper, replay, reorder, delay, kill_port_after, no_ipv4, "
+                             "latency_us, gbytes_s)");
     }
   }
   return f;

@@ -33,6 +33,15 @@
 //                IBV_WC_RETRY_EXC_ERR and nothing more is received
 //   no_ipv4=1    GID index 1 is empty (the interface has no IPv4 address)
 //
+// Link timing (a cable this machine does not have, for the simulator's checks; docs/SIM.md):
+//   latency_us=L  every message (and RC response) is delivered L microseconds after it went on
+//                 the wire: the receiver's poll does not see it sooner. L is the one-way time
+//                 from post to delivery, not an addition to the emulator's own few microseconds.
+//   gbytes_s=R    each QP's wire carries R GB/s (1e9 bytes/s) one way: a message of B bytes
+//                 takes B/R on it, after the messages before it (a queue as deep as the ring).
+//   Send completions still fire once the frames are in the peer's ring (before delivery, as
+//   apple-tb5's do). Unset (0): no timing, the data path is as without it.
+//
 // Machine faults (the whole emulated machine, every process that reads the variable, for
 // `lattice doctor` and its tests): LATTICE_VERBS_EMU_FAULT=no-device,port-down,no-gid1,no-pd
 // (any of them, comma-separated):
@@ -68,9 +77,12 @@ struct Faults {
   std::chrono::milliseconds delay{0};
   uint64_t kill_port_after = 0;
   bool no_ipv4 = false;
+  double latency_us = 0;  // link timing (see the top); 0: none
+  double gbytes_s = 0;
 };
 
-// Parses "drop=17&corrupt=40&dup=9&tamper=9&replay=9&reorder=9&delay=5:10ms&kill_port_after=N&no_ipv4=1". Unknown keys
+// Parses "drop=17&corrupt=40&dup=9&tamper=9&replay=9&reorder=9&delay=5:10ms&kill_port_after=N&no_ipv4=1
+// &latency_us=50&gbytes_s=1". Unknown keys
 // and malformed values are kInvalidArgument.
 Result<Faults> parse_faults(std::string_view query);
 

@@ -1,0 +1,290 @@
+#include "lattice/fabric/tcp/link_emu.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "lattice/core/log.h"
+
+namespace lattice::fabric::tcp {
+namespace {
+
+constexpr uint64_t kWakeId = 0, kListenId = 1;
+constexpr size_t kReadBytes = 64 * 1024;
+constexpr int64_t kSpinNs = 20'000;  // closer than this to a due time: poll without sleeping
+constexpr int kConnectMs = 2000;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+struct Chunk {
+  int64_t due;
+  std::vector<std::byte> data;
+  size_t off = 0;
+};
+
+// Bytes read from fd[i] on their way to fd[1 - i].
+struct Direction {
+  std::deque<Chunk> q;
+  size_t queued = 0;
+  int64_t wire_free = 0;
+  bool eof = false;       // fd[i] said EOF
+  bool shut = false;      // fd[1 - i] was shut down for writing after the queue drained
+  bool blocked = false;   // fd[1 - i] answered EAGAIN: wait for EPOLLOUT
+};
+
+struct Pair {
+  int fd[2] = {-1, -1};
+  Direction dir[2];
+  uint32_t armed[2] = {0, 0};
+};
+
+// A non-blocking connection to `to` within kConnectMs (loopback or this host: fast).
+int dial(const SockAddr& to) {
+  int fd = ::socket(to.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  if (::connect(fd, to.get(), to.len) != 0 && errno != EINPROGRESS) {
+    ::close(fd);
+    return -1;
+  }
+  pollfd p{fd, POLLOUT, 0};
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (::poll(&p, 1, kConnectMs) != 1 || ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+void nodelay(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+}  // namespace
+
+Result<bool> parse_link_option(std::string_view kv, LinkShape* shape) {
+  const bool lat = kv.starts_with("latency_us="), rate = kv.starts_with("gbytes_s=");
+  if (!lat && !rate) return false;
+  std::string_view val = kv.substr(kv.find('=') + 1);
+  double v = 0;
+  auto [p, ec] = std::from_chars(val.data(), val.data() + val.size(), v);
+  if (ec != std::errc() || p != val.data() + val.size() || !(v > 0) || (lat ? v > 1e6 : v < 1e-6 || v > 1e4))
+    return InvalidArgument("tcp URI: bad value in '" + std::string(kv) +
+                           "' (latency_us: 0 < L <= 1e6; gbytes_s: 1e-6 <= R <= 1e4)");
+  (lat ? shape->latency_us : shape->gbytes_s) = v;
+  return true;
+}
+
+Result<std::unique_ptr<LinkEmulator>> LinkEmulator::start(const SockAddr& bind, const SockAddr& target,
+                                                          LinkShape shape) {
+  std::unique_ptr<LinkEmulator> e(new LinkEmulator());
+  e->shape_ = shape;
+  e->target_ = target;
+  e->listen_fd_ = ::socket(bind.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (e->listen_fd_ < 0) return ErrnoError("tcp link emulator: socket()", errno);
+  SockAddr b = bind;
+  auto* in = reinterpret_cast<sockaddr_in*>(&b.storage);
+  auto* in6 = reinterpret_cast<sockaddr_in6*>(&b.storage);
+  (b.family() == AF_INET ? in->sin_port : in6->sin6_port) = 0;  // the relay's own port
+  if (::bind(e->listen_fd_, b.get(), b.len) < 0)
+    return ErrnoError("tcp link emulator: bind to " + sockaddr_to_string(b.get()), errno);
+  if (::listen(e->listen_fd_, 128) < 0) return ErrnoError("tcp link emulator: listen()", errno);
+  e->bound_.len = sizeof e->bound_.storage;
+  if (::getsockname(e->listen_fd_, e->bound_.get(), &e->bound_.len) < 0)
+    return ErrnoError("tcp link emulator: getsockname()", errno);
+  e->epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  e->wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (e->epoll_fd_ < 0 || e->wake_fd_ < 0) return ErrnoError("tcp link emulator: epoll/eventfd", errno);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kWakeId;
+  ::epoll_ctl(e->epoll_fd_, EPOLL_CTL_ADD, e->wake_fd_, &ev);
+  ev.data.u64 = kListenId;
+  ::epoll_ctl(e->epoll_fd_, EPOLL_CTL_ADD, e->listen_fd_, &ev);
+  LinkEmulator* raw = e.get();
+  e->thread_ = std::thread([raw] { raw->run(); });
+  LATTICE_LOG_DEBUG("tcp link emulator on {} -> {}: {} us, {} GB/s", sockaddr_to_string(e->bound_.get()),
+                    sockaddr_to_string(target.get()), shape.latency_us, shape.gbytes_s);
+  return e;
+}
+
+LinkEmulator::~LinkEmulator() {
+  stop_ = true;
+  if (wake_fd_ >= 0) {
+    uint64_t one = 1;
+    (void)!::write(wake_fd_, &one, sizeof one);
+  }
+  if (thread_.joinable()) thread_.join();
+  for (int fd : {listen_fd_, epoll_fd_, wake_fd_})
+    if (fd >= 0) ::close(fd);
+}
+
+void LinkEmulator::run() {
+  ::prctl(PR_SET_TIMERSLACK, 1000UL);  // wake-ups to the microsecond, not the default 50 us
+  std::map<uint64_t, Pair> pairs;      // id -> pair; epoll data = id * 2 + side
+  uint64_t next_id = 1;
+  const int64_t lat_ns = static_cast<int64_t>(shape_.latency_us * 1000.0);
+
+  auto close_pair = [&](uint64_t id) {
+    Pair& p = pairs.at(id);
+    for (int fd : p.fd) {
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+      ::close(fd);
+    }
+    pairs.erase(id);
+  };
+  // What each side must be woken for: reading while its direction has room, writing while the
+  // other direction waits for room in the socket.
+  auto rearm = [&](uint64_t id, Pair& p) {
+    for (int s = 0; s < 2; ++s) {
+      uint32_t want = 0;
+      if (!p.dir[s].eof && p.dir[s].queued < kMaxQueued) want |= EPOLLIN;
+      if (p.dir[1 - s].blocked) want |= EPOLLOUT;
+      if (want == p.armed[s]) continue;
+      epoll_event ev{};
+      ev.events = want;
+      ev.data.u64 = id * 2 + static_cast<uint64_t>(s);
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, p.fd[s], &ev);
+      p.armed[s] = want;
+    }
+  };
+  // Reads what side s has; false when the pair broke.
+  auto take = [&](Pair& p, int s) {
+    Direction& d = p.dir[s];
+    while (!d.eof && d.queued < kMaxQueued) {
+      std::vector<std::byte> buf(kReadBytes);
+      ssize_t n = ::recv(p.fd[s], buf.data(), buf.size(), 0);
+      if (n == 0) {
+        d.eof = true;
+        break;
+      }
+      if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+      buf.resize(static_cast<size_t>(n));
+      const int64_t t = now_ns();
+      const int64_t start = std::max(t, d.wire_free);
+      d.wire_free = start + (shape_.gbytes_s > 0 ? static_cast<int64_t>(static_cast<double>(n) / shape_.gbytes_s) : 0);
+      d.queued += static_cast<size_t>(n);
+      d.q.push_back({d.wire_free + lat_ns, std::move(buf)});
+    }
+    return true;
+  };
+  // Writes side s's due bytes to the other side; false when the pair broke.
+  auto give = [&](Pair& p, int s, int64_t t) {
+    Direction& d = p.dir[s];
+    d.blocked = false;
+    while (!d.q.empty() && d.q.front().due <= t) {
+      Chunk& c = d.q.front();
+      ssize_t n = ::send(p.fd[1 - s], c.data.data() + c.off, c.data.size() - c.off, MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+          d.blocked = true;
+          return true;
+        }
+        if (errno == EINTR) continue;
+        return false;
+      }
+      c.off += static_cast<size_t>(n);
+      d.queued -= static_cast<size_t>(n);
+      if (c.off == c.data.size()) d.q.pop_front();
+    }
+    if (d.eof && d.q.empty() && !d.shut) {
+      ::shutdown(p.fd[1 - s], SHUT_WR);
+      d.shut = true;
+    }
+    return true;
+  };
+
+  std::vector<epoll_event> evs(64);
+  while (!stop_) {
+    // Sleep until the next due chunk (or an event); spin the last few microseconds.
+    int64_t next = INT64_MAX;
+    for (auto& [id, p] : pairs)
+      for (auto& d : p.dir)
+        if (!d.q.empty() && !d.blocked) next = std::min(next, d.q.front().due);
+    const int64_t t0 = now_ns();
+    int64_t wait_ns = next == INT64_MAX ? 1'000'000'000 : std::max<int64_t>(0, next - t0);
+    if (wait_ns < kSpinNs) wait_ns = 0;
+    else wait_ns -= kSpinNs / 2;
+    timespec ts{static_cast<time_t>(wait_ns / 1'000'000'000), static_cast<long>(wait_ns % 1'000'000'000)};
+    pollfd pfd{epoll_fd_, POLLIN, 0};
+    int ready = ::ppoll(&pfd, 1, &ts, nullptr);
+    int n = ready > 0 ? ::epoll_wait(epoll_fd_, evs.data(), static_cast<int>(evs.size()), 0) : 0;
+    std::vector<uint64_t> broken;
+    for (int i = 0; i < n; ++i) {
+      const uint64_t tag = evs[i].data.u64;
+      if (tag == kWakeId) continue;
+      if (tag == kListenId) {
+        while (true) {
+          int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+          if (c < 0) break;
+          int t = dial(target_);
+          if (t < 0) {
+            LATTICE_LOG_WARN("tcp link emulator: cannot reach {}: dropping a connection",
+                             sockaddr_to_string(target_.get()));
+            ::close(c);
+            continue;
+          }
+          nodelay(c);
+          nodelay(t);
+          const uint64_t id = next_id++;
+          Pair& p = pairs[id];
+          p.fd[0] = c;
+          p.fd[1] = t;
+          for (int s = 0; s < 2; ++s) {
+            epoll_event ev{};
+            ev.events = EPOLLIN;
+            ev.data.u64 = id * 2 + static_cast<uint64_t>(s);
+            ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, p.fd[s], &ev);
+            p.armed[s] = EPOLLIN;
+          }
+        }
+        continue;
+      }
+      const uint64_t id = tag / 2;
+      const int s = static_cast<int>(tag % 2);
+      auto it = pairs.find(id);
+      if (it == pairs.end()) continue;
+      Pair& p = it->second;
+      if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+        if (!take(p, s)) broken.push_back(id);
+      if (evs[i].events & EPOLLOUT) p.dir[1 - s].blocked = false;
+    }
+    const int64_t t = now_ns();
+    for (auto& [id, p] : pairs) {
+      if (std::find(broken.begin(), broken.end(), id) != broken.end()) continue;
+      bool ok = true;
+      for (int s = 0; s < 2 && ok; ++s)
+        if (!p.dir[s].blocked) ok = give(p, s, t);
+      if (!ok || (p.dir[0].shut && p.dir[1].shut)) broken.push_back(id);
+      else rearm(id, p);
+    }
+    std::sort(broken.begin(), broken.end());
+    broken.erase(std::unique(broken.begin(), broken.end()), broken.end());
+    for (uint64_t id : broken) close_pair(id);
+  }
+  std::vector<uint64_t> ids;
+  for (auto& [id, p] : pairs) ids.push_back(id);
+  for (uint64_t id : ids) close_pair(id);
+}
+
+}  // namespace lattice::fabric::tcp
