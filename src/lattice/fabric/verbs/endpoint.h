@@ -1,4 +1,4 @@
-// The verbs provider's endpoints (endpoint.cc): one QP each, the staged reliability protocol
+// The verbs provider's endpoints (endpoint_impl.h names the files of their code): one QP each, the staged reliability protocol
 // and RC one-sided operations; a progress thread per endpoint (provider.h has the overview).
 #pragma once
 

@@ -42,6 +42,10 @@ class LinkSeal {
   static Result<LinkSeal> start(const crypto::ClusterSecret& secret, std::span<const std::byte> local_blob,
                                 std::span<const std::byte> peer_blob);
 
+  // A session whose keys were agreed elsewhere (`session`, oriented for this side): ready at
+  // once. For fuzz/verbs_chunk_fuzz.cc, which cannot afford a handshake per input.
+  static Result<LinkSeal> with_session(bool initiator, const crypto::Session& session);
+
   bool initiator() const { return initiator_; }
   bool ready() const { return cipher_.has_value(); }
   // The handshake message to (re)send with the next hello; empty when none is due.
