@@ -8,7 +8,8 @@
 // bookkeeping, as VerbsEndpoint::handle_recv and deliver_held do).
 //
 // Input: byte 0 sets up the session (bit 0: sealed; bit 1: ChaCha20-Poly1305 instead of
-// AES-256-GCM; bit 2: still connecting). Then records of a 16-byte descriptor and payload bytes:
+// AES-256-GCM; bit 2: still connecting; bit 3: the endpoint's cipher backends, libsodium for
+// small frames and OpenSSL for large AES ones, instead of libsodium alone). Then records of a 16-byte descriptor and payload bytes:
 //   d[0] type, d[1] flags (as the chunk header), d[2] how the slot is made:
 //     bit 0 authentic: right magic, session, length and crc, and sealed by the peer in a sealed
 //           session (payload_bytes clamped to the capacity); otherwise bits 1-3 say what is right
@@ -97,8 +98,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   bool connecting = data[0] & 4;  // until a data chunk, an ack or a hello that heard us
   std::optional<LinkSeal> rx_seal, tx_seal;
   if (sealed) {
-    auto r = LinkSeal::with_session(false, session_for(false, chacha));
-    auto t = LinkSeal::with_session(true, session_for(true, chacha));
+    const auto backend = (data[0] & 8) ? crypto::AeadBackend::kAuto : crypto::AeadBackend::kSodium;
+    auto r = LinkSeal::with_session(false, session_for(false, chacha), backend);
+    auto t = LinkSeal::with_session(true, session_for(true, chacha), backend);
     if (!r.ok() || !t.ok()) die("no session:", r.ok() ? t.status() : r.status());
     rx_seal.emplace(std::move(*r));
     tx_seal.emplace(std::move(*t));

@@ -66,10 +66,10 @@ Result<LinkSeal> LinkSeal::start(const crypto::ClusterSecret& secret, std::span<
   return s;
 }
 
-Result<LinkSeal> LinkSeal::with_session(bool initiator, const crypto::Session& session) {
+Result<LinkSeal> LinkSeal::with_session(bool initiator, const crypto::Session& session, crypto::AeadBackend backend) {
   LinkSeal s;
   s.initiator_ = initiator;
-  LATTICE_ASSIGN_OR_RETURN(crypto::FrameCipher c, crypto::FrameCipher::create(session.cipher, session.keys));
+  LATTICE_ASSIGN_OR_RETURN(crypto::FrameCipher c, crypto::FrameCipher::create(session.cipher, session.keys, backend));
   s.cipher_.emplace(std::move(c));
   return s;
 }
