@@ -3,9 +3,8 @@
 // against it). Accepted blobs must re-encode to the same bytes. Malformed ones (size, magic,
 // version, mode, checksum) are refused with an error.
 //
-// Not covered here yet: the staged (UC) chunk headers a connected peer sends (handle_recv in
-// verbs/endpoint.cc). They are being reworked for sealing (issue 18, encrypted RDMA); their
-// harness belongs with that change, over the emulated device.
+// The staged chunks a connected peer sends have their own harness (verbs_chunk_fuzz.cc, over
+// verbs/chunk_rx.cc).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>

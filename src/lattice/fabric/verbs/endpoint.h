@@ -1,5 +1,6 @@
-// The verbs provider's endpoints (endpoint.cc): one QP each, the staged reliability protocol
-// and RC one-sided operations; a progress thread per endpoint (provider.h has the overview).
+// The verbs provider's endpoints: one QP each, the staged reliability protocol and RC one-sided
+// operations; a progress thread per endpoint (provider.h has the overview, endpoint_impl.h the
+// files their code is in).
 #pragma once
 
 #include <cstdint>

@@ -66,6 +66,14 @@ Result<LinkSeal> LinkSeal::start(const crypto::ClusterSecret& secret, std::span<
   return s;
 }
 
+Result<LinkSeal> LinkSeal::with_session(bool initiator, const crypto::Session& session, crypto::AeadBackend backend) {
+  LinkSeal s;
+  s.initiator_ = initiator;
+  LATTICE_ASSIGN_OR_RETURN(crypto::FrameCipher c, crypto::FrameCipher::create(session.cipher, session.keys, backend));
+  s.cipher_.emplace(std::move(c));
+  return s;
+}
+
 Status LinkSeal::on_handshake(std::span<const std::byte> msg, std::vector<uint8_t>* reject) {
   if (ready() || !hs_) return Status();  // a late copy of a message already taken
   const size_t want = hs_->next_message_bytes();

@@ -42,6 +42,12 @@ class LinkSeal {
   static Result<LinkSeal> start(const crypto::ClusterSecret& secret, std::span<const std::byte> local_blob,
                                 std::span<const std::byte> peer_blob);
 
+  // A session whose keys were agreed elsewhere (`session`, oriented for this side): ready at
+  // once. For fuzz/verbs_chunk_fuzz.cc, which cannot afford a handshake per input and tries
+  // both cipher backends.
+  static Result<LinkSeal> with_session(bool initiator, const crypto::Session& session,
+                                       crypto::AeadBackend backend = crypto::AeadBackend::kAuto);
+
   bool initiator() const { return initiator_; }
   bool ready() const { return cipher_.has_value(); }
   // The handshake message to (re)send with the next hello; empty when none is due.
