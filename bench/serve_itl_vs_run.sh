@@ -5,7 +5,7 @@
 #   bench/serve_itl_vs_run.sh LATTICE [PAIRS]
 # Both are timed the same way, by a reader process taking a timestamp at every piece of text
 # it receives: the server's /v1/completions stream (stream true, ignore_eos, temperature 0)
-# read over HTTP, and `lattice run`'s stdout (it flushes every piece) read over a pipe. Each
+# read from a raw socket, and `lattice run`'s stdout (it flushes every piece) read over a pipe. Each
 # run gives the median and the mean gap between pieces after the first; the script prints
 # every pair and the medians over the pairs, and the ratios serve / run. `lattice run`'s own
 # report (its decode tok/s) is printed too. The server is idle (no CPU) while `run` runs.
@@ -48,16 +48,25 @@ def run_once():
     return gaps(stamps[:-1] if len(stamps) > 1 else stamps), (1e3 / float(m.group(2)) if m else None)
 
 def serve_once(url):
+    # A raw socket, as light a reader as run's pipe: a stamp at every recv that brings a piece
+    # of text (the body is chunked SSE; each event with a non-empty "text" is one piece).
     body = json.dumps({"model": "m", "prompt": PROMPT, "max_tokens": N, "temperature": 0, "stream": True,
                        "ignore_eos": True}).encode()
-    req = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
-    stamps = []
-    with urllib.request.urlopen(req, timeout=600) as r:
-        for raw in r:
-            line = raw.decode(errors="replace").strip()
-            if not line.startswith("data:") or line[5:].strip() == "[DONE]": continue
-            for ch in json.loads(line[5:]).get("choices", []):
-                if ch.get("text"): stamps.append(time.monotonic())
+    host, port = url.split("//")[1].split(":")
+    s = socket.create_connection((host, int(port)), timeout=600)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    stamps, buf = [], b""
+    while True:
+        b = s.recv(65536)
+        if not b: break
+        now = time.monotonic()
+        buf += b
+        while b"\n\n" in buf:
+            ev, buf = buf.split(b"\n\n", 1)
+            at = ev.find(b"data: {")
+            if at >= 0 and b'"text":""' not in ev[at:] and b'"text":' in ev[at:]: stamps.append(now)
+    s.close()
     return gaps(stamps)
 
 port = free_port()
