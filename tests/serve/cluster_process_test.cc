@@ -256,11 +256,12 @@ TEST_F(ServeClusterProcess, AFollowerKilledDuringEightStreamsOnThreeRanks) {
     const json& s = got["streams"][i];
     EXPECT_EQ(s["finish"], "length");
     EXPECT_EQ(s["usage"]["completion_tokens"], kTokens);
-    // The pause across the recovery: from the last piece before the kill to the first after.
+    // The pause of the recovery: the longest gap between two pieces ending after the kill (the
+    // survivors notice the loss at their next collective, a step or more later).
     const std::vector<int64_t> arrived = s["at_ms"];
-    const auto after = std::upper_bound(arrived.begin(), arrived.end(), killed_ms);
+    auto after = std::upper_bound(arrived.begin(), arrived.end(), killed_ms);
     ASSERT_TRUE(after != arrived.begin() && after != arrived.end()) << "stream " << i << " was not decoding at the kill";
-    longest_pause_ms = std::max<int64_t>(longest_pause_ms, *after - *(after - 1));
+    for (; after != arrived.end(); ++after) longest_pause_ms = std::max<int64_t>(longest_pause_ms, *after - *(after - 1));
     longest_any_ms = std::max(longest_any_ms, s["max_gap_ms"].get<int64_t>());
     auto ref = greedy_reference(*tok, **fwd, "stream " + std::to_string(i) + " goes on", kTokens, kTie);
     ASSERT_TRUE(ref.ok()) << ref.status().to_string();
