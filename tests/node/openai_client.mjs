@@ -3,7 +3,8 @@
 //   node openai_client.mjs concurrent BASE_URL KEY N N streamed chats alone, then all at once (temperature 0)
 //   node openai_client.mjs abort BASE_URL KEY        a stream dropped after 3 chunks; /health afterwards
 //   node openai_client.mjs streams BASE_URL KEY N T  N streamed chats of T tokens at once (ignore_eos): each one's
-//                                                    text, finish, usage and longest pause between chunks
+//                                                    text, finish, usage, longest pause between pieces of
+//                                                    text and the piece it came before, every piece's arrival (Unix ms)
 // Prints one JSON object on stdout; exits 1 with the error on stderr if a call throws.
 import OpenAI from "openai";
 
@@ -102,18 +103,24 @@ async function streams(n, tokens) {
       model, messages: [{ role: "user", content: `stream ${i} goes on` }], stream: true, temperature: 0,
       max_tokens: tokens, ignore_eos: true, stream_options: { include_usage: true },
     });
-    let text = "", finish = null, usage = null, last = null, max_gap_ms = 0;
+    // Pauses between pieces of text (the wait for the first one is the prompt's, not a pause).
+    let text = "", finish = null, usage = null, last = null, max_gap_ms = 0, max_gap_at = 0, pieces = 0;
+    const at_ms = [];  // each piece's arrival (Unix ms)
     for await (const chunk of stream) {
-      const now = Date.now();
-      if (last !== null) max_gap_ms = Math.max(max_gap_ms, now - last);
-      last = now;
       if (chunk.usage) usage = chunk.usage;
       for (const c of chunk.choices) {
-        if (c.delta?.content) text += c.delta.content;
+        if (c.delta?.content) {
+          const now = Date.now();
+          if (last !== null && now - last > max_gap_ms) max_gap_ms = now - last, max_gap_at = pieces;
+          last = now;
+          pieces++;
+          at_ms.push(now);
+          text += c.delta.content;
+        }
         if (c.finish_reason) finish = c.finish_reason;
       }
     }
-    return { text, finish, usage, max_gap_ms };
+    return { text, finish, usage, max_gap_ms, max_gap_at, at_ms };
   };
   return { streams: await Promise.all(Array.from({ length: n }, (_, i) => one(i))) };
 }
