@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "lattice/engine/gguf/make_model.h"
 #include "serve_testlib.h"
 
 namespace lattice::serve {
@@ -135,6 +136,40 @@ TEST(ServeStatusProcess, TwoRanksReportTheirMachinesAndTheMeasuredLink) {
   EXPECT_EQ(curl(serve.base_url() + "/v1/completions", {"-d", R"({"prompt":"abc","max_tokens":8})"}).status, 200);
   ASSERT_TRUE(serve.stop().ok());
   EXPECT_EQ(serve.proc().err().find("out of step"), std::string::npos) << serve.proc().err();
+}
+
+// A mixture of experts over two tensor-parallel ranks: each holds every expert, a column
+// slice of each, and the slices meet.
+TEST(ServeStatusProcess, TwoRanksOfAMixtureOfExpertsShowTheirExpertSlices) {
+  if (!fs::exists(cluster::testing::lattice_bin())) GTEST_SKIP() << "lattice not built";
+  if (!testing::have_curl()) GTEST_SKIP() << "curl absent (scripts/setup.sh installs it)";
+  const fs::path dir = fs::temp_directory_path() / ("lattice-status-moe-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string path = (dir / "moe.gguf").string();
+  engine::MakeModelOptions o;
+  o.dim = 64, o.layers = 2, o.heads = 4, o.kv_heads = 2, o.vocab = 300, o.context_length = 2048;
+  o.ffn = 128, o.experts = 4, o.experts_used = 2, o.type = "q8_0", o.threads = 1;
+  ASSERT_TRUE(engine::make_model(o, path).ok());
+  testing::ServeProc serve;
+  ASSERT_TRUE(serve.start(path, {"--nodes", "2", "-t", "1", "--slots", "1", "--ctx", "512"}).ok()) << serve.proc().err();
+  json s;
+  for (auto until = Deadline::after(std::chrono::seconds(20)); !until.expired();) {
+    s = json::parse(curl(serve.base_url() + "/status").body, nullptr, false);
+    if (s.is_object() && s["ranks"].size() == 2 && s["ranks"][1]["experts"]["n_expert"] == 4) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(s["ranks"].size(), 2u) << s.dump();
+  for (const json& r : s["ranks"]) {
+    EXPECT_EQ(r["experts"]["n_expert"], 4) << r.dump();
+    EXPECT_EQ(r["experts"]["owned"], 4) << "tensor parallel: every expert, sliced";
+    EXPECT_EQ(r["experts"]["expert_parallel"], false);
+    EXPECT_GT(r["experts"]["ff"][1].get<int>(), r["experts"]["ff"][0].get<int>()) << r.dump();
+  }
+  EXPECT_EQ(s["ranks"][0]["experts"]["ff"][0], 0);
+  EXPECT_EQ(s["ranks"][0]["experts"]["ff"][1], s["ranks"][1]["experts"]["ff"][0]);
+  EXPECT_EQ(s["ranks"][1]["experts"]["ff"][1], 128);
+  ASSERT_TRUE(serve.stop().ok());
+  fs::remove_all(dir);
 }
 
 }  // namespace
