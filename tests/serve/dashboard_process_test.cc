@@ -1,7 +1,8 @@
 // The dashboard (GET /) in a real browser: Debian's headless Chromium loads the page from a
 // running `lattice serve --nodes 2`, lets it poll /status, and its DOM must show what the
 // test did: the requests it sent, two ranks drawn as nodes with a link between them, and a
-// live token rate while a long stream runs. A screenshot is kept in the build tree
+// live token rate while a long stream runs, the link's latency and bandwidth measured at start,
+// and every rank's machine (memory, CPU, temperature, power: a number or "n/a"). A screenshot is kept in the build tree
 // (build/test-artifacts/dashboard.png). Skipped without chromium (scripts/setup.sh installs it),
 // failing instead under LATTICE_REQUIRE=browser.
 #include <gtest/gtest.h>
@@ -94,12 +95,32 @@ TEST(ServeDashboardProcess, ChromiumShowsTheRanksTheRequestsAndALiveRate) {
   const size_t label = dom.find("class=\"link\">");
   ASSERT_NE(label, std::string::npos) << dom;
   EXPECT_GT(std::atof(dom.c_str() + label + 13), 0) << dom.substr(label, 40);
+  // Its figures from start: "<latency> µs · <bandwidth> Gbit/s", both positive.
+  std::smatch fig;
+  ASSERT_TRUE(std::regex_search(dom, fig, std::regex("class=\"linkfig\">([0-9.]+) \xC2\xB5s \xC2\xB7 ([0-9.]+) Gbit/s<")))
+      << dom;
+  EXPECT_GT(std::stod(fig[1]), 0);
+  EXPECT_GT(std::stod(fig[2]), 0);
+  // Every rank's machine: a figure, or "n/a" where the OS does not give it (memory and CPU
+  // load always do on Linux).
+  const std::regex number_or_na("^(n/a|[0-9][0-9.]*.*)$");
+  for (const char* r : {"r0-", "r1-"}) {
+    for (const char* k : {"mem", "cpu", "temp", "power"}) {
+      const std::string v = by_id(dom, std::string(r) + k);
+      EXPECT_TRUE(std::regex_match(v, number_or_na)) << r << k << ": \"" << v << "\"";
+    }
+    if (fs::exists("/proc/meminfo")) {
+      EXPECT_NE(by_id(dom, std::string(r) + "mem"), "n/a");
+      EXPECT_NE(by_id(dom, std::string(r) + "cpu"), "n/a");
+    }
+    EXPECT_EQ(by_id(dom, std::string(r) + "experts"), "dense");
+  }
 
   const fs::path shots = fs::path(LATTICE_BINARY_DIR) / "test-artifacts";
   fs::create_directories(shots);
   auto shot = cluster::testing::run_cmd(
       {browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
-       "--user-data-dir=" + (fs::temp_directory_path() / "lattice-chromium").string(), "--window-size=900,900",
+       "--user-data-dir=" + (fs::temp_directory_path() / "lattice-chromium").string(), "--window-size=1200,900",
        "--virtual-time-budget=3000", "--screenshot=" + (shots / "dashboard.png").string(), serve.base_url() + "/"},
       {}, Deadline::after(std::chrono::seconds(90)));
   EXPECT_TRUE(fs::exists(shots / "dashboard.png")) << shot.err;

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "lattice/core/host_stats.h"
 #include "lattice/doctor/checks.h"
 #include "lattice/engine/gguf/gguf.h"
 #include "lattice/engine/parallel/plan.h"
@@ -95,28 +96,21 @@ Check power(const Context&) {
   return make("power", "power source", Level::kOk, out.find("AC Power") != std::string::npos ? "AC power" : "no battery");
 }
 #else
-// Linux: /sys/class/thermal zones against their own trip points (critical: fail; hot or
-// passive, i.e. throttling: warn).
+// Linux: /sys/class/thermal zones (core/host_stats.h reads them) against their own trip
+// points (critical: fail; hot or passive, i.e. throttling: warn).
 Check thermal(const Context&) {
-  std::error_code ec;
-  std::string seen, worst_fix;
+  std::string seen;
   Level level = Level::kOk;
-  int zones = 0;
-  for (const auto& z : fs::directory_iterator("/sys/class/thermal", ec)) {
-    if (z.path().filename().string().rfind("thermal_zone", 0) != 0) continue;
-    const std::string t = read_line(z.path() / "temp");
-    if (t.empty()) continue;
-    const long milli = std::strtol(t.c_str(), nullptr, 10);
-    ++zones;
-    seen += (seen.empty() ? "" : ", ") + read_line(z.path() / "type") + " " + std::to_string(milli / 1000) + " C";
-    for (int i = 0; i < 16; ++i) {
-      const std::string type = read_line(z.path() / ("trip_point_" + std::to_string(i) + "_type"));
-      if (type.empty()) break;
-      const long trip = std::strtol(read_line(z.path() / ("trip_point_" + std::to_string(i) + "_temp")).c_str(), nullptr, 10);
-      if (trip <= 0 || milli < trip) continue;
-      if (type == "critical") level = Level::kFail;
-      else if ((type == "hot" || type == "passive") && level == Level::kOk) level = Level::kWarn;
-      seen += " (at its " + type + " trip point)";
+  const std::vector<ThermalZone> all = thermal_zones();
+  const size_t zones = all.size();
+  for (const ThermalZone& z : all) {
+    const long milli = z.milli_c;
+    seen += (seen.empty() ? "" : ", ") + z.type + " " + std::to_string(milli / 1000) + " C";
+    for (const ThermalZone::Trip& t : z.trips) {
+      if (t.milli_c <= 0 || milli < t.milli_c) continue;
+      if (t.type == "critical") level = Level::kFail;
+      else if ((t.type == "hot" || t.type == "passive") && level == Level::kOk) level = Level::kWarn;
+      seen += " (at its " + t.type + " trip point)";
     }
   }
   if (zones == 0) return make("thermal", "thermal state", Level::kOk, "no thermal zone exposed (/sys/class/thermal)");

@@ -8,6 +8,7 @@
 #include "lattice/core/log.h"
 #include "lattice/engine/parallel/recovery.h"
 #include "lattice/serve/metrics.h"
+#include "lattice/serve/rank_report.h"
 
 namespace lattice::serve {
 
@@ -166,41 +167,22 @@ RankReport ClusterEngine::my_report() const {
   r.resident_bytes = resident_memory_bytes();
   r.coll_bytes = coll_bytes_before_;
   r.coll_calls = coll_calls_before_;
-  for (const auto& [peer, b] : link_bytes()) r.links.push_back({peer, b.first, b.second});
+  r.host = host_.get();
+  for (const auto& [peer, b] : link_bytes()) {
+    RankReport::Link l{peer, b.first, b.second};
+    if (auto f = link_figures_.find(peer); f != link_figures_.end())
+      l.lat_us = f->second.lat_us, l.gbps = f->second.gbps, l.figures_from = f->second.from;
+    r.links.push_back(std::move(l));
+  }
   if (pl_) {
     r.coll_bytes += pl_->coll_stats().bytes;
     r.coll_calls += pl_->coll_stats().calls;
-    const engine::Model& m = *pl_->model;
-    r.layer_begin = m.layer_begin(), r.layer_end = m.layer_end();
-    r.kv_head_begin = m.kv_heads().begin, r.kv_head_end = m.kv_heads().end;
-    r.shard_bytes = m.shard_bytes();
+    fill_shard(*pl_->model, &r);
   }
   return r;
 }
 
 namespace {
-json report_json(const RankReport& me) {
-  json links = json::array();
-  for (const RankReport::Link& l : me.links) links.push_back({l.peer, l.sent, l.received});
-  return {me.first_rank, me.resident_bytes, me.coll_bytes, me.coll_calls, me.layer_begin, me.layer_end,
-          me.kv_head_begin, me.kv_head_end, me.shard_bytes, links};
-}
-RankReport report_from(const std::string& text, int rank) {
-  json j = json::parse(text, nullptr, false);
-  RankReport rr;
-  rr.rank = rank;
-  if (j.is_array() && j.size() == 10 && std::all_of(j.begin(), j.begin() + 9, [](const json& v) { return v.is_number_integer(); })) {
-    rr.first_rank = j[0].get<int>(), rr.resident_bytes = j[1].get<uint64_t>(), rr.coll_bytes = j[2].get<uint64_t>();
-    rr.coll_calls = j[3].get<uint64_t>(), rr.layer_begin = j[4].get<int>(), rr.layer_end = j[5].get<int>();
-    rr.kv_head_begin = j[6].get<int>(), rr.kv_head_end = j[7].get<int>(), rr.shard_bytes = j[8].get<uint64_t>();
-    if (j[9].is_array())
-      for (const json& l : j[9])
-        if (l.is_array() && l.size() == 3 && l[0].is_number_integer() && l[1].is_number_unsigned() &&
-            l[2].is_number_unsigned())
-          rr.links.push_back({l[0].get<int>(), l[1].get<uint64_t>(), l[2].get<uint64_t>()});
-  }
-  return rr;
-}
 // A data-plane message: its length and up to kInline bytes in one broadcast, the rest (rare:
 // a long prompt) in a second one.
 constexpr size_t kInlineWords = 63;
@@ -235,10 +217,10 @@ Status ClusterEngine::broadcast(std::string* text) {
 
 Status ClusterEngine::gather_reports(std::chrono::milliseconds timeout) {
   const RankReport me = my_report();
-  LATTICE_ASSIGN_OR_RETURN(auto all, cluster_.allgather(report_json(me).dump(), Deadline::after(timeout)));
+  LATTICE_ASSIGN_OR_RETURN(auto all, cluster_.allgather(encode_report(me), Deadline::after(timeout)));
   if (cluster_.rank() != 0) return Status::Ok();
   std::vector<RankReport> reports{me};
-  for (size_t r = 1; r < all.size(); ++r) reports.push_back(report_from(all[r], static_cast<int>(r)));
+  for (size_t r = 1; r < all.size(); ++r) reports.push_back(decode_report(all[r], static_cast<int>(r)));
   std::lock_guard lk(mu_);
   set_reports(std::move(reports));
   return Status::Ok();
@@ -280,13 +262,13 @@ Result<StepMessage> ClusterEngine::exchange(const StepMessage* mine, std::chrono
   } else {
     // rank 0's contribution is the message; the others' their report.
     const RankReport me = my_report();
-    LATTICE_ASSIGN_OR_RETURN(auto all, cluster_.allgather(root ? encode_step(*mine) : report_json(me).dump(),
+    LATTICE_ASSIGN_OR_RETURN(auto all, cluster_.allgather(root ? encode_step(*mine) : encode_report(me),
                                                           Deadline::after(timeout)));
     if (all.empty()) return Corrupt("step exchange: no contributions");
     if (root) {
       msg = *mine;
       std::vector<RankReport> reports{me};
-      for (size_t r = 1; r < all.size(); ++r) reports.push_back(report_from(all[r], static_cast<int>(r)));
+      for (size_t r = 1; r < all.size(); ++r) reports.push_back(decode_report(all[r], static_cast<int>(r)));
       std::lock_guard lk(mu_);
       set_reports(std::move(reports));
       last_report_ = std::chrono::steady_clock::now();

@@ -41,7 +41,9 @@
 #include "lattice/engine/runtime/generator.h"
 #include "lattice/engine/tokenizer/tokenizer.h"
 #include "lattice/serve/engine_loop.h"
+#include "lattice/serve/link_probe.h"
 #include "lattice/serve/metrics.h"
+#include "lattice/serve/rank_report.h"
 
 namespace lattice::serve {
 
@@ -82,6 +84,9 @@ class ClusterEngine {
   uint32_t n_ctx() const;
   uint32_t n_vocab() const;
   std::vector<RankReport> reports() const;
+  // The measured (or the topology file's) figures of this rank's links, by the peer's first
+  // rank; reported with the link bytes. Before serving.
+  void set_link_figures(std::map<int, LinkFigures> f) { link_figures_ = std::move(f); }
   std::vector<Recovery> recoveries() const;
 
  private:
@@ -105,6 +110,8 @@ class ClusterEngine {
   std::map<int, std::pair<uint64_t, uint64_t>> link_bytes_before_;
   // Per peer (first rank): the bytes of earlier epochs plus the current endpoints'.
   std::map<int, std::pair<uint64_t, uint64_t>> link_bytes() const;
+  std::map<int, LinkFigures> link_figures_;
+  mutable HostReadings host_;
   mutable std::mutex mu_;
   std::vector<RankReport> reports_;                            // guarded by mu_
   std::chrono::steady_clock::time_point reports_at_{};         // guarded by mu_

@@ -194,6 +194,37 @@ std::string render_metrics(const Metrics::Snapshot& s) {
           sample(out, name, "rank=\"" + std::to_string(r.first_rank) + "\",peer=\"" + std::to_string(l.peer) + "\"",
                  sent ? l.sent : l.received);
     };
+    // The machine each rank runs on; a reading the OS does not give has no sample.
+    auto per_host = [&](const char* name, const char* help, auto field) {
+      family(out, name, "gauge", help);
+      for (const RankReport& r : s.ranks)
+        if (const std::optional<double> v = field(r.host))
+          out += std::string(name) + "{rank=\"" + std::to_string(r.first_rank) + "\"} " + num(*v) + "\n";
+    };
+    auto as_double = [](const std::optional<uint64_t>& v) { return v ? std::optional<double>(double(*v)) : std::nullopt; };
+    per_host("lattice_rank_host_memory_total_bytes", "Memory of the machine each rank runs on.",
+             [&](const HostStats& h) { return as_double(h.mem_total); });
+    per_host("lattice_rank_host_memory_available_bytes", "Memory available (free or reclaimable) on each rank's machine.",
+             [&](const HostStats& h) { return as_double(h.mem_available); });
+    per_host("lattice_rank_host_load1", "1-minute load average of each rank's machine.",
+             [](const HostStats& h) { return h.load1; });
+    per_host("lattice_rank_host_cpu_busy_ratio", "Busy share of every CPU of each rank's machine, over the last report.",
+             [](const HostStats& h) { return h.cpu_busy; });
+    per_host("lattice_rank_host_temperature_celsius", "The hottest sensor of each rank's machine (hwmon, thermal zones).",
+             [](const HostStats& h) { return h.temp_c; });
+    per_host("lattice_rank_host_power_watts", "Power of each rank's machine (RAPL packages, else hwmon).",
+             [](const HostStats& h) { return h.power_w; });
+    // Each link's figures from start (measured, or the topology file's), by its lower rank.
+    auto link_figure = [&](const char* name, const char* help, double RankReport::Link::*field) {
+      family(out, name, "gauge", help);
+      for (const RankReport& r : s.ranks)
+        for (const RankReport::Link& l : r.links)
+          if (l.*field > 0)
+            out += std::string(name) + "{rank=\"" + std::to_string(r.first_rank) + "\",peer=\"" + std::to_string(l.peer) +
+                   "\",from=\"" + l.figures_from + "\"} " + num(l.*field) + "\n";
+    };
+    link_figure("lattice_link_latency_microseconds", "One-way latency of each link (8-byte sends).", &RankReport::Link::lat_us);
+    link_figure("lattice_link_bandwidth_gbits", "Bandwidth of each link in Gbit/s (a stream of sends).", &RankReport::Link::gbps);
     per_link("lattice_link_sent_bytes_total", "Bytes each rank's endpoint sent to a peer over the fabric.", true);
     per_link("lattice_link_received_bytes_total", "Bytes each rank's endpoint received from a peer over the fabric.",
              false);

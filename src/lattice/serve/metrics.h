@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "lattice/core/host_stats.h"
+
 namespace lattice::serve {
 
 // A histogram with fixed upper bounds (seconds). observe() from any thread.
@@ -47,13 +49,24 @@ struct RankReport {
   uint64_t coll_calls = 0;
   int layer_begin = 0, layer_end = 0;
   int kv_head_begin = 0, kv_head_end = 0;
+  int head_begin = 0, head_end = 0;  // query heads
+  // Mixture of experts (n_expert > 0): expert parallel, the experts of each layer this rank
+  // owns (experts_owned of them); tensor parallel, columns [ff_begin, ff_end) of every expert.
+  uint32_t n_expert = 0, experts_owned = 0;
+  bool expert_parallel = false;
+  int ff_begin = 0, ff_end = 0;
   uint64_t shard_bytes = 0;
+  HostStats host;  // the machine this rank runs on (core/host_stats.h)
   // Bytes over this rank's link to each peer (the fabric's Endpoint::link_bytes(), over every
   // epoch), by the peer's first rank.
   struct Link {
     int peer = 0;
     uint64_t sent = 0, received = 0;
     double sent_per_s = 0, received_per_s = 0;  // rank 0's view: since the reports before
+    // The link's figures as measured at start (serve/link_probe.h) or given by the topology
+    // file; 0: not known. Reported by the lower-ranked end.
+    double lat_us = 0, gbps = 0;
+    std::string figures_from;  // "ping" or "topology"
   };
   std::vector<Link> links;
 };

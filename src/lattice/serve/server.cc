@@ -27,6 +27,9 @@
 #include "lattice/serve/lockstep.h"
 #include "lattice/serve/metrics.h"
 #include "lattice/serve/openai.h"
+#include "lattice/serve/rank_report.h"
+#include "lattice/cluster/rank_env.h"
+#include "lattice/core/log.h"
 
 namespace lattice::serve {
 
@@ -45,6 +48,7 @@ struct Server::Impl {
   std::unique_ptr<EngineLoop> loop;
   std::unique_ptr<HttpServer> http;
   std::mt19937_64 rng{std::random_device{}()};  // the HTTP thread's only
+  mutable HostReadings host;  // one node: this machine's readings
 
   std::optional<HttpReply> screen(const HttpRequest& head) const;
   void handle(HttpRequest req, std::shared_ptr<Responder> out);
@@ -182,9 +186,8 @@ std::string Server::Impl::metrics_text() const {
 RankReport Server::Impl::solo_report(uint64_t resident) const {
   RankReport me;
   me.resident_bytes = resident;
-  me.layer_end = static_cast<int>(model->hparams().n_layer);
-  me.kv_head_end = static_cast<int>(model->hparams().n_head_kv);
-  me.shard_bytes = model->shard_bytes();
+  fill_shard(*model, &me);
+  me.host = host.get();
   return me;
 }
 
@@ -199,19 +202,7 @@ std::string Server::Impl::status_json() const {
   };
   std::vector<RankReport> ranks = cluster ? cluster->reports() : std::vector<RankReport>{solo_report(resident_memory_bytes())};
   nlohmann::json jr = nlohmann::json::array();
-  for (const RankReport& r : ranks) {
-    nlohmann::json links = nlohmann::json::array();
-    for (const RankReport::Link& l : r.links) links.push_back({{"peer", l.peer}, {"sent", l.sent}, {"received", l.received},
-                       {"sent_per_s", l.sent_per_s}, {"received_per_s", l.received_per_s}});
-    jr.push_back({{"rank", r.rank},
-                  {"first_rank", r.first_rank},
-                  {"layers", {r.layer_begin, r.layer_end}},
-                  {"kv_heads", {r.kv_head_begin, r.kv_head_end}},
-                  {"shard_bytes", r.shard_bytes},
-                  {"resident_bytes", r.resident_bytes},
-                  {"coll_bytes", r.coll_bytes},
-                  {"links", std::move(links)}});
-  }
+  for (const RankReport& r : ranks) jr.push_back(rank_status_json(r));
   nlohmann::json rec = nlohmann::json::array();
   if (cluster)
     for (const Recovery& r : cluster->recoveries()) {
@@ -478,6 +469,32 @@ Result<engine::parallel::Parallelism> parallelism(const engine::GgufFile& file, 
                                            : par::Parallelism::kTensor;
 }
 
+// This rank's links to higher ranks: the topology file's figures when it has them for every
+// linked pair (the same file on every rank, so every rank decides alike), else measured.
+Result<std::map<int, LinkFigures>> link_figures(cluster::Cluster& c) {
+  std::map<int, LinkFigures> out;
+  auto env = cluster::RankEnv::from_env();
+  if (env.ok() && !env->topology.empty()) {
+    if (auto topo = topology_figures(env->topology); topo.ok()) {
+      bool all = true;
+      for (int a = 0; a < c.world_size(); ++a)
+        for (int b = a + 1; b < c.world_size(); ++b) {
+          if (!c.pair_linked(a, b)) continue;
+          auto f = topo->find({a, b});
+          if (f == topo->end()) all = false;
+          else if (a == c.rank()) out[b] = f->second;
+        }
+      if (all) return out;
+    }
+  }
+  const auto t0 = Clock::now();
+  LATTICE_ASSIGN_OR_RETURN(out, probe_links(c, Deadline::after(std::chrono::seconds(20))));
+  for (const auto& [peer, f] : out)
+    LATTICE_LOG_INFO("serve: link {}-{}: {:.1f} us one way, {:.2f} Gbit/s", c.rank(), peer, f.lat_us, f.gbps);
+  LATTICE_LOG_INFO("serve: rank {}: links measured in {:.0f} ms", c.rank(),
+                   std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  return out;
+}
 }  // namespace
 
 Status serve_rank(const std::string& model_path, ServeOptions options) {
@@ -514,8 +531,12 @@ Status serve_rank(const std::string& model_path, ServeOptions options) {
   go.n_ctx = options.n_ctx;
   go.max_queue = options.max_queue;
   go.prefix_cache = options.prefix_cache;  // every rank alike: they choose the same slots
+  // The links' figures for the dashboard, before the collectives use the links.
+  auto figures = link_figures(**cl);
+  if (!figures.ok()) return figures.status().with_context("measuring the links");
   auto engine = ClusterEngine::create(**cl, d, *tok, go);
   if (!engine.ok()) return engine.status().with_context("placing the model");
+  (*engine)->set_link_figures(std::move(*figures));
   if (!leader) return follow(**engine, std::chrono::seconds(30));
   if (options.model_name.empty()) options.model_name = std::filesystem::path(model_path).filename().string();
   auto server = Server::start(**engine, *tok, options);
