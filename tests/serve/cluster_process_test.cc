@@ -36,36 +36,10 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using testing::curl;
+using testing::metric;
+using testing::rank_pid;
 
 const fs::path kNodeDir = fs::path(LATTICE_SOURCE_DIR) / "tests" / "node";
-
-// The child of `launcher` started as rank `rank` (LATTICE_RANK in its environment), or -1.
-pid_t rank_pid(pid_t launcher, int rank) {
-  std::ifstream children("/proc/" + std::to_string(launcher) + "/task/" + std::to_string(launcher) + "/children");
-  pid_t child;
-  while (children >> child) {
-    std::ifstream env("/proc/" + std::to_string(child) + "/environ", std::ios::binary);
-    std::stringstream ss;
-    ss << env.rdbuf();
-    const std::string all = ss.str();
-    size_t at = 0;
-    while (at < all.size()) {
-      const std::string var = all.c_str() + at;
-      if (var == "LATTICE_RANK=" + std::to_string(rank)) return child;
-      at += var.size() + 1;
-    }
-  }
-  return -1;
-}
-
-// The value of an unlabelled (or exactly labelled) sample in Prometheus text, or -1.
-double metric(const std::string& text, const std::string& name) {
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
-  return -1;
-}
 
 class ServeClusterProcess : public ::testing::Test {
  protected:

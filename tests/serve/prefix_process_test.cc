@@ -16,14 +16,7 @@ namespace {
 
 using nlohmann::json;
 using testing::curl;
-
-double metric(const std::string& text, const std::string& name) {
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
-  return -1;
-}
+using testing::metric;
 
 struct Turn {
   std::string text;

@@ -19,6 +19,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using testing::curl;
+using testing::metric;
 
 // A reading is a number or, where this machine does not give it, null; never absent.
 void expect_reading(const json& rank, const char* key, bool must_be_known) {
@@ -57,15 +58,6 @@ void expect_host_fields(const json& rank) {
   EXPECT_TRUE(rank["experts"].is_object());
   EXPECT_EQ(rank["experts"]["n_expert"], 0) << "the test model is dense";
   EXPECT_GT(rank["heads"][1].get<int>(), rank["heads"][0].get<int>());
-}
-
-// The value of a sample in Prometheus text, or -1.
-double metric(const std::string& text, const std::string& name) {
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
-  return -1;
 }
 
 TEST(ServeStatusProcess, OneProcessReportsItsMachine) {
