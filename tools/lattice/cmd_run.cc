@@ -36,6 +36,8 @@ struct RunArgs {
   std::string parallel = "tp";
   std::string split;
   double ep_replicate = 0;
+  std::string ep_prefill = "auto";
+  int ep_a2a_min_rows = -1, prefill_batch = 64;
   double deadline_s = 0;
   bool no_recover = false;
   std::string inject_fault;
@@ -58,6 +60,7 @@ int run_dist(const RunArgs& a) {
   d.repeat_last_n = a.repeat_last_n, d.ctx = a.ctx, d.chat = a.chat, d.json = a.json, d.no_pack = a.no_pack;
   d.ignore_eos = a.ignore_eos, d.demo = a.demo, d.parallel = a.parallel, d.split = a.split;
   d.ep_replicate = a.ep_replicate, d.deadline_s = a.deadline_s;
+  d.ep_prefill = a.ep_prefill, d.ep_a2a_min_rows = a.ep_a2a_min_rows, d.batch = a.prefill_batch;
   d.recover = !a.no_recover, d.inject_fault = a.inject_fault;
   d.discover = a.discover, d.secret_file = a.secret_file, d.discover_out = a.discover_out, d.remote = a.remote;
   d.expect = a.expect;
@@ -182,6 +185,13 @@ Registrar run_cmd{{"run", "generate text from a GGUF model (llama, qwen2, qwen3,
                      app.add_option("--ep-replicate", a->ep_replicate,
                                     "with --parallel ep: share (0..1) of the other ranks' experts each rank also holds; "
                                     "each step gives a chosen expert to its least busy holder (1: balanced, every expert everywhere)");
+                     app.add_option("--ep-prefill", a->ep_prefill,
+                                    "with --parallel ep: how a step's rows reach the experts: reduce (every rank all rows, "
+                                    "all-reduces), a2a (rows split, all-to-all dispatch and combine) or auto (the measured rule)")
+                         ->capture_default_str();
+                     app.add_option("--ep-a2a-min-rows", a->ep_a2a_min_rows,
+                                    "with --ep-prefill auto: all-to-all from steps of this many rows (0: never; default: the measured rule)");
+                     app.add_option("--prefill-batch", a->prefill_batch, "with --nodes: prompt rows a step")->capture_default_str();
                      app.add_flag("--no-recover", a->no_recover,
                                   "with --nodes: fail when a rank is lost (default: the survivors take its work over)");
                      app.add_option("--inject-fault", a->inject_fault,
