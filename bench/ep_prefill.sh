@@ -27,10 +27,16 @@ per_sentence() {
   "$L" run -m "$1" -p "$(py "print('''$SENT''' * 8, end='')")" -n 0 --json 2>/dev/null |
     py "import json,sys; print(json.load(sys.stdin)['n_prompt'] / 8)"
 }
-run_one() {  # model text batch provider path -> "tok/s n_prompt path"
-  "$L" run -m "$1" -p "$2" -n 1 --temp 0 --ignore-eos --nodes 2 -t 1 --provider "$4" --parallel ep \
-    --ep-prefill "$5" --prefill-batch "$3" --json 2>/dev/null |
-    py "import json,sys; j=json.load(sys.stdin); print(j['prefill_tok_s'], j['n_prompt'], j['ep_prefill']['path'])"
+ERR=${TMPDIR:-/tmp}/ep_prefill.$$.err
+run_one() {  # model text batch provider path -> "tok/s n_prompt path" ("0 ? failed" and the error on stderr)
+  local out
+  out=$("$L" run -m "$1" -p "$2" -n 1 --temp 0 --ignore-eos --nodes 2 -t 1 --provider "$4" --parallel ep \
+    --ep-prefill "$5" --prefill-batch "$3" --json 2>"$ERR") || true
+  if ! py "import json,sys; j=json.loads(sys.argv[1]); print(j['prefill_tok_s'], j['n_prompt'], j['ep_prefill']['path'])" \
+       "$out" 2>/dev/null; then
+    echo "0 ? failed"
+    echo "$(basename "$1") $4 $5: $(tail -n 3 "$ERR" | tr '\n' ' ')" >&2
+  fi
 }
 results=()
 for M in $MODELS; do
@@ -42,8 +48,8 @@ for M in $MODELS; do
       for r in $(seq 1 "$ROUNDS"); do
         read -r red np pr <<<"$(run_one "$M" "$text" $((n + 64)) "$P" reduce)"
         read -r a2a _ pa <<<"$(run_one "$M" "$text" $((n + 64)) "$P" a2a)"
-        echo "$(basename "$M") ~$n ($np tokens) $P round $r: reduce $red tok/s ($pr) | a2a $a2a tok/s ($pa) | a2a/reduce $(py "print('%.3f' % ($a2a / $red))")"
-        results+=("$(basename "$M")|$np|$P|$(py "print($a2a / $red)")")
+        echo "$(basename "$M") ~$n ($np tokens) $P round $r: reduce $red tok/s ($pr) | a2a $a2a tok/s ($pa) | a2a/reduce $(py "print('%.3f' % ($a2a / $red) if $red > 0 else 'n/a')")"
+        py "import sys; sys.exit(0 if $red > 0 and $a2a > 0 else 1)" && results+=("$(basename "$M")|$np|$P|$(py "print($a2a / $red)")")
       done
     done
   done

@@ -245,5 +245,42 @@ TEST(ParallelA2a, OneNodeAndTensorParallelNeverTakeIt) {
   EXPECT_EQ(solo.paths.reduce_steps, 0u) << "counted for expert-parallel steps only";
 }
 
+Hparams moe_shape(uint32_t experts, uint32_t used, uint32_t shared, uint32_t dense) {
+  Hparams hp;
+  hp.n_embd = 2048, hp.n_layer = 24, hp.n_expert = experts, hp.n_expert_used = used;
+  hp.n_expert_shared = shared, hp.n_layer_dense_lead = dense;
+  return hp;
+}
+
+EpPrefillCost cost(const Hparams& hp, int world) {
+  const auto owner = place_experts(hp.n_expert, world);
+  return ep_prefill_cost(
+      hp, world, [&](uint32_t, uint32_t e) { return owner[e]; }, [](int) { return true; });
+}
+
+TEST(EpPrefillCost, EqualBytesOnFewRanksNeverAllToAll) {
+  // The Qwen3-MoE bench shape (8 of 32) over 2 ranks: almost every row reaches both ranks, so
+  // dispatch + combine move what the FFN's all-reduce moved: no saving, never all-to-all.
+  const EpPrefillCost q2 = cost(moe_shape(32, 8, 0, 0), 2);
+  EXPECT_NEAR(q2.a2a_floats_per_row / q2.reduce_floats_per_row, 1.0, 0.01);
+  EXPECT_EQ(q2.min_rows, 0u);
+  EXPECT_EQ(cost(moe_shape(32, 8, 0, 0), 3).min_rows, 0u) << "about 1% fewer bytes on 3 ranks: not enough";
+  // Shared experts (every rank holds columns of them): every row reaches every rank.
+  EXPECT_EQ(cost(moe_shape(64, 6, 1, 1), 2).min_rows, 0u);
+  EXPECT_EQ(cost(moe_shape(64, 6, 1, 1), 3).min_rows, 0u);
+}
+
+TEST(EpPrefillCost, ManyRanksAndFewExpertsATokenGoAllToAllFromAThreshold) {
+  // DeepSeek-like 8 of 256 over 8 ranks: a row reaches about 4.6 of 7 other ranks.
+  const EpPrefillCost c = cost(moe_shape(256, 8, 0, 0), 8);
+  EXPECT_LT(c.a2a_floats_per_row, 0.9 * c.reduce_floats_per_row);
+  EXPECT_GE(c.min_rows, 8u);
+  EXPECT_LT(c.min_rows, 4096u);
+  // Fewer experts a token save more, so the threshold comes earlier.
+  EXPECT_LT(cost(moe_shape(256, 2, 0, 0), 8).min_rows, c.min_rows);
+  // One rank: nothing to choose.
+  EXPECT_EQ(cost(moe_shape(256, 8, 0, 0), 1).min_rows, 0u);
+}
+
 }  // namespace
 }  // namespace lattice::engine

@@ -401,15 +401,11 @@ int run_rank(DistRunArgs a) {
   }
   if (R.ep_prefill.is_object()) {
     const auto& p = R.ep_prefill;
-    const uint32_t min_rows = p["a2a_min_rows"].get<uint32_t>();
-    std::fprintf(stderr, "  prefill (expert parallel): %s path, %llu all-to-all step(s) of %llu rows, %llu reduce step(s) of %llu rows "
-                 "(--ep-prefill %s%s)\n",
+    std::fprintf(stderr, "  prefill (expert parallel): %s path, %llu all-to-all step(s) of %llu rows, %llu reduce step(s) of %llu rows; rule %s\n",
                  p["path"].get<std::string>().c_str(), static_cast<unsigned long long>(p["a2a_steps"].get<uint64_t>()),
                  static_cast<unsigned long long>(p["a2a_rows"].get<uint64_t>()),
                  static_cast<unsigned long long>(p["reduce_steps"].get<uint64_t>()),
-                 static_cast<unsigned long long>(p["reduce_rows"].get<uint64_t>()), p["mode"].get<std::string>().c_str(),
-                 p["mode"] != "auto" ? "" : min_rows ? (": all-to-all from " + std::to_string(min_rows) + " rows a step").c_str()
-                                                     : ": all-to-all never, as measured");
+                 static_cast<unsigned long long>(p["reduce_rows"].get<uint64_t>()), p["rule"].get<std::string>().c_str());
   }
   if (R.expert_load.is_object() && R.expert_load["mode"] == "ep") {
     std::fprintf(stderr, "  experts (decode): balance %.3f (busiest rank's rows vs a perfect split)\n",

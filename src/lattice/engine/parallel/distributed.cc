@@ -202,7 +202,9 @@ Result<DistResult> generate_distributed(cluster::Cluster& c, const DistOptions& 
         have_first = true;
         if (pl->forward && pl->model->expert_parallel() && c.world_size() > 1) {
           const EpPathStats& p = pl->forward->ep_paths();
-          R.ep_prefill = {{"mode", to_string(a.ep_prefill)}, {"a2a_min_rows", a.a2a_min_rows},
+          const uint32_t min_rows = pl->forward->options().a2a_min_rows;
+          R.ep_prefill = {{"mode", to_string(a.ep_prefill)}, {"a2a_min_rows", min_rows},
+                          {"rule", describe(a.ep_prefill, min_rows)},
                           {"a2a_steps", p.a2a_steps},        {"a2a_rows", p.a2a_rows},
                           {"reduce_steps", p.reduce_steps},  {"reduce_rows", p.reduce_rows},
                           {"path", p.a2a_steps == 0      ? "reduce"

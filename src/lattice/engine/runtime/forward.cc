@@ -59,6 +59,7 @@ Result<std::unique_ptr<Forward>> Forward::create(const Model& model, Group& grou
     return Unavailable("forward: value head size " + std::to_string(hp.head_dim_v) + " != key head size " +
                        std::to_string(hp.head_dim));
   o.n_batch = static_cast<uint32_t>(std::min<uint64_t>(o.n_batch, uint64_t{o.n_ctx} * o.max_items));
+  if (o.a2a_min_rows == ForwardOptions::kEpA2aMinRows) o.a2a_min_rows = ep_prefill_cost(model).min_rows;
   o.max_items = std::min(o.max_items, o.n_batch);
 
   std::unique_ptr<Forward> f(new Forward());

@@ -23,9 +23,11 @@
 #pragma once
 
 #include <cstdint>
+#include <climits>
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -118,6 +120,9 @@ struct ExpertLoad {
 // Both give the same tokens; they differ in what moves and in what every rank repeats.
 enum class EpPrefill : uint8_t { kAuto, kReduce, kAllToAll };
 std::string_view to_string(EpPrefill p);
+// The rule in words, for logs and plans: "reduce", "all-to-all", or with kAuto the threshold
+// (or that the measurement never chose all-to-all).
+std::string describe(EpPrefill p, uint32_t a2a_min_rows);
 
 // Expert parallel: how many steps (and rows) took each path.
 struct EpPathStats {
@@ -130,11 +135,31 @@ struct ForwardOptions {
   uint32_t max_items = 1;  // sequences per step
   uint32_t n_ctx = 0;      // the largest context of a sequence; 0: the model's, at most 4096
   EpPrefill ep_prefill = EpPrefill::kAuto;
-  // kAuto: the all-to-all path from steps of this many rows (0: never). The default is what
-  // bench/ep_prefill.sh measured here (docs/BENCHMARKS.md): see kEpA2aMinRows.
+  // kAuto: the all-to-all path from steps of this many rows (0: never); kEpA2aMinRows: the
+  // cost model's threshold for this model and world (ep_prefill_cost), which
+  // bench/ep_prefill.sh checks against measurements (docs/BENCHMARKS.md).
   uint32_t a2a_min_rows = kEpA2aMinRows;
-  static constexpr uint32_t kEpA2aMinRows = 0;
+  static constexpr uint32_t kEpA2aMinRows = UINT32_MAX;
 };
+
+// The cost model of the two expert-parallel paths for a shard (its world, placement, experts a
+// token, shared experts): floats a rank sends per row of a step, each path (all-reduce,
+// all-gather and reduce-scatter at their bandwidth-optimal 2(W-1)/W of the buffer; a routed
+// row reaches rank q with the chance that one of its K experts, drawn uniformly, is there),
+// the collectives a step makes beyond the reduce path's, and from that the rows from which
+// all-to-all moves less in total, taking one collective call as worth kCallFloats floats (0:
+// never, when all-to-all does not save bytes per row).
+struct EpPrefillCost {
+  double reduce_floats_per_row = 0, a2a_floats_per_row = 0;
+  uint32_t extra_calls = 0;
+  uint32_t min_rows = 0;
+  static constexpr double kCallFloats = 16384;  // ~30 us at ~2 GB/s: a call's latency in bytes
+};
+EpPrefillCost ep_prefill_cost(const Model& model);
+// The same for a whole model over `world` ranks, owner(layer, e) the rank of each expert and
+// holds_shared(rank) whether it holds shared-expert columns (plan, before any shard is bound).
+EpPrefillCost ep_prefill_cost(const Hparams& hp, int world, const std::function<int(uint32_t, uint32_t)>& owner,
+                              const std::function<bool(int)>& holds_shared);
 
 class Forward final : public Stepper {
  public:

@@ -25,6 +25,8 @@
 // and combine, each about R/W rows times the ranks a row reaches other than its own. The
 // per-row work every rank repeats in the reduce path (norms, router, residuals) runs once.
 #include <algorithm>
+#include <cmath>
+#include <vector>
 #include <cstring>
 
 #include "lattice/engine/ops/ops.h"
@@ -39,6 +41,60 @@ std::string_view to_string(EpPrefill p) {
     case EpPrefill::kAllToAll: return "all-to-all";
   }
   return "?";
+}
+
+std::string describe(EpPrefill p, uint32_t a2a_min_rows) {
+  if (p != EpPrefill::kAuto) return std::string(to_string(p)) + " (forced)";
+  if (a2a_min_rows == 0)
+    return "auto: reduce at every step size (all-to-all would move as many bytes here, with more calls)";
+  return "auto: all-to-all from " + std::to_string(a2a_min_rows) + " rows a step, reduce below";
+}
+
+EpPrefillCost ep_prefill_cost(const Hparams& hp, int W, const std::function<int(uint32_t, uint32_t)>& owner,
+                              const std::function<bool(int)>& holds_shared) {
+  EpPrefillCost c;
+  if (!hp.moe() || W < 2) return c;
+  const double E = hp.n_embd, K = hp.n_expert_used, X = hp.n_expert, ring = 2.0 * (W - 1) / W;
+  // The chance that none of a row's K experts (of X, drawn uniformly) is among n of them.
+  auto none_among = [&](double n) {
+    double p = 1;
+    for (int k = 0; k < int(K); ++k) p *= std::max(0.0, (X - n - k) / (X - k));
+    return p;
+  };
+  std::vector<double> owned(W);
+  for (uint32_t l = 0; l < hp.n_layer; ++l) {
+    c.reduce_floats_per_row += 2 * ring * E;
+    c.a2a_floats_per_row += ring * E;  // attention: all-gather + reduce-scatter
+    if (!hp.moe_layer(l)) {
+      c.a2a_floats_per_row += ring * E;
+      continue;
+    }
+    std::fill(owned.begin(), owned.end(), 0.0);
+    for (uint32_t e = 0; e < hp.n_expert; ++e) owned[owner(l, e)] += 1;
+    // Per row of the step: its home is each rank 1/W of the time, and it goes to each other
+    // rank q that runs one of its experts (or holds shared-expert columns) and back.
+    double reach = 0;
+    for (int h = 0; h < W; ++h)
+      for (int q = 0; q < W; ++q)
+        if (q != h) reach += hp.n_expert_shared > 0 && holds_shared(q) ? 1.0 : 1.0 - none_among(owned[q]);
+    c.a2a_floats_per_row += reach / W / W * (2 * E + 2 * K);
+    c.extra_calls += 3;  // counts, dispatch, combine instead of nothing
+  }
+  c.extra_calls += 2;  // the step's load sum and the head's rows
+  const double saved = c.reduce_floats_per_row - c.a2a_floats_per_row;
+  // Under 5% is no saving worth a second path: the two measured within more than that of each
+  // other on equal bytes (docs/BENCHMARKS.md, bench/ep_prefill.sh).
+  if (saved <= 0.05 * c.reduce_floats_per_row) return c;
+  c.min_rows = static_cast<uint32_t>(std::min(1e9, std::ceil(c.extra_calls * EpPrefillCost::kCallFloats / saved)));
+  c.min_rows = std::max<uint32_t>(c.min_rows, W);
+  return c;
+}
+
+EpPrefillCost ep_prefill_cost(const Model& m) {
+  if (!m.expert_parallel()) return {};
+  return ep_prefill_cost(
+      m.hparams(), m.world(), [&](uint32_t l, uint32_t e) { return m.expert_owner(l, e); },
+      [&](int q) { return m.layout().ff_shared[q].size() > 0; });
 }
 
 EpPrefill Forward::ep_prefill_path(std::span<const StepItem> items, uint32_t R) const {
