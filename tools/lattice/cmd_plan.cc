@@ -14,6 +14,10 @@
 #include "engine_cli.h"
 #include "lattice/cluster/topology.h"
 #include "lattice/engine/parallel/plan.h"
+#include "lattice/engine/model/arch.h"
+#include "lattice/engine/model/hparams.h"
+#include "lattice/engine/model/shard.h"
+#include "lattice/engine/runtime/forward.h"
 
 namespace lattice::cli {
 namespace {
@@ -65,6 +69,20 @@ int run_plan(const PlanArgs& a) {
   if (!file.ok()) return fail(file.status().to_string());
   auto p = engine::parallel::plan_placement(**file, nodes, mode, static_cast<uint32_t>(a.ctx));
   if (!p.ok()) return fail(p.status().to_string());
+  // Expert parallel: the prefill path the engine's cost model picks for this placement.
+  engine::EpPrefillCost cost;
+  if (p->mode == ParallelMode::kExpert) {
+    auto name = (*file)->metadata().get_string("general.architecture");
+    const engine::ArchInfo* arch = name.ok() ? engine::find_arch(*name) : nullptr;
+    auto hp = arch ? engine::read_hparams((*file)->metadata(), *arch) : Result<engine::Hparams>(NotFound("architecture"));
+    if (hp.ok()) {
+      std::vector<double> mem;
+      for (const auto& n : nodes) mem.push_back(double(n.memory_bytes));
+      const std::vector<int> owner = engine::place_experts(hp->n_expert, int(nodes.size()), mem);
+      cost = engine::ep_prefill_cost(
+          *hp, int(nodes.size()), [&](uint32_t, uint32_t e) { return owner[e]; }, [](int) { return true; });
+    }
+  }
   const char* mode_name = p->mode == ParallelMode::kTensor   ? "tp"
                           : p->mode == ParallelMode::kExpert ? "ep"
                                                              : "pp";
@@ -72,6 +90,10 @@ int run_plan(const PlanArgs& a) {
     nlohmann::json j = {{"mode", mode_name}, {"tp", p->tp}, {"pp", p->pp}, {"n_ctx", p->n_ctx},
                         {"model_bytes", p->model_bytes}, {"fits", p->fits}, {"missing_bytes", p->missing_bytes},
                         {"why", p->why}};
+    if (p->mode == ParallelMode::kExpert)
+      j["ep_prefill"] = {{"a2a_min_rows", cost.min_rows}, {"rule", engine::describe(engine::EpPrefill::kAuto, cost.min_rows)},
+                         {"reduce_floats_per_row", cost.reduce_floats_per_row},
+                         {"a2a_floats_per_row", cost.a2a_floats_per_row}};
     for (const auto& n : p->nodes)
       j["nodes"].push_back({{"name", n.name}, {"part", n.part}, {"weight_bytes", n.weight_bytes},
                             {"kv_bytes", n.kv_bytes}, {"total_bytes", n.total_bytes},
@@ -83,7 +105,12 @@ int run_plan(const PlanArgs& a) {
                 p->n_ctx);
     std::printf("layout: %s, TP degree %d, PP stages %d (%s)\n", mode_name, p->tp, p->pp, p->why.c_str());
     if (p->mode == ParallelMode::kExpert)
+    {
       std::printf("  sends: per node and link per token, two all-reduces of the hidden state a layer\n");
+      std::printf("  prefill: %s; per row of a step a node sends %.0f floats (reduce) or %.0f (all-to-all)\n",
+                  engine::describe(engine::EpPrefill::kAuto, cost.min_rows).c_str(), cost.reduce_floats_per_row,
+                  cost.a2a_floats_per_row);
+    }
     for (const auto& n : p->nodes)
       std::printf("  %-12s %-48s weights %10s  kv %9s  total %10s of %10s  sends %s/token\n", n.name.c_str(),
                   n.part.c_str(), human_bytes(n.weight_bytes).c_str(), human_bytes(n.kv_bytes).c_str(),

@@ -131,6 +131,13 @@ Registrar run_cmd{{"run", "generate text from a GGUF model (llama, qwen2, qwen3,
                      app.add_option("--ep-replicate", a->ep_replicate,
                                     "with --parallel ep: share (0..1) of the other ranks' experts each rank also holds; "
                                     "each step gives a chosen expert to its least busy holder (1: balanced, every expert everywhere)");
+                     app.add_option("--ep-prefill", a->ep_prefill,
+                                    "with --parallel ep: how a step's rows reach the experts: reduce (every rank all rows, "
+                                    "all-reduces), a2a (rows split, all-to-all dispatch and combine) or auto (the measured rule)")
+                         ->capture_default_str();
+                     app.add_option("--ep-a2a-min-rows", a->ep_a2a_min_rows,
+                                    "with --ep-prefill auto: all-to-all from steps of this many rows (0: never; default: the measured rule)");
+                     app.add_option("--prefill-batch", a->batch, "with --nodes: prompt rows a step")->capture_default_str();
                      app.add_flag_callback("--no-recover", [a] { a->recover = false; },
                                            "with --nodes: fail when a rank is lost (default: the survivors take its work over)");
                      app.add_option("--inject-fault", a->inject_fault,

@@ -77,7 +77,9 @@ nlohmann::json run_job_to_json(const RunArgs& a) {
           {"ctx", a.ctx},             {"chat", a.chat},
           {"json", a.json},           {"no_pack", a.no_pack},
           {"ignore_eos", a.ignore_eos}, {"recover", a.recover},
-          {"inject_fault", a.inject_fault}, {"ep_replicate", a.ep_replicate}};
+          {"inject_fault", a.inject_fault}, {"ep_replicate", a.ep_replicate},
+          {"ep_prefill", a.ep_prefill}, {"ep_a2a_min_rows", a.ep_a2a_min_rows},
+          {"batch", a.batch}};
 }
 
 // Every field must be present with the right type: the value comes from another process.
@@ -110,6 +112,7 @@ Result<RunArgs> run_job_from_json(const std::string& text) {
   get("repeat_penalty", a.repeat_penalty), get("repeat_last_n", a.repeat_last_n), get("ctx", a.ctx);
   get("chat", a.chat), get("json", a.json), get("no_pack", a.no_pack), get("ignore_eos", a.ignore_eos);
   get("recover", a.recover), get("inject_fault", a.inject_fault), get("ep_replicate", a.ep_replicate);
+  get("ep_prefill", a.ep_prefill), get("ep_a2a_min_rows", a.ep_a2a_min_rows), get("batch", a.batch);
   if (!bad.ok()) return bad;
   return a;
 }
@@ -141,6 +144,10 @@ bool parse_fault(std::string text, int* rank, int* token, int* sig) {
 std::string check_args(const RunArgs& a, int world) {
   if (a.parallel != "tp" && a.parallel != "pp" && a.parallel != "ep" && a.parallel != "auto")
     return "--parallel must be tp, pp, ep or auto";
+  if (a.ep_prefill != "auto" && a.ep_prefill != "reduce" && a.ep_prefill != "a2a")
+    return "--ep-prefill must be auto, reduce or a2a";
+  if (a.batch < 1 || a.batch > 65536) return "--prefill-batch must be in 1..65536";
+  if (a.ep_a2a_min_rows < -1) return "--ep-a2a-min-rows must be >= 0";
   bool split_ok = true;
   const auto split = parse_split(a.split, &split_ok);
   if (!split_ok || (!split.empty() && world > 0 && split.size() != static_cast<size_t>(world)))
@@ -286,6 +293,11 @@ int run_rank(RunArgs a) {
   d.pack = !a.no_pack;
   d.recover = a.recover;
   d.expert_spare = a.ep_replicate;
+  d.n_batch = static_cast<uint32_t>(a.batch);
+  d.ep_prefill = a.ep_prefill == "a2a"      ? engine::EpPrefill::kAllToAll
+                 : a.ep_prefill == "reduce" ? engine::EpPrefill::kReduce
+                                            : engine::EpPrefill::kAuto;
+  if (a.ep_a2a_min_rows >= 0) d.a2a_min_rows = static_cast<uint32_t>(a.ep_a2a_min_rows);
 
   engine::parallel::DistHooks hooks;
   if (!a.json) {
@@ -348,6 +360,7 @@ int run_rank(RunArgs a) {
     j["provider"] = opts->provider;
     j["ranks"] = R.ranks;
     if (!R.expert_load.is_null()) j["expert_load"] = R.expert_load;
+    if (!R.ep_prefill.is_null()) j["ep_prefill"] = R.ep_prefill;
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }
@@ -372,6 +385,14 @@ int run_rank(RunArgs a) {
                  r["shard_bytes"].get<double>() / (1 << 20), r["bytes_sent_per_token"].get<double>(),
                  r["coll_ms_per_token"].get<double>(), r["coll_calls_per_token"].get<double>(),
                  r["decode_ms_per_token"].get<double>());
+  }
+  if (R.ep_prefill.is_object()) {
+    const auto& p = R.ep_prefill;
+    std::fprintf(stderr, "  prefill (expert parallel): %s path, %llu all-to-all step(s) of %llu rows, %llu reduce step(s) of %llu rows; rule %s\n",
+                 p["path"].get<std::string>().c_str(), static_cast<unsigned long long>(p["a2a_steps"].get<uint64_t>()),
+                 static_cast<unsigned long long>(p["a2a_rows"].get<uint64_t>()),
+                 static_cast<unsigned long long>(p["reduce_steps"].get<uint64_t>()),
+                 static_cast<unsigned long long>(p["reduce_rows"].get<uint64_t>()), p["rule"].get<std::string>().c_str());
   }
   if (R.expert_load.is_object() && R.expert_load["mode"] == "ep") {
     std::fprintf(stderr, "  experts (decode): balance %.3f (busiest rank's rows vs a perfect split)\n",

@@ -23,6 +23,12 @@ struct RunArgs {
   std::string parallel = "tp";  // tp | pp | ep | auto (ep for mixture-of-experts files, else tp)
   std::string split;            // "3,1": relative share of each rank (slower/smaller nodes less); empty: equal
   double ep_replicate = 0;      // ep: share of the other ranks' experts each rank also holds (0..1)
+  // ep: how a step's rows reach the experts: auto (the measured rule), reduce or a2a
+  // (engine::EpPrefill); with auto, the all-to-all path from this many rows a step (-1: the
+  // engine's default, 0: never).
+  std::string ep_prefill = "auto";
+  int ep_a2a_min_rows = -1;
+  int batch = 64;               // prompt rows a step
   double deadline_s = 0;        // the whole job (0: none); ranks still running then are stopped, exit 124
   int n_predict = 128;
   int threads = 0;             // 0: all cores on one node, 1 per rank over ranks

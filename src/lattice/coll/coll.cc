@@ -173,6 +173,47 @@ Status all_to_all(Communicator& comm, const void* in, void* out, size_t count, D
                   in_place, o.chunk_bytes, deadline_of(o));
 }
 
+Status all_to_allv(Communicator& comm, const void* in, std::span<const size_t> send_counts,
+                   std::span<const size_t> send_offsets, void* out, std::span<const size_t> recv_counts,
+                   std::span<const size_t> recv_offsets, DType dtype, const CollOptions& o) {
+  const int w = comm.world_size(), r = comm.rank();
+  for (auto [v, what] : {std::pair{send_counts, "send counts"}, std::pair{send_offsets, "send offsets"},
+                         std::pair{recv_counts, "receive counts"}, std::pair{recv_offsets, "receive offsets"}})
+    if (v.size() != size_t(w))
+      return InvalidArgument(std::string("all_to_allv: ") + std::to_string(v.size()) + " " + what + " for " +
+                             std::to_string(w) + " ranks");
+  size_t total_in = 0, total_out = 0;
+  for (int q = 0; q < w; ++q) {
+    LATTICE_RETURN_IF_ERROR(check_call(comm, send_counts[q], 0));
+    LATTICE_RETURN_IF_ERROR(check_call(comm, recv_counts[q], 0));
+    total_in += send_counts[q], total_out += recv_counts[q];
+  }
+  if (send_counts[r] != recv_counts[r])
+    return InvalidArgument("all_to_allv: rank " + std::to_string(r) + " sends itself " +
+                           std::to_string(send_counts[r]) + " elements but receives " + std::to_string(recv_counts[r]));
+  if (total_in) LATTICE_RETURN_IF_ERROR(need(in, "in"));
+  if (total_out) LATTICE_RETURN_IF_ERROR(need(out, "out"));
+  LATTICE_RETURN_IF_ERROR(comm.refresh());
+  if (w > 1 && !comm.full_mesh())
+    return Unavailable("all_to_allv needs a link between every pair of ranks (this topology is a partial mesh)");
+  // One step, in all_to_all's order (the next rank first, so that not everyone sends to rank
+  // 0 first); empty transfers are left out on both ends alike; the own block is copied after.
+  plan::Plan p;
+  plan::Step st;
+  for (int i = 1; i < w; ++i) {
+    const int q = (r + i) % w, from = (r - i + w) % w;
+    if (send_counts[q]) st.sends.push_back({q, {plan::Buf::kIn, send_offsets[q]}, send_counts[q]});
+    if (recv_counts[from]) st.recvs.push_back({from, {plan::Buf::kOut, recv_offsets[from]}, recv_counts[from]});
+  }
+  if (send_counts[r])
+    st.after.push_back({plan::Local::kCopy, {plan::Buf::kOut, recv_offsets[r]}, {plan::Buf::kIn, send_offsets[r]}, {},
+                        send_counts[r]});
+  p.algo = Algorithm::kOneShot;
+  p.steps.push_back(std::move(st));
+  Status s = comm.execute(p, dtype, ReduceOp::kSum, in, out, o.chunk_bytes, deadline_of(o));
+  return s.ok() ? s : s.with_context("all_to_allv");
+}
+
 Status barrier(Communicator& comm, const CollOptions& o) {
   return run(comm, CollOp::kBarrier, nullptr, nullptr, 0, DType::kI32, ReduceOp::kSum, 0, false, o);
 }

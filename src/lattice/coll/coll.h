@@ -6,6 +6,7 @@
 //   broadcast       root's in[count] into every rank's out[count] (in is read at root only)
 //   reduce          in[count] from every rank, reduced, into root's out[count]
 //   all_to_all      block q of in[world * count] goes to rank q; block q of out comes from q
+//   all_to_allv     the same with a count and an offset per peer on each side (MoE dispatch)
 //   barrier         returns once every rank entered it
 //   send / recv     point to point, matched in call order per pair
 //
@@ -22,6 +23,7 @@
 
 #include <chrono>
 #include <optional>
+#include <span>
 
 #include "lattice/coll/comm.h"
 #include "lattice/coll/dtype.h"
@@ -51,6 +53,15 @@ Status reduce(Communicator& comm, const void* in, void* out, size_t count, DType
               const CollOptions& options = {});
 Status all_to_all(Communicator& comm, const void* in, void* out, size_t count, DType dtype,
                   const CollOptions& options = {});
+// Rank r sends send_counts[q] elements at in + send_offsets[q] to rank q and receives
+// recv_counts[q] elements from q at out + recv_offsets[q] (offsets and counts in elements,
+// one per rank, own rank included: a local copy). recv_counts[q] on r must be send_counts[r]
+// on q (a mismatch fails the call, or the next one on that link, with a size mismatch). Each
+// range of in must be apart from every range of out. Needs a full mesh (kUnavailable on a
+// partial one).
+Status all_to_allv(Communicator& comm, const void* in, std::span<const size_t> send_counts,
+                   std::span<const size_t> send_offsets, void* out, std::span<const size_t> recv_counts,
+                   std::span<const size_t> recv_offsets, DType dtype, const CollOptions& options = {});
 Status barrier(Communicator& comm, const CollOptions& options = {});
 Status send(Communicator& comm, const void* buf, size_t count, DType dtype, int peer, const CollOptions& options = {});
 Status recv(Communicator& comm, void* buf, size_t count, DType dtype, int peer, const CollOptions& options = {});

@@ -28,6 +28,28 @@ Status CommGroup::all_gather(const float* in, float* out, size_t count) {
   }, count * sizeof(float));
 }
 
+Status CommGroup::reduce_scatter_sum(const float* in, float* out, size_t count) {
+  return timed([&](const coll::CollOptions& co) {
+    return coll::reduce_scatter(*comm_, in, out, count, coll::DType::kF32, coll::ReduceOp::kSum, co);
+  }, count * size_t(comm_->world_size()) * sizeof(float));
+}
+
+Status CommGroup::all_to_all32(const void* in, void* out, size_t count) {
+  return timed([&](const coll::CollOptions& co) {
+    return coll::all_to_all(*comm_, in, out, count, coll::DType::kI32, co);
+  }, count * size_t(comm_->world_size() - 1) * 4);
+}
+
+Status CommGroup::all_to_allv(const float* in, std::span<const size_t> sc, std::span<const size_t> so, float* out,
+                              std::span<const size_t> rc, std::span<const size_t> ro) {
+  size_t sent = 0;
+  for (size_t q = 0; q < sc.size(); ++q)
+    if (int(q) != comm_->rank()) sent += sc[q];
+  return timed([&](const coll::CollOptions& co) {
+    return coll::all_to_allv(*comm_, in, sc, so, out, rc, ro, coll::DType::kF32, co);
+  }, sent * sizeof(float));
+}
+
 Status CommGroup::broadcast32(void* buf, size_t n_words, int root) {
   const size_t sent = comm_->rank() == root ? n_words * 4 * (comm_->world_size() - 1) : 0;
   return timed([&](const coll::CollOptions& co) {

@@ -21,6 +21,11 @@ class CommGroup final : public Group {
   int size() const override { return comm_->world_size(); }
   Status all_reduce_sum(float* buf, size_t count) override;
   Status all_gather(const float* in, float* out, size_t count) override;
+  Status reduce_scatter_sum(const float* in, float* out, size_t count) override;
+  Status all_to_all32(const void* in, void* out, size_t count) override;
+  Status all_to_allv(const float* in, std::span<const size_t> send_counts, std::span<const size_t> send_offsets,
+                     float* out, std::span<const size_t> recv_counts, std::span<const size_t> recv_offsets) override;
+  bool direct_all_to_all() const override { return comm_->full_mesh(); }
   Status broadcast32(void* buf, size_t n_words, int root) override;
   Status send(const float* buf, size_t count, int peer) override;
   Status recv(float* buf, size_t count, int peer) override;

@@ -132,7 +132,9 @@ Result<std::unique_ptr<Placement>> place(const DistOptions& a, cluster::Cluster&
     ForwardOptions fo;
     fo.n_ctx = n_ctx;
     fo.n_threads = a.n_threads;
-    fo.n_batch = 64;
+    fo.n_batch = std::max<uint32_t>(a.n_batch, 1);
+    fo.ep_prefill = a.ep_prefill;
+    fo.a2a_min_rows = a.a2a_min_rows;
     fo.max_items = a.max_seqs;
     LATTICE_ASSIGN_OR_RETURN(pl->forward, Forward::create(*pl->model, *pl->group, fo));
   }
@@ -198,6 +200,17 @@ Result<DistResult> generate_distributed(cluster::Cluster& c, const DistOptions& 
       LATTICE_ASSIGN_OR_RETURN(const size_t after, gen->n_generated(id));
       if (!have_first && after > 0) {
         have_first = true;
+        if (pl->forward && pl->model->expert_parallel() && c.world_size() > 1) {
+          const EpPathStats& p = pl->forward->ep_paths();
+          const uint32_t min_rows = pl->forward->options().a2a_min_rows;
+          R.ep_prefill = {{"mode", to_string(a.ep_prefill)}, {"a2a_min_rows", min_rows},
+                          {"rule", describe(a.ep_prefill, min_rows)},
+                          {"a2a_steps", p.a2a_steps},        {"a2a_rows", p.a2a_rows},
+                          {"reduce_steps", p.reduce_steps},  {"reduce_rows", p.reduce_rows},
+                          {"path", p.a2a_steps == 0      ? "reduce"
+                                   : p.reduce_steps == 0 ? "all-to-all"
+                                                         : "mixed"}};
+        }
         t_first = Clock::now();
         if (first_prefill_s < 0) first_prefill_s = std::chrono::duration<double>(t_first - t_start).count();
       } else if (have_first && after > before) {

@@ -52,6 +52,10 @@ struct DistOptions {
   uint32_t n_threads = 1;     // per rank
   uint32_t n_ctx = 0;         // positions of the sequence (0: prompt + n_predict)
   uint32_t max_seqs = 1;      // sequences a step (tensor parallel)
+  uint32_t n_batch = 64;      // rows a step (a prompt longer than that is prefilled in chunks)
+  // Expert parallel: the path of a step (ForwardOptions::ep_prefill, a2a_min_rows).
+  EpPrefill ep_prefill = EpPrefill::kAuto;
+  uint32_t a2a_min_rows = ForwardOptions::kEpA2aMinRows;
   bool pack = true;
   bool recover = true;        // false: a lost rank fails the request
   std::chrono::milliseconds coll_timeout{30000};
@@ -107,6 +111,10 @@ struct DistResult {
   // Mixture of experts: tokens per expert (summed over layers) per rank that owns it, the
   // rows per rank and the balance of the decode steps (null for a dense model).
   nlohmann::json expert_load;
+  // Expert parallel: the steps of the first prefill by path, and the rule that chose them
+  // ({"mode", "a2a_min_rows", "a2a_steps", "a2a_rows", "reduce_steps", "reduce_rows", "path"};
+  // null otherwise).
+  nlohmann::json ep_prefill;
 };
 
 Result<DistResult> generate_distributed(cluster::Cluster& cluster, const DistOptions& options,

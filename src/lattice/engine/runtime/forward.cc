@@ -59,6 +59,7 @@ Result<std::unique_ptr<Forward>> Forward::create(const Model& model, Group& grou
     return Unavailable("forward: value head size " + std::to_string(hp.head_dim_v) + " != key head size " +
                        std::to_string(hp.head_dim));
   o.n_batch = static_cast<uint32_t>(std::min<uint64_t>(o.n_batch, uint64_t{o.n_ctx} * o.max_items));
+  if (o.a2a_min_rows == ForwardOptions::kEpA2aMinRows) o.a2a_min_rows = ep_prefill_cost(model).min_rows;
   o.max_items = std::min(o.max_items, o.n_batch);
 
   std::unique_ptr<Forward> f(new Forward());
@@ -179,15 +180,12 @@ void Forward::attention(uint32_t l, std::span<const StepItem> items) {
   });
 }
 
-void Forward::moe_ffn(uint32_t l, const LayerWeights& L, uint32_t R) {
+void Forward::route(const LayerWeights& L, const float* xn, uint32_t R,
+                    const std::function<void(uint32_t row, const uint32_t* ids, const float* w)>& fn) {
   const Hparams& hp = model_->hparams();
-  const size_t E = hp.n_embd, X = hp.n_expert, K = hp.n_expert_used;
-  float* xb = xb_.get();
-  // The router runs on every rank over the whole expert set, so every rank picks the same
-  // experts for every token.
-  matmul(L.router, xb, R, router_.get(), *pool_);
+  const size_t X = hp.n_expert, K = hp.n_expert_used;
+  matmul(L.router, xn, R, router_.get(), *pool_);
   bytes_read_ += L.router.bytes();
-  for (auto& rows : expert_rows_) rows.clear();
   uint32_t ids[kMaxExpertsUsed];
   float w[kMaxExpertsUsed];
   const RouteParams rp{hp.expert_gating, hp.n_expert, hp.n_expert_used, hp.n_expert_groups, hp.n_group_used,
@@ -200,32 +198,48 @@ void Forward::moe_ffn(uint32_t l, const LayerWeights& L, uint32_t R) {
     else
       route_softmax_topk(router_.get() + size_t{r} * X, X, K, hp.expert_weights_norm, hp.expert_weights_scale, ids, w,
                          order_.data());
-    for (size_t k = 0; k < K; ++k) expert_rows_[ids[k]].emplace_back(r, w[k]);
+    fn(r, ids, w);
   }
+}
+
+void Forward::moe_ffn(uint32_t l, const LayerWeights& L, uint32_t R) {
+  const Hparams& hp = model_->hparams();
+  const size_t E = hp.n_embd, K = hp.n_expert_used;
+  float* xb = xb_.get();
+  // The router runs on every rank over the whole expert set, so every rank picks the same
+  // experts for every token.
+  for (auto& rows : expert_rows_) rows.clear();
+  route(L, xb, R, [&](uint32_t r, const uint32_t* ids, const float* w) {
+    for (size_t k = 0; k < K; ++k) expert_rows_[ids[k]].emplace_back(r, w[k]);
+  });
   count_expert_load(l);
+  run_experts(L, R);
+  std::memcpy(xb, acc_.get(), size_t{R} * E * sizeof(float));
+}
+
+void Forward::run_experts(const LayerWeights& L, uint32_t R) {
+  const size_t E = model_->hparams().n_embd, X = model_->hparams().n_expert;
   const bool ep = model_->expert_parallel();
+  const float* xb = xb_.get();
   float* acc = acc_.get();
   std::memset(acc, 0, size_t{R} * E * sizeof(float));
-  {
-    // Each chosen expert once, over the rows that chose it: its weights are read once a step.
-    // A rank runs the experts it holds (tensor parallel: its columns of each; expert
-    // parallel: the ones it owns); the caller's all-reduce sums the partial outputs.
-    for (size_t e = 0; e < X; ++e) {
-      const auto& rows = expert_rows_[e];
-      const size_t FL = L.gate_exps[e].n_rows();
-      if (rows.empty() || FL == 0 || (ep && runner_[e] != model_->rank())) continue;
-      const size_t n = rows.size();
-      for (size_t j = 0; j < n; ++j) std::memcpy(xe_.get() + j * E, xb + rows[j].first * E, E * sizeof(float));
-      const MatmulOut gate_up[] = {{&L.gate_exps[e], gate_.get()}, {&L.up_exps[e], up_.get()}};
-      matmul_multi(gate_up, xe_.get(), n, *pool_);
-      ops::swiglu(gate_.get(), gate_.get(), up_.get(), n * FL);
-      matmul(L.down_exps[e], gate_.get(), n, ye_.get(), *pool_);
-      bytes_read_ += L.gate_exps[e].bytes() + L.up_exps[e].bytes() + L.down_exps[e].bytes();
-      for (size_t j = 0; j < n; ++j) ops::axpy(acc + rows[j].first * E, rows[j].second, ye_.get() + j * E, E);
-    }
+  // Each chosen expert once, over the rows that chose it: its weights are read once a step.
+  // A rank runs the experts it holds (tensor parallel: its columns of each; expert
+  // parallel: the ones it runs this step); the caller sums the partial outputs.
+  for (size_t e = 0; e < X; ++e) {
+    const auto& rows = expert_rows_[e];
+    const size_t FL = L.gate_exps[e].n_rows();
+    if (rows.empty() || FL == 0 || (ep && runner_[e] != model_->rank())) continue;
+    const size_t n = rows.size();
+    for (size_t j = 0; j < n; ++j) std::memcpy(xe_.get() + j * E, xb + rows[j].first * E, E * sizeof(float));
+    const MatmulOut gate_up[] = {{&L.gate_exps[e], gate_.get()}, {&L.up_exps[e], up_.get()}};
+    matmul_multi(gate_up, xe_.get(), n, *pool_);
+    ops::swiglu(gate_.get(), gate_.get(), up_.get(), n * FL);
+    matmul(L.down_exps[e], gate_.get(), n, ye_.get(), *pool_);
+    bytes_read_ += L.gate_exps[e].bytes() + L.up_exps[e].bytes() + L.down_exps[e].bytes();
+    for (size_t j = 0; j < n; ++j) ops::axpy(acc + rows[j].first * E, rows[j].second, ye_.get() + j * E, E);
   }
   if (L.gate_shexp.n_rows()) shared_experts(L, R, acc);
-  std::memcpy(xb, acc, size_t{R} * E * sizeof(float));
 }
 
 void Forward::count_expert_load(uint32_t layer) {
@@ -261,19 +275,12 @@ void Forward::count_expert_load(uint32_t layer) {
   load_.busiest_rows += busiest;
 }
 
-Status Forward::step(std::span<const StepItem> items) {
-  uint32_t R = 0;
-  LATTICE_RETURN_IF_ERROR(check(items, &R));
+Status Forward::embed(std::span<const StepItem> items) {
   const Model& m = *model_;
   const Hparams& hp = m.hparams();
-  ThreadPool& pool = *pool_;
-  const size_t E = hp.n_embd, HD = hp.head_dim;
-  const uint32_t nkv = m.kv_heads().size(), G = hp.group(), nqh = nkv * G;
-  const size_t QL = size_t{nqh} * HD, KL = size_t{nkv} * HD;
+  const size_t E = hp.n_embd;
   const uint32_t n_rot = hp.rope.n_rot;
   float* x = x_.get();
-  float* xb = xb_.get();
-
   // Rows of the step, item after item; the input of each (embeddings or hidden states) and
   // its RoPE angles, which depend only on the position and serve every layer.
   item_row0_.resize(items.size());
@@ -295,66 +302,110 @@ Status Forward::step(std::span<const StepItem> items) {
       ops::rope_angles(cos_sin_.get() + size_t{r + j} * n_rot, inv_freq_.get(), hp.rope, it.seq->n_past_ + j);
     r += n;
   }
+  return Status::Ok();
+}
+
+void Forward::attention_block(uint32_t l, std::span<const StepItem> items, uint32_t R) {
+  const Model& m = *model_;
+  const Hparams& hp = m.hparams();
+  const LayerWeights& L = m.layers()[l];
+  ThreadPool& pool = *pool_;
+  const size_t E = hp.n_embd, HD = hp.head_dim;
+  const uint32_t nkv = m.kv_heads().size(), G = hp.group(), nqh = nkv * G;
+  const size_t QL = size_t{nqh} * HD, KL = size_t{nkv} * HD;
+  const uint32_t n_rot = hp.rope.n_rot;
+  float* xb = xb_.get();
+  if (m.arch().attention == AttentionKind::kMla) {
+    mla_attention(l, items, R);
+  } else if (nkv > 0) {
+    const MatmulOut qkv[] = {{&L.wq, q_.get()}, {&L.wk, k_.get()}, {&L.wv, v_.get()}};
+    matmul_multi(qkv, xb, R, pool);
+    bytes_read_ += L.wq.bytes() + L.wk.bytes() + L.wv.bytes();
+    for (uint32_t i = 0; i < items.size(); ++i) {
+      KvCache& cache = items[i].seq->cache_;
+      const uint32_t pos0 = items[i].seq->n_past_;
+      for (uint32_t j = 0; j < items[i].rows(); ++j) {
+        const uint32_t r = item_row0_[i] + j;
+        float* q = q_.get() + r * QL;
+        float* k = k_.get() + r * KL;
+        float* v = v_.get() + r * KL;
+        if (L.bq) ops::add(q, L.bq, QL);
+        if (L.bk) ops::add(k, L.bk, KL);
+        if (L.bv) ops::add(v, L.bv, KL);
+        if (L.q_norm) {
+          for (uint32_t h = 0; h < nqh; ++h) ops::rmsnorm(q + h * HD, q + h * HD, L.q_norm, HD, hp.rms_eps);
+          for (uint32_t h = 0; h < nkv; ++h) ops::rmsnorm(k + h * HD, k + h * HD, L.k_norm, HD, hp.rms_eps);
+        }
+        const float* cs = cos_sin_.get() + size_t{r} * n_rot;
+        ops::rope_apply(q, nqh, HD, cs, hp.rope);
+        ops::rope_apply(k, nkv, HD, cs, hp.rope);
+        for (uint32_t h = 0; h < nkv; ++h) {
+          cache.store_key(l, h, pos0 + j, k + h * HD);
+          std::memcpy(cache.value(l, h, pos0 + j), v + h * HD, HD * sizeof(float));
+        }
+      }
+    }
+    attention(l, items);
+    matmul(L.wo, att_.get(), R, xb, pool);
+    bytes_read_ += L.wo.bytes();
+  } else {
+    std::memset(xb, 0, size_t{R} * E * sizeof(float));  // no heads here: nothing to add
+  }
+}
+
+void Forward::dense_ffn(const LayerWeights& L, uint32_t R) {
+  const size_t E = model_->hparams().n_embd;
+  float* xb = xb_.get();
+  if (L.w_gate.n_rows() > 0) {
+    const MatmulOut gate_up[] = {{&L.w_gate, gate_.get()}, {&L.w_up, up_.get()}};
+    matmul_multi(gate_up, xb, R, *pool_);
+    ops::swiglu(gate_.get(), gate_.get(), up_.get(), size_t{R} * L.w_gate.n_rows());
+    matmul(L.w_down, gate_.get(), R, xb, *pool_);
+    bytes_read_ += L.w_gate.bytes() + L.w_up.bytes() + L.w_down.bytes();
+  } else {
+    std::memset(xb, 0, size_t{R} * E * sizeof(float));
+  }
+}
+
+Status Forward::step(std::span<const StepItem> items) {
+  uint32_t R = 0;
+  LATTICE_RETURN_IF_ERROR(check(items, &R));
+  if (ep_prefill_path(items, R) == EpPrefill::kAllToAll) return step_a2a(items, R);
+  if (model_->expert_parallel() && group_->size() > 1) ++paths_.reduce_steps, paths_.reduce_rows += R;
+  const Model& m = *model_;
+  const Hparams& hp = m.hparams();
+  const size_t E = hp.n_embd;
+  float* x = x_.get();
+  float* xb = xb_.get();
+  LATTICE_RETURN_IF_ERROR(embed(items));
 
   for (uint32_t l = 0; l < m.n_local_layers(); ++l) {  // l: index in this shard's layers and caches
     const LayerWeights& L = m.layers()[l];
     for (uint32_t r = 0; r < R; ++r) ops::rmsnorm(xb + r * E, x + r * E, L.attn_norm, E, hp.rms_eps);
-    if (m.arch().attention == AttentionKind::kMla) {
-      mla_attention(l, items, R);
-    } else if (nkv > 0) {
-      const MatmulOut qkv[] = {{&L.wq, q_.get()}, {&L.wk, k_.get()}, {&L.wv, v_.get()}};
-      matmul_multi(qkv, xb, R, pool);
-      bytes_read_ += L.wq.bytes() + L.wk.bytes() + L.wv.bytes();
-      for (uint32_t i = 0; i < items.size(); ++i) {
-        KvCache& cache = items[i].seq->cache_;
-        const uint32_t pos0 = items[i].seq->n_past_;
-        for (uint32_t j = 0; j < items[i].rows(); ++j) {
-          const uint32_t r = item_row0_[i] + j;
-          float* q = q_.get() + r * QL;
-          float* k = k_.get() + r * KL;
-          float* v = v_.get() + r * KL;
-          if (L.bq) ops::add(q, L.bq, QL);
-          if (L.bk) ops::add(k, L.bk, KL);
-          if (L.bv) ops::add(v, L.bv, KL);
-          if (L.q_norm) {
-            for (uint32_t h = 0; h < nqh; ++h) ops::rmsnorm(q + h * HD, q + h * HD, L.q_norm, HD, hp.rms_eps);
-            for (uint32_t h = 0; h < nkv; ++h) ops::rmsnorm(k + h * HD, k + h * HD, L.k_norm, HD, hp.rms_eps);
-          }
-          const float* cs = cos_sin_.get() + size_t{r} * n_rot;
-          ops::rope_apply(q, nqh, HD, cs, hp.rope);
-          ops::rope_apply(k, nkv, HD, cs, hp.rope);
-          for (uint32_t h = 0; h < nkv; ++h) {
-            cache.store_key(l, h, pos0 + j, k + h * HD);
-            std::memcpy(cache.value(l, h, pos0 + j), v + h * HD, HD * sizeof(float));
-          }
-        }
-      }
-      attention(l, items);
-      matmul(L.wo, att_.get(), R, xb, pool);
-      bytes_read_ += L.wo.bytes();
-    } else {
-      std::memset(xb, 0, size_t{R} * E * sizeof(float));  // no heads here: nothing to add
-    }
+    attention_block(l, items, R);
     LATTICE_RETURN_IF_ERROR(group_->all_reduce_sum(xb, size_t{R} * E));
     for (uint32_t r = 0; r < R; ++r) ops::add(x + r * E, xb + r * E, E);
 
     for (uint32_t r = 0; r < R; ++r) ops::rmsnorm(xb + r * E, x + r * E, L.ffn_norm, E, hp.rms_eps);
-    if (L.moe()) {
+    if (L.moe())
       moe_ffn(m.layer_begin() + l, L, R);
-    } else if (L.w_gate.n_rows() > 0) {
-      const MatmulOut gate_up[] = {{&L.w_gate, gate_.get()}, {&L.w_up, up_.get()}};
-      matmul_multi(gate_up, xb, R, pool);
-      ops::swiglu(gate_.get(), gate_.get(), up_.get(), size_t{R} * L.w_gate.n_rows());
-      matmul(L.w_down, gate_.get(), R, xb, pool);
-      bytes_read_ += L.w_gate.bytes() + L.w_up.bytes() + L.w_down.bytes();
-    } else {
-      std::memset(xb, 0, size_t{R} * E * sizeof(float));
-    }
+    else
+      dense_ffn(L, R);
     LATTICE_RETURN_IF_ERROR(group_->all_reduce_sum(xb, size_t{R} * E));
     for (uint32_t r = 0; r < R; ++r) ops::add(x + r * E, xb + r * E, E);
     if (observer_) observer_(m.layer_begin() + l, std::span<const float>(x, size_t{R} * E));
   }
+  head(items);
+  return Status::Ok();
+}
 
+void Forward::head(std::span<const StepItem> items) {
+  const Model& m = *model_;
+  const Hparams& hp = m.hparams();
+  const size_t E = hp.n_embd;
+  ThreadPool& pool = *pool_;
+  float* x = x_.get();
+  float* xb = xb_.get();
   n_logit_items_ = 0;
   if (m.has_head()) {
     const size_t V = m.vocab().size();
@@ -389,7 +440,6 @@ Status Forward::step(std::span<const StepItem> items) {
         std::memcpy(items[i].x_out, x + size_t{item_row0_[i]} * E, size_t{items[i].rows()} * E * sizeof(float));
   }
   for (const StepItem& it : items) it.seq->n_past_ += it.rows();
-  return Status::Ok();
 }
 
 std::span<const float> Forward::logits(size_t item) const {

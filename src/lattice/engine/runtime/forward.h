@@ -23,9 +23,12 @@
 #pragma once
 
 #include <cstdint>
+#include <climits>
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "lattice/core/status.h"
@@ -104,12 +107,59 @@ struct ExpertLoad {
   }
 };
 
+// Expert parallel, how a step's rows reach the experts (forward_a2a.cc):
+//   kReduce    every rank holds every row: attention tensor-parallel, each rank runs its
+//              experts over every row that chose them, two all-reduces a layer sum the
+//              partial outputs (the decode path, and prefill by default);
+//   kAllToAll  the rows split over the ranks in contiguous slices: attention still
+//              tensor-parallel over all rows (an all-gather of the normed slices before it, a
+//              reduce-scatter back to the slices after it), then each rank routes its own
+//              rows and sends each to the ranks that run its experts (an all-to-all), they run
+//              them and send the weighted outputs back (a second one);
+//   kAuto      kAllToAll for steps of at least ForwardOptions::a2a_min_rows rows, else kReduce.
+// Both give the same tokens; they differ in what moves and in what every rank repeats.
+enum class EpPrefill : uint8_t { kAuto, kReduce, kAllToAll };
+std::string_view to_string(EpPrefill p);
+// The rule in words, for logs and plans: "reduce", "all-to-all", or with kAuto the threshold
+// (or that the measurement never chose all-to-all).
+std::string describe(EpPrefill p, uint32_t a2a_min_rows);
+
+// Expert parallel: how many steps (and rows) took each path.
+struct EpPathStats {
+  uint64_t reduce_steps = 0, reduce_rows = 0, a2a_steps = 0, a2a_rows = 0;
+};
+
 struct ForwardOptions {
   uint32_t n_threads = 1;  // threads of the pool (counting the caller)
   uint32_t n_batch = 256;  // rows (tokens, over all items) per step: bounds the scratch buffers
   uint32_t max_items = 1;  // sequences per step
   uint32_t n_ctx = 0;      // the largest context of a sequence; 0: the model's, at most 4096
+  EpPrefill ep_prefill = EpPrefill::kAuto;
+  // kAuto: the all-to-all path from steps of this many rows (0: never); kEpA2aMinRows: the
+  // cost model's threshold for this model and world (ep_prefill_cost), which
+  // bench/ep_prefill.sh checks against measurements (docs/BENCHMARKS.md).
+  uint32_t a2a_min_rows = kEpA2aMinRows;
+  static constexpr uint32_t kEpA2aMinRows = UINT32_MAX;
 };
+
+// The cost model of the two expert-parallel paths for a shard (its world, placement, experts a
+// token, shared experts): floats a rank sends per row of a step, each path (all-reduce,
+// all-gather and reduce-scatter at their bandwidth-optimal 2(W-1)/W of the buffer; a routed
+// row reaches rank q with the chance that one of its K experts, drawn uniformly, is there),
+// the collectives a step makes beyond the reduce path's, and from that the rows from which
+// all-to-all moves less in total, taking one collective call as worth kCallFloats floats (0:
+// never, when all-to-all does not save bytes per row).
+struct EpPrefillCost {
+  double reduce_floats_per_row = 0, a2a_floats_per_row = 0;
+  uint32_t extra_calls = 0;
+  uint32_t min_rows = 0;
+  static constexpr double kCallFloats = 16384;  // ~30 us at ~2 GB/s: a call's latency in bytes
+};
+EpPrefillCost ep_prefill_cost(const Model& model);
+// The same for a whole model over `world` ranks, owner(layer, e) the rank of each expert and
+// holds_shared(rank) whether it holds shared-expert columns (plan, before any shard is bound).
+EpPrefillCost ep_prefill_cost(const Hparams& hp, int world, const std::function<int(uint32_t, uint32_t)>& owner,
+                              const std::function<bool(int)>& holds_shared);
 
 class Forward final : public Stepper {
  public:
@@ -160,6 +210,12 @@ class Forward final : public Stepper {
   // plus the embedding rows looked up. Per decoded token on one sequence: what decode costs.
   uint64_t weight_bytes_read() const { return bytes_read_; }
   const ExpertLoad& expert_load() const { return load_; }
+  const EpPathStats& ep_paths() const { return paths_; }
+  // The path a step of these items takes (the same on every rank: a function of the items'
+  // row count, the options, the shard and the group); kReduce wherever kAllToAll does not
+  // apply (not expert parallel, one rank, a pipeline stage, a partial mesh, fewer rows than
+  // ranks).
+  EpPrefill ep_prefill_path(std::span<const StepItem> items, uint32_t rows) const;
 
  private:
   Forward() = default;
@@ -168,6 +224,23 @@ class Forward final : public Stepper {
   // The mixture-of-experts FFN of one layer over the step's R rows: xb in, xb out (this rank's
   // partial sum over its columns of the chosen experts).
   void moe_ffn(uint32_t layer, const LayerWeights& L, uint32_t R);
+  // The router over R normed rows at xn: fn(row, ids, weights) for each row's chosen experts.
+  void route(const LayerWeights& L, const float* xn, uint32_t R,
+             const std::function<void(uint32_t row, const uint32_t* ids, const float* w)>& fn);
+  // The experts this rank runs (runner_) over expert_rows_ of the R rows in xb, and the shared
+  // experts' columns over all of them, summed into acc (R x n_embd).
+  void run_experts(const LayerWeights& L, uint32_t R);
+  Status embed(std::span<const StepItem> items);                       // x and the RoPE angles
+  void attention_block(uint32_t l, std::span<const StepItem> items, uint32_t R);  // xb normed in, partial out
+  void dense_ffn(const LayerWeights& L, uint32_t R);                   // xb normed in, partial out
+  void head(std::span<const StepItem> items);                          // logits or x_out; n_past moves
+  // The all-to-all path (forward_a2a.cc).
+  Status step_a2a(std::span<const StepItem> items, uint32_t R);
+  Status gather_rows(uint32_t R);      // every slice's rows of a2a_xs_ -> xb (R rows)
+  Status scatter_sum_rows(uint32_t R); // xb's partial rows, summed -> this slice's rows of a2a_xs_
+  Status moe_a2a(uint32_t layer, const LayerWeights& L, uint32_t n);  // a2a_xs_ normed in, out
+  Status head_rows_a2a(std::span<const StepItem> items, uint32_t R);  // the head's rows on every rank
+  Status count_load_a2a();
   void count_expert_load(uint32_t layer);
   // Multi-head latent attention of one layer (attention_mla.cc): xb (normed rows) in, xb out
   // (the attention output projected back to n_embd); appends the rows' latents to the caches.
@@ -193,6 +266,13 @@ class Forward final : public Stepper {
   ExpertLoad load_;
   std::vector<uint64_t> rank_rows_now_;
   std::vector<int> runner_;  // expert parallel: the rank that runs each expert this layer step
+  EpPathStats paths_;
+  // All-to-all path: slices, this slice's rows, padded blocks, dispatch and combine buffers,
+  // the slice's routes, and its experts' rows per (local layer, expert) until the step's end.
+  std::vector<Range> a2a_slices_;
+  std::vector<float> a2a_xs_, a2a_pad_, a2a_send_, a2a_recv_, a2a_back_, a2a_w_, a2a_tokens_;
+  std::vector<uint32_t> a2a_ids_;
+  std::vector<std::vector<uint32_t>> a2a_rows_to_;
   std::vector<float> logits_;        // max_items x local vocabulary
   size_t n_logit_items_ = 0;         // items of the last step with logits
   std::vector<uint32_t> item_row0_;  // first row of each item in the last step

@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <span>
+#include <string>
 
 #include "lattice/core/status.h"
 
@@ -34,6 +36,19 @@ class Group {
   virtual Status all_reduce_sum(float* buf, size_t count) = 0;
   // out (size() * count floats) receives every rank's `in`, by rank.
   virtual Status all_gather(const float* in, float* out, size_t count) = 0;
+  // in (size() * count floats) summed over the group; block rank() of the sum into out
+  // (count floats, apart from in).
+  virtual Status reduce_scatter_sum(const float* in, float* out, size_t count) = 0;
+  // Block q of in (size() * count 4-byte words) to rank q; block q of out from rank q.
+  virtual Status all_to_all32(const void* in, void* out, size_t count) = 0;
+  // send_counts[q] floats at in + send_offsets[q] to rank q, recv_counts[q] floats from rank q
+  // into out + recv_offsets[q] (one entry per rank, this one included; recv_counts[q] here is
+  // send_counts[rank()] on q). in and out apart.
+  virtual Status all_to_allv(const float* in, std::span<const size_t> send_counts,
+                             std::span<const size_t> send_offsets, float* out, std::span<const size_t> recv_counts,
+                             std::span<const size_t> recv_offsets) = 0;
+  // Whether all_to_allv runs as direct transfers (a link between every pair of ranks).
+  virtual bool direct_all_to_all() const = 0;
   // buf (n_words 4-byte words: floats or int32s) from `root` to every rank.
   virtual Status broadcast32(void* buf, size_t n_words, int root) = 0;
   // Point to point (pipeline stages).
@@ -56,6 +71,19 @@ class SoloGroup final : public Group {
     if (in != out && count) std::memmove(out, in, count * sizeof(float));
     return Status::Ok();
   }
+  Status reduce_scatter_sum(const float* in, float* out, size_t count) override { return all_gather(in, out, count); }
+  Status all_to_all32(const void* in, void* out, size_t count) override {
+    if (in != out && count) std::memmove(out, in, count * 4);
+    return Status::Ok();
+  }
+  Status all_to_allv(const float* in, std::span<const size_t> sc, std::span<const size_t> so, float* out,
+                     std::span<const size_t> rc, std::span<const size_t> ro) override {
+    if (sc.size() != 1 || so.size() != 1 || rc.size() != 1 || ro.size() != 1 || sc[0] != rc[0])
+      return InvalidArgument("all_to_allv on a group of one: one count and offset each, sent = received");
+    if (sc[0]) std::memmove(out + ro[0], in + so[0], sc[0] * sizeof(float));
+    return Status::Ok();
+  }
+  bool direct_all_to_all() const override { return true; }
   Status broadcast32(void*, size_t, int) override { return Status::Ok(); }
   Status send(const float*, size_t, int peer) override { return no_peer(peer); }
   Status recv(float*, size_t, int peer) override { return no_peer(peer); }
