@@ -160,6 +160,9 @@ Result<Reference> greedy_reference(const engine::Tokenizer& tok, engine::Forward
     ref.text_end.push_back(ref.text.size());
     in.assign(1, static_cast<int32_t>(best));
   }
+  // What the server sends at the end: the bytes still held for an unfinished character.
+  ref.text += as_sent(stream.flush());
+  if (!ref.text_end.empty()) ref.text_end.back() = ref.text.size();
   return ref;
 }
 

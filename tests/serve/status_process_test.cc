@@ -143,7 +143,7 @@ TEST(ServeStatusProcess, TwoRanksOfAMixtureOfExpertsShowTheirExpertSlices) {
   o.ffn = 128, o.experts = 4, o.experts_used = 2, o.type = "q8_0", o.threads = 1;
   ASSERT_TRUE(engine::make_model(o, path).ok());
   testing::ServeProc serve;
-  ASSERT_TRUE(serve.start(path, {"--nodes", "2", "-t", "1", "--slots", "1", "--ctx", "512"}).ok()) << serve.proc().err();
+  ASSERT_TRUE(serve.start(path, {"--nodes", "2", "--parallel", "tp", "-t", "1", "--slots", "1", "--ctx", "512"}).ok()) << serve.proc().err();
   json s;
   for (auto until = Deadline::after(std::chrono::seconds(20)); !until.expired();) {
     s = json::parse(curl(serve.base_url() + "/status").body, nullptr, false);
