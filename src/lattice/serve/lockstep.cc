@@ -169,7 +169,8 @@ RankReport ClusterEngine::my_report() const {
   r.coll_calls = coll_calls_before_;
   r.host = host_.get();
   for (const auto& [peer, b] : link_bytes()) {
-    RankReport::Link l{peer, b.first, b.second};
+    RankReport::Link l;
+    l.peer = peer, l.sent = b.first, l.received = b.second;
     if (auto f = link_figures_.find(peer); f != link_figures_.end())
       l.lat_us = f->second.lat_us, l.gbps = f->second.gbps, l.figures_from = f->second.from;
     r.links.push_back(std::move(l));
