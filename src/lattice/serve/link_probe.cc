@@ -76,12 +76,12 @@ class Prober {
 
   Result<LinkFigures> measure(Side& s) {
     std::vector<double> rtt_us;
-    for (int i = 0; i < kLinkPings + 5; ++i) {
+    for (int i = 0; i < kLinkWarmup + kLinkPings; ++i) {
       const auto t0 = Clock::now();
       LATTICE_RETURN_IF_ERROR(send(s, kPing));
       LATTICE_ASSIGN_OR_RETURN(size_t n, recv(s));
       if (n != kPing) return Corrupt("link probe: an echo of " + std::to_string(n) + " bytes", s.peer);
-      if (i >= 5) rtt_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      if (i >= kLinkWarmup) rtt_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
       LATTICE_RETURN_IF_ERROR(sends_done(s, 0));
     }
     std::nth_element(rtt_us.begin(), rtt_us.begin() + rtt_us.size() / 2, rtt_us.end());
