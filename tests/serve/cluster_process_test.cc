@@ -180,14 +180,7 @@ TEST_F(ServeClusterProcess, AFollowerKilledDuringEightStreamsOnThreeRanks) {
   auto streams = cluster::testing::Proc::spawn(argv, {});
   ASSERT_TRUE(streams.ok());
   // Once all eight are decoding, rank 2 goes.
-  bool decoding = false;
-  for (int i = 0; i < 600 && !decoding; ++i) {
-    auto h = curl(three.base_url() + "/health");
-    json j = json::parse(h.body, nullptr, false);
-    decoding = j.is_object() && j["active"] == kStreams && j["in_flight"] == kStreams;
-    if (!decoding) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_TRUE(decoding);
+  ASSERT_TRUE(testing::wait_decoding(three.base_url(), kStreams)) << "not every stream started";
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const pid_t victim = rank_pid(three.proc().pid(), 2);
   ASSERT_GT(victim, 0);

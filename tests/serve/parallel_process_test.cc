@@ -121,14 +121,7 @@ TEST_F(ServeParallelProcess, AStageKilledDuringFourStreamsOnThreeRanks) {
   argv.insert(argv.end(), {three.base_url(), "none", n, tokens});
   auto streams = cluster::testing::Proc::spawn(argv, {});
   ASSERT_TRUE(streams.ok());
-  bool decoding = false;
-  for (int i = 0; i < 600 && !decoding; ++i) {
-    auto h = curl(three.base_url() + "/health");
-    json j = json::parse(h.body, nullptr, false);
-    decoding = j.is_object() && j["active"] == 4 && j["in_flight"] == 4;
-    if (!decoding) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_TRUE(decoding);
+  ASSERT_TRUE(testing::wait_decoding(three.base_url(), 4)) << "not every stream started";
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const pid_t victim = testing::rank_pid(three.proc().pid(), 1);  // the middle stage
   ASSERT_GT(victim, 0);

@@ -8,6 +8,9 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "lattice/engine/gguf/make_model.h"
 
@@ -74,6 +77,15 @@ HttpResult curl(const std::string& url, const std::vector<std::string>& args) {
   h.status = std::atoi(r.out.c_str() + nl + 1);
   h.body = r.out.substr(0, nl);
   return h;
+}
+
+bool wait_decoding(const std::string& base_url, int n) {
+  for (auto until = Deadline::after(std::chrono::seconds(30)); !until.expired();) {
+    auto j = nlohmann::json::parse(curl(base_url + "/health").body, nullptr, false);
+    if (j.is_object() && j.value("active", -1) == n && j.value("in_flight", -1) == n) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
 }
 
 pid_t rank_pid(pid_t launcher, int rank) {

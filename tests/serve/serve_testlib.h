@@ -50,6 +50,10 @@ bool have_curl();
 // curl -s ARGS... URL; the status and body. Every call has a 30 s deadline.
 HttpResult curl(const std::string& url, const std::vector<std::string>& args = {});
 
+// Polls /health until `n` requests are in flight and decoding (active == in_flight == n); false
+// at the deadline (30 s).
+bool wait_decoding(const std::string& base_url, int n);
+
 // The child of `launcher` started as rank `rank` (LATTICE_RANK in its environment), or -1.
 pid_t rank_pid(pid_t launcher, int rank);
 // The value of an unlabelled (or exactly labelled) sample in Prometheus text, or -1.
