@@ -169,29 +169,16 @@ Result<Reference> greedy_reference(const engine::Tokenizer& tok, engine::Forward
 TEST_F(ServeClusterProcess, AFollowerKilledDuringEightStreamsOnThreeRanks) {
   if (!fs::exists(kNodeDir / "node_modules" / "openai"))
     LATTICE_SKIP_OR_FAIL("oracle", "tests/node/node_modules/openai absent (run scripts/setup.sh)");
-  const std::vector<std::string> client = {"node", (kNodeDir / "openai_client.mjs").string(), "streams"};
   constexpr int kStreams = 8;
   constexpr uint32_t kTokens = 600;
   testing::ServeProc three;
   ASSERT_TRUE(three.start(model_.path(), {"--nodes", "3", "-t", "1", "--slots", "8", "--ctx", "2048"}).ok())
       << three.proc().err();
-  auto argv = client;
-  argv.insert(argv.end(), {three.base_url(), "none", std::to_string(kStreams), std::to_string(kTokens)});
-  auto streams = cluster::testing::Proc::spawn(argv, {});
-  ASSERT_TRUE(streams.ok());
   // Once all eight are decoding, rank 2 goes.
-  ASSERT_TRUE(testing::wait_decoding(three.base_url(), kStreams)) << "not every stream started";
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const pid_t victim = rank_pid(three.proc().pid(), 2);
-  ASSERT_GT(victim, 0);
-  const int64_t killed_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                               std::chrono::system_clock::now().time_since_epoch()).count();
-  ASSERT_EQ(::kill(victim, SIGKILL), 0);
-  auto code = streams->wait(Deadline::after(std::chrono::seconds(240)));
-  ASSERT_TRUE(code.ok());
-  ASSERT_TRUE(WIFEXITED(*code) && WEXITSTATUS(*code) == 0) << streams->err();
-  json got = json::parse(streams->out(), nullptr, false);
-  ASSERT_TRUE(got.is_object()) << streams->out();
+  auto run = testing::streams_through_a_kill(three, 2, kStreams, kTokens);
+  ASSERT_TRUE(run.ok()) << run.status().to_string() << "\n" << three.proc().err();
+  const json& got = run->streams;
+  const int64_t killed_ms = run->killed_ms;
   auto m = curl(three.base_url() + "/metrics");
   EXPECT_EQ(metric(m.body, "lattice_recoveries_total"), 1) << three.proc().err();
   EXPECT_EQ(metric(m.body, "lattice_world_size"), 2);

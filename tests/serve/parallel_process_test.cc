@@ -113,24 +113,13 @@ TEST_F(ServeParallelProcess, AStageKilledDuringFourStreamsOnThreeRanks) {
   if (!fs::exists(kNodeDir / "node_modules" / "openai"))
     LATTICE_SKIP_OR_FAIL("oracle", "tests/node/node_modules/openai absent (run scripts/setup.sh)");
   const std::vector<std::string> client = {"node", (kNodeDir / "openai_client.mjs").string(), "streams"};
-  const std::string n = "4", tokens = "200";
+  const std::string n = "4", tokens = "400";
   testing::ServeProc three;
   ASSERT_TRUE(three.start(model_.path(), {"--nodes", "3", "--parallel", "pp", "-t", "1", "--slots", "4", "--ctx", "1024"}).ok())
       << three.proc().err();
-  auto argv = client;
-  argv.insert(argv.end(), {three.base_url(), "none", n, tokens});
-  auto streams = cluster::testing::Proc::spawn(argv, {});
-  ASSERT_TRUE(streams.ok());
-  ASSERT_TRUE(testing::wait_decoding(three.base_url(), 4)) << "not every stream started";
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const pid_t victim = testing::rank_pid(three.proc().pid(), 1);  // the middle stage
-  ASSERT_GT(victim, 0);
-  ASSERT_EQ(::kill(victim, SIGKILL), 0);
-  auto code = streams->wait(Deadline::after(std::chrono::seconds(180)));
-  ASSERT_TRUE(code.ok());
-  ASSERT_TRUE(WIFEXITED(*code) && WEXITSTATUS(*code) == 0) << streams->err();
-  json got = json::parse(streams->out(), nullptr, false);
-  ASSERT_TRUE(got.is_object()) << streams->out();
+  auto run = testing::streams_through_a_kill(three, 1, 4, 400);  // the middle stage
+  ASSERT_TRUE(run.ok()) << run.status().to_string() << "\n" << three.proc().err();
+  const json& got = run->streams;
   auto m = curl(three.base_url() + "/metrics");
   EXPECT_EQ(metric(m.body, "lattice_recoveries_total"), 1) << three.proc().err();
   EXPECT_EQ(metric(m.body, "lattice_world_size"), 2);
@@ -140,7 +129,7 @@ TEST_F(ServeParallelProcess, AStageKilledDuringFourStreamsOnThreeRanks) {
   // kernels on whole matrices before the loss and after it.
   testing::ServeProc one;
   ASSERT_TRUE(one.start(model_.path(), {"-t", "1", "--slots", "4", "--ctx", "1024"}).ok());
-  argv = client;
+  auto argv = client;
   argv.insert(argv.end(), {one.base_url(), "none", n, tokens});
   auto ref_run = cluster::testing::run_cmd(argv, {}, Deadline::after(std::chrono::seconds(180)));
   json ref = json::parse(ref_run.out, nullptr, false);
@@ -149,7 +138,7 @@ TEST_F(ServeParallelProcess, AStageKilledDuringFourStreamsOnThreeRanks) {
   for (size_t i = 0; i < 4; ++i) {
     const json& s = got["streams"][i];
     EXPECT_EQ(s["finish"], "length");
-    EXPECT_EQ(s["usage"]["completion_tokens"], 200);
+    EXPECT_EQ(s["usage"]["completion_tokens"], 400);
     EXPECT_EQ(s["text"], ref["streams"][i]["text"]) << "stream " << i;
     longest_pause_ms = std::max(longest_pause_ms, s["max_gap_ms"].get<int>());
   }

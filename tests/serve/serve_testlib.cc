@@ -88,6 +88,35 @@ bool wait_decoding(const std::string& base_url, int n) {
   return false;
 }
 
+Result<KilledRun> streams_through_a_kill(ServeProc& server, int victim, int n, int tokens) {
+  const fs::path client = fs::path(LATTICE_SOURCE_DIR) / "tests" / "node" / "openai_client.mjs";
+  auto streams = cluster::testing::Proc::spawn(
+      {"node", client.string(), "streams", server.base_url(), "none", std::to_string(n), std::to_string(tokens)}, {});
+  if (!streams.ok()) return streams.status();
+  // The rank goes as soon as every stream decodes (no fixed nap: on a fast machine a short
+  // generation could end inside it, and then nothing was lost mid-stream).
+  if (!wait_decoding(server.base_url(), n)) return Internal("not every stream started; stderr: " + streams->err());
+  const pid_t pid = rank_pid(server.proc().pid(), victim);
+  if (pid <= 0) return Internal("no rank " + std::to_string(victim) + " under the server's launcher");
+  KilledRun run;
+  run.killed_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  if (::kill(pid, SIGKILL) != 0) return ErrnoError("kill rank " + std::to_string(victim), errno);
+  auto code = streams->wait(Deadline::after(std::chrono::seconds(240)));
+  if (!code.ok()) return code.status();
+  if (!WIFEXITED(*code) || WEXITSTATUS(*code) != 0) return Internal("the client failed: " + streams->err());
+  run.streams = nlohmann::json::parse(streams->out(), nullptr, false);
+  if (!run.streams.is_object()) return Corrupt("the client's report is not JSON: " + streams->out());
+  // The kill must have landed mid-stream: every stream still had text to come after it.
+  for (const auto& s : run.streams["streams"]) {
+    const auto& at = s["at_ms"];
+    if (!at.is_array() || at.empty() || at.back().get<int64_t>() <= run.killed_ms)
+      return Internal("a stream had ended before rank " + std::to_string(victim) +
+                      " was killed: the test needs more tokens per stream on this machine");
+  }
+  return run;
+}
+
 pid_t rank_pid(pid_t launcher, int rank) {
   std::ifstream children("/proc/" + std::to_string(launcher) + "/task/" + std::to_string(launcher) + "/children");
   pid_t child;

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "proc_testlib.h"
 
 namespace lattice::serve::testing {
@@ -53,6 +55,17 @@ HttpResult curl(const std::string& url, const std::vector<std::string>& args = {
 // Polls /health until `n` requests are in flight and decoding (active == in_flight == n); false
 // at the deadline (30 s).
 bool wait_decoding(const std::string& base_url, int n);
+
+// `n` streams of `tokens` tokens each from the official openai npm client
+// (tests/node/openai_client.mjs, streams mode) against `server`; once all of them decode (and
+// 300 ms more), the server's rank `victim` is SIGKILLed. The client's report (its JSON: per
+// stream the text, finish, usage, arrival times) and when the kill happened (unix ms). An error
+// when the streams never all start, the rank is not found, or the client fails.
+struct KilledRun {
+  nlohmann::json streams;
+  int64_t killed_ms = 0;
+};
+Result<KilledRun> streams_through_a_kill(ServeProc& server, int victim, int n, int tokens);
 
 // The child of `launcher` started as rank `rank` (LATTICE_RANK in its environment), or -1.
 pid_t rank_pid(pid_t launcher, int rank);
