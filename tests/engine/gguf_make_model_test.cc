@@ -410,6 +410,25 @@ TEST(GgufMakeModel, OptionErrorsNameTheFlag) {
   o = small("llama");
   o.layers = 0;
   expect_bad(o, "--layers");
+  o = small("llama");
+  o.experts = 4, o.experts_used = 2, o.expert_ffn = 32;  // --ffn 96: two widths, one key
+  expect_bad(o, "--expert-ffn");
+}
+
+// A llama (Mixtral) mixture of experts has one width key: --expert-ffn alone sets it, so the
+// experts' tensors are as wide as the file says.
+TEST(GgufMakeModel, MixtralExpertWidthIsTheFilesFeedForwardLength) {
+  MakeModelOptions o = small("llama");
+  o.ffn = 0;
+  o.experts = 4, o.experts_used = 2, o.expert_ffn = 32;
+  Made m = make(o);
+  ASSERT_TRUE(m.file);
+  EXPECT_EQ(*m.file->metadata().get_u32("llama.feed_forward_length"), 32u);
+  const TensorInfo* gate = m.file->find_tensor("blk.0.ffn_gate_exps.weight");
+  ASSERT_NE(gate, nullptr);
+  EXPECT_EQ(gate->ne[0], 64u);
+  EXPECT_EQ(gate->ne[1], 32u);
+  EXPECT_EQ(gate->ne[2], 4u);
 }
 
 TEST(GgufMakeModel, WritesFilesV2AndSplitSets) {

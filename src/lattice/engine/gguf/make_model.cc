@@ -131,6 +131,14 @@ Status check_options(const MakeModelOptions& o, Shape& s) {
   if (o.rope_scale < 0 || !std::isfinite(o.rope_scale)) return InvalidArgument("--rope-scale must be positive");
   const uint32_t eff = o.experts ? (o.expert_ffn ? o.expert_ffn : ffn) : 0;
   if (eff > (1u << 20)) return InvalidArgument("--expert-ffn must be at most 1048576");
+  // A llama (Mixtral) file has one width, feed_forward_length, and every layer's FFN is its
+  // experts: no key says another width, so a reader would take the experts for ffn wide.
+  if (o.arch == "llama" && o.experts) {
+    if (o.ffn && o.expert_ffn && o.ffn != o.expert_ffn)
+      return InvalidArgument("--expert-ffn: a llama (Mixtral) mixture of experts has one FFN width; give --ffn or "
+                             "--expert-ffn, or the same value to both");
+    ffn = eff;
+  }
   s = {o.arch, o.dim, o.layers, o.heads, kv, hd, ffn, o.vocab, o.experts, o.experts_used, eff};
   return Status::Ok();
 }
