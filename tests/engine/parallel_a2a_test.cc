@@ -81,6 +81,7 @@ struct A2aCase {
   int world = 1;
   std::string uri = "shm";
   std::vector<int> owners;
+  double spare = 0;  // Shard::expert_spare
   size_t prompt_len = 23;
   uint32_t chunk = 64;  // prompt rows a step
   EpPrefill mode = EpPrefill::kAllToAll;
@@ -150,6 +151,7 @@ std::vector<RankRun> expert_parallel(const std::string& path, const A2aCase& s) 
         lo.shard.world = s.world;
         lo.shard.expert_parallel = true;
         lo.shard.expert_owner = s.owners;
+        lo.shard.expert_spare = s.spare;
         LATTICE_ASSIGN_OR_RETURN(auto m, Model::load(path, lo));
         parallel::CommGroup group(*comm);
         return one_rank(*m, group, s, &out[r]);
@@ -214,6 +216,17 @@ TEST(ParallelA2a, PerLayerOwnersAndARankWithoutExperts) {
   A2aCase s = setup(3, 25, 11);
   s.owners = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 2, 2};
   expect_single_node("llama", s);
+}
+
+TEST(ParallelA2a, ReplicasRunTheirRowsWhereTheyAre) {
+  // Half, then all, of the others' experts on every rank as well: a row whose experts its home
+  // rank holds stays there; the text, the logits and the load figures stay one node's.
+  for (double spare : {0.5, 1.0}) {
+    SCOPED_TRACE(spare);
+    A2aCase s = setup(3, 25, 11);
+    s.spare = spare;
+    expect_single_node("qwen3moe", s);
+  }
 }
 
 TEST(ParallelA2a, AutoTakesAllToAllFromTheThreshold) {

@@ -273,6 +273,7 @@ class Forward final : public Stepper {
   std::vector<float> a2a_xs_, a2a_pad_, a2a_send_, a2a_recv_, a2a_back_, a2a_w_, a2a_tokens_;
   std::vector<uint32_t> a2a_ids_;
   std::vector<std::vector<uint32_t>> a2a_rows_to_;
+  std::vector<int> a2a_runner_;  // per routed (row, k) of this slice: the rank that runs it
   std::vector<float> logits_;        // max_items x local vocabulary
   size_t n_logit_items_ = 0;         // items of the last step with logits
   std::vector<uint32_t> item_row0_;  // first row of each item in the last step

@@ -33,6 +33,14 @@
 #include "lattice/engine/runtime/forward.h"
 
 namespace lattice::engine {
+namespace {
+
+// Whether rank r holds expert e of the layer: owns it, or keeps a replica (Shard::expert_spare).
+bool holds(const Model& m, uint32_t layer, uint32_t e, int r) {
+  return m.expert_owner(layer, e) == r || (r >= 0 && r < 64 && (m.expert_holders(layer, e) >> r & 1));
+}
+
+}  // namespace
 
 std::string_view to_string(EpPrefill p) {
   switch (p) {
@@ -143,6 +151,14 @@ Status Forward::moe_a2a(uint32_t layer, const LayerWeights& L, uint32_t n) {
     std::copy_n(ids, K, a2a_ids_.data() + size_t{r} * K);
     std::copy_n(w, K, a2a_w_.data() + size_t{r} * K);
   });
+  // Who runs each chosen expert: this rank when it holds the expert (its own, or a replica of
+  // another rank's: Shard::expert_spare), so the row need not travel; otherwise the owner.
+  const int me = m.rank();
+  a2a_runner_.resize(size_t{n} * K);
+  for (size_t i = 0; i < size_t{n} * K; ++i) {
+    const uint32_t e = a2a_ids_[i];
+    a2a_runner_[i] = holds(m, layer, e, me) ? me : m.expert_owner(layer, e);
+  }
   const bool shared = hp.n_expert_shared > 0;
   a2a_rows_to_.resize(W);
   std::vector<uint32_t> send_rows(W), recv_rows(W);
@@ -152,7 +168,7 @@ Status Forward::moe_a2a(uint32_t layer, const LayerWeights& L, uint32_t n) {
     const bool holds_shared = shared && m.layout().ff_shared[q].size() > 0;
     for (uint32_t r = 0; r < n; ++r) {
       bool go = holds_shared;
-      for (size_t k = 0; k < K && !go; ++k) go = m.expert_owner(layer, a2a_ids_[r * K + k]) == q;
+      for (size_t k = 0; k < K && !go; ++k) go = a2a_runner_[r * K + k] == q;
       if (go) rows.push_back(r);
     }
     send_rows[q] = static_cast<uint32_t>(rows.size());
@@ -168,7 +184,7 @@ Status Forward::moe_a2a(uint32_t layer, const LayerWeights& L, uint32_t n) {
       std::memcpy(p, a2a_xs_.data() + size_t{r} * E, E * sizeof(float));
       for (size_t k = 0; k < K; ++k) {
         const uint32_t e = a2a_ids_[r * K + k];
-        p[E + k] = m.expert_owner(layer, e) == q ? static_cast<float>(e) : -1.0f;
+        p[E + k] = a2a_runner_[r * K + k] == q ? static_cast<float>(e) : -1.0f;
         p[E + K + k] = a2a_w_[r * K + k];
       }
       off += S;
@@ -186,22 +202,25 @@ Status Forward::moe_a2a(uint32_t layer, const LayerWeights& L, uint32_t n) {
 
   // This rank's experts over the rows it received (into xb, the rows run_experts reads).
   for (auto& rows : expert_rows_) rows.clear();
-  float* tokens = a2a_tokens_.data() + size_t{layer - m.layer_begin()} * X;
+  const size_t l = layer - m.layer_begin();
+  float* tokens = a2a_tokens_.data() + l * X;
+  float& ran = a2a_tokens_[size_t{m.n_local_layers()} * X + l * W + me];  // this rank's rows
   for (size_t j = 0; j < M; ++j) {
     const float* p = a2a_recv_.data() + j * S;
     std::memcpy(xb_.get() + j * E, p, E * sizeof(float));
     for (size_t k = 0; k < K; ++k) {
       if (p[E + k] < 0) continue;
       const auto e = static_cast<uint32_t>(p[E + k]);
-      if (e >= X || m.expert_owner(layer, e) != m.rank())
+      if (e >= X || !holds(m, layer, e, me))
         return Internal("expert parallel: a row dispatched for expert " + std::to_string(e) +
-                        ", which this rank does not own");
+                        ", which this rank does not hold");
       expert_rows_[e].emplace_back(static_cast<uint32_t>(j), p[E + K + k]);
-      tokens[e] += 1;
+      tokens[e] += 1, ran += 1;
     }
   }
   runner_.assign(X, -1);
-  for (uint32_t e = 0; e < X; ++e) runner_[e] = m.expert_owner(layer, e);
+  for (uint32_t e = 0; e < X; ++e)
+    if (holds(m, layer, e, me)) runner_[e] = me;
   run_experts(L, static_cast<uint32_t>(M));
 
   // Combine: the weighted sums back to the rows' home ranks, added up there in rank order.
@@ -247,22 +266,21 @@ Status Forward::head_rows_a2a(std::span<const StepItem> items, uint32_t R) {
 }
 
 Status Forward::count_load_a2a() {
-  // Each rank counted its own experts' rows; the sum is every expert's, on every rank.
+  // Each rank counted the rows its experts ran (per expert, and in its own slot of the
+  // per-rank counts: with replicas a rank runs others' experts too); the sum is every
+  // expert's and every rank's, on every rank.
   const Model& m = *model_;
-  const uint32_t X = m.hparams().n_expert, W = m.world();
+  const uint32_t X = m.hparams().n_expert, W = m.world(), L = m.n_local_layers();
   LATTICE_RETURN_IF_ERROR(group_->all_reduce_sum(a2a_tokens_.data(), a2a_tokens_.size()));
-  std::vector<uint64_t> rows(W);
-  for (uint32_t l = 0; l < m.n_local_layers(); ++l) {
-    const uint32_t layer = m.layer_begin() + l;
+  for (uint32_t l = 0; l < L; ++l) {
     if (!m.layers()[l].moe()) continue;
-    std::fill(rows.begin(), rows.end(), 0);
-    for (uint32_t e = 0; e < X; ++e) {
-      const auto t = static_cast<uint64_t>(a2a_tokens_[size_t{l} * X + e]);
-      load_.tokens[size_t{l} * X + e] += t;
-      rows[m.expert_owner(layer, e)] += t;
+    for (uint32_t e = 0; e < X; ++e) load_.tokens[size_t{l} * X + e] += static_cast<uint64_t>(a2a_tokens_[size_t{l} * X + e]);
+    uint64_t busiest = 0;
+    for (uint32_t r = 0; r < W; ++r) {
+      const auto rows = static_cast<uint64_t>(a2a_tokens_[size_t{L} * X + size_t{l} * W + r]);
+      load_.rank_rows[r] += rows, busiest = std::max(busiest, rows);
     }
-    for (uint32_t r = 0; r < W; ++r) load_.rank_rows[r] += rows[r];
-    load_.busiest_rows += *std::max_element(rows.begin(), rows.end());
+    load_.busiest_rows += busiest;
   }
   return Status::Ok();
 }
@@ -283,7 +301,7 @@ Status Forward::step_a2a(std::span<const StepItem> items, uint32_t R) {
   const uint32_t n = my.size(), P = a2a_slices_[0].size();
   a2a_xs_.assign(size_t{P} * E, 0.0f);
   a2a_pad_.assign(size_t{P} * W * E, 0.0f);
-  a2a_tokens_.assign(size_t{m.n_local_layers()} * hp.n_expert, 0.0f);
+  a2a_tokens_.assign(size_t{m.n_local_layers()} * (hp.n_expert + W), 0.0f);
   float* x = x_.get() + size_t{my.begin} * E;
   float* xs = a2a_xs_.data();
   for (uint32_t l = 0; l < m.n_local_layers(); ++l) {
