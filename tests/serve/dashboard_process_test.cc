@@ -114,6 +114,8 @@ TEST(ServeDashboardProcess, ChromiumShowsTheRanksTheRequestsAndALiveRate) {
       EXPECT_NE(by_id(dom, std::string(r) + "cpu"), "n/a");
     }
     EXPECT_EQ(by_id(dom, std::string(r) + "experts"), "dense");
+    // Each rank's collective bytes/s, from the server's reports: live while decoding.
+    EXPECT_GT(std::atof(by_id(dom, std::string(r) + "coll").c_str()), 0) << r << "coll: " << by_id(dom, std::string(r) + "coll");
   }
 
   const fs::path shots = fs::path(LATTICE_BINARY_DIR) / "test-artifacts";

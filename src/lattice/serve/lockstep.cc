@@ -227,18 +227,21 @@ Status ClusterEngine::gather_reports(std::chrono::milliseconds timeout) {
   return Status::Ok();
 }
 
-// Rank 0, under mu_: each link's bytes/s since the reports before (the dashboard shows them;
-// computed here, where the reports' times are known, not from the browser's polls).
+// Rank 0, under mu_: each link's and each rank's collective bytes/s since the reports before
+// (the dashboard shows them; computed here, where the reports' times are known, not from the
+// browser's polls, which may fall twice between two reports and read no change).
 void ClusterEngine::set_reports(std::vector<RankReport> reports) {
   const auto now = std::chrono::steady_clock::now();
   const double dt = std::chrono::duration<double>(now - reports_at_).count();
   for (RankReport& r : reports)
-    for (RankReport::Link& l : r.links)
-      for (const RankReport& old : reports_)
-        if (old.first_rank == r.first_rank)
-          for (const RankReport::Link& o : old.links)
-            if (o.peer == l.peer && dt > 0 && l.sent >= o.sent && l.received >= o.received)
-              l.sent_per_s = (l.sent - o.sent) / dt, l.received_per_s = (l.received - o.received) / dt;
+    for (const RankReport& old : reports_) {
+      if (old.first_rank != r.first_rank || dt <= 0) continue;
+      if (r.coll_bytes >= old.coll_bytes) r.coll_bytes_per_s = (r.coll_bytes - old.coll_bytes) / dt;
+      for (RankReport::Link& l : r.links)
+        for (const RankReport::Link& o : old.links)
+          if (o.peer == l.peer && l.sent >= o.sent && l.received >= o.received)
+            l.sent_per_s = (l.sent - o.sent) / dt, l.received_per_s = (l.received - o.received) / dt;
+    }
   reports_ = std::move(reports);
   reports_at_ = now;
 }

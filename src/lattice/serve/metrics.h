@@ -47,6 +47,7 @@ struct RankReport {
   uint64_t resident_bytes = 0;
   uint64_t coll_bytes = 0;  // payload this rank handed to collectives, over every placement
   uint64_t coll_calls = 0;
+  double coll_bytes_per_s = 0;  // rank 0's view: coll_bytes since the reports before
   int layer_begin = 0, layer_end = 0;
   int kv_head_begin = 0, kv_head_end = 0;
   int head_begin = 0, head_end = 0;  // query heads

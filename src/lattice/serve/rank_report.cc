@@ -138,6 +138,7 @@ json rank_status_json(const RankReport& r) {
           {"shard_bytes", r.shard_bytes},
           {"resident_bytes", r.resident_bytes},
           {"coll_bytes", r.coll_bytes},
+          {"coll_bytes_per_s", r.coll_bytes_per_s},
           {"mem_used", mem_used},
           {"mem_free", opt(h.mem_available)},
           {"mem_total", opt(h.mem_total)},
