@@ -4,6 +4,11 @@
 #                              unit and fault tests under it (-L 'unit|fault'; -LE 'slow|cpu'
 #                              leaves out the slow suites and the CPU-time assertions, which
 #                              the sanitizers' own cost would break). Any report fails the test.
+#                              LATTICE_SANITIZE_LAYERS (default: every layer) names the layers
+#                              whose tests build and run, e.g. "core crypto fabric coll" (what
+#                              .ci/run gives it: the wire parsers, providers and collectives,
+#                              about a third of the build; the whole run is the slow
+#                              sanitize.asan).
 #   scripts/sanitize.sh tsan   build the tsan preset (ThreadSanitizer) and run the threaded
 #                              suites: the unit and fault tests of the layers that run threads
 #                              (fabric's progress threads, coll's ranks as threads, cluster's
@@ -26,11 +31,23 @@ case "$kind" in
     # train start it) and the fuzz replays; benches are off and fuzz_seeds is not built by default.
     t0=$SECONDS
     cmake --preset asan >/dev/null
-    cmake --build --preset asan -j "$jobs"
+    layers=${LATTICE_SANITIZE_LAYERS:-}
+    targets=() only=()
+    if [ -n "$layers" ]; then
+      for l in $layers; do
+        [ -d "tests/$l" ] || { echo "scripts/sanitize.sh: no layer '$l' (tests/$l)" >&2; exit 2; }
+        # With its helper programs (tests/<layer>/extra.cmake) and its code's fuzz replays.
+        targets+=(--target "${l}_tests")
+      done
+      only=(-L "^(unit|fault):($(echo $layers | tr ' ' '|'))\$")
+      echo "sanitize asan: layers $layers"
+    fi
+    cmake --build --preset asan -j "$jobs" "${targets[@]}"
     t1=$SECONDS
     echo "sanitize asan: build $((t1 - t0)) s"
     rc=0
-    ctest --test-dir build-asan -L 'unit|fault' -LE 'slow|cpu' --output-on-failure -j "$jobs" --timeout 900 "$@" || rc=$?
+    [ ${#only[@]} -gt 0 ] || only=(-L 'unit|fault')
+    ctest --test-dir build-asan "${only[@]}" -LE 'slow|cpu' --output-on-failure -j "$jobs" --timeout 900 "$@" || rc=$?
     echo "sanitize asan: build $((t1 - t0)) s, tests $((SECONDS - t1)) s"
     exit $rc
     ;;

@@ -164,9 +164,15 @@ TEST(HostStats, ThisMachineReadsSanely) {
   EXPECT_LE(*h.mem_available, *h.mem_total);
   EXPECT_TRUE(h.load1);
 #endif
-  if (h.temp_c) EXPECT_TRUE(*h.temp_c > -40 && *h.temp_c < 150);
-  if (h.power_w) EXPECT_GE(*h.power_w, 0);
-  if (h.cpu_busy) EXPECT_TRUE(*h.cpu_busy >= 0 && *h.cpu_busy <= 1);
+  if (h.temp_c) {
+    EXPECT_TRUE(*h.temp_c > -40 && *h.temp_c < 150);
+  }
+  if (h.power_w) {
+    EXPECT_GE(*h.power_w, 0);
+  }
+  if (h.cpu_busy) {
+    EXPECT_TRUE(*h.cpu_busy >= 0 && *h.cpu_busy <= 1);
+  }
 }
 
 }  // namespace
