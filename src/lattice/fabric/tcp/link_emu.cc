@@ -1,10 +1,8 @@
 #include "lattice/fabric/tcp/link_emu.h"
 
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -25,7 +23,6 @@
 namespace lattice::fabric::tcp {
 namespace {
 
-constexpr uint64_t kWakeId = 0, kListenId = 1;
 constexpr size_t kReadBytes = 64 * 1024;
 constexpr int64_t kSpinNs = 20'000;  // closer than this to a due time: poll without sleeping
 constexpr int kConnectMs = 2000;
@@ -75,11 +72,6 @@ int dial(const SockAddr& to) {
   return fd;
 }
 
-void nodelay(int fd) {
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
-
 }  // namespace
 
 Result<bool> parse_link_option(std::string_view kv, LinkShape* shape) {
@@ -100,27 +92,14 @@ Result<std::unique_ptr<LinkEmulator>> LinkEmulator::start(const SockAddr& bind, 
   std::unique_ptr<LinkEmulator> e(new LinkEmulator());
   e->shape_ = shape;
   e->target_ = target;
-  e->listen_fd_ = ::socket(bind.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (e->listen_fd_ < 0) return ErrnoError("tcp link emulator: socket()", errno);
   SockAddr b = bind;
   auto* in = reinterpret_cast<sockaddr_in*>(&b.storage);
   auto* in6 = reinterpret_cast<sockaddr_in6*>(&b.storage);
   (b.family() == AF_INET ? in->sin_port : in6->sin6_port) = 0;  // the relay's own port
-  if (::bind(e->listen_fd_, b.get(), b.len) < 0)
-    return ErrnoError("tcp link emulator: bind to " + sockaddr_to_string(b.get()), errno);
-  if (::listen(e->listen_fd_, 128) < 0) return ErrnoError("tcp link emulator: listen()", errno);
-  e->bound_.len = sizeof e->bound_.storage;
-  if (::getsockname(e->listen_fd_, e->bound_.get(), &e->bound_.len) < 0)
-    return ErrnoError("tcp link emulator: getsockname()", errno);
-  e->epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
-  e->wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (e->epoll_fd_ < 0 || e->wake_fd_ < 0) return ErrnoError("tcp link emulator: epoll/eventfd", errno);
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = kWakeId;
-  ::epoll_ctl(e->epoll_fd_, EPOLL_CTL_ADD, e->wake_fd_, &ev);
-  ev.data.u64 = kListenId;
-  ::epoll_ctl(e->epoll_fd_, EPOLL_CTL_ADD, e->listen_fd_, &ev);
+  LATTICE_ASSIGN_OR_RETURN(Listener listener, listen_socket(b, /*reuse_addr=*/false, "tcp link emulator"));
+  e->listen_fd_ = listener.fd;
+  e->bound_ = listener.bound;
+  LATTICE_ASSIGN_OR_RETURN(e->loop_, listen_loop(e->listen_fd_, "tcp link emulator"));
   LinkEmulator* raw = e.get();
   e->thread_ = std::thread([raw] { raw->run(); });
   LATTICE_LOG_DEBUG("tcp link emulator on {} -> {}: {} us, {} GB/s", sockaddr_to_string(e->bound_.get()),
@@ -130,12 +109,9 @@ Result<std::unique_ptr<LinkEmulator>> LinkEmulator::start(const SockAddr& bind, 
 
 LinkEmulator::~LinkEmulator() {
   stop_ = true;
-  if (wake_fd_ >= 0) {
-    uint64_t one = 1;
-    (void)!::write(wake_fd_, &one, sizeof one);
-  }
+  wake(loop_);
   if (thread_.joinable()) thread_.join();
-  for (int fd : {listen_fd_, epoll_fd_, wake_fd_})
+  for (int fd : {listen_fd_, loop_.epoll_fd, loop_.wake_fd})
     if (fd >= 0) ::close(fd);
 }
 
@@ -148,7 +124,7 @@ void LinkEmulator::run() {
   auto close_pair = [&](uint64_t id) {
     Pair& p = pairs.at(id);
     for (int fd : p.fd) {
-      ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+      ::epoll_ctl(loop_.epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
       ::close(fd);
     }
     pairs.erase(id);
@@ -164,7 +140,7 @@ void LinkEmulator::run() {
       epoll_event ev{};
       ev.events = want;
       ev.data.u64 = id * 2 + static_cast<uint64_t>(s);
-      ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, p.fd[s], &ev);
+      ::epoll_ctl(loop_.epoll_fd, EPOLL_CTL_MOD, p.fd[s], &ev);
       p.armed[s] = want;
     }
   };
@@ -226,9 +202,9 @@ void LinkEmulator::run() {
     if (wait_ns < kSpinNs) wait_ns = 0;
     else wait_ns -= kSpinNs / 2;
     timespec ts{static_cast<time_t>(wait_ns / 1'000'000'000), static_cast<long>(wait_ns % 1'000'000'000)};
-    pollfd pfd{epoll_fd_, POLLIN, 0};
+    pollfd pfd{loop_.epoll_fd, POLLIN, 0};
     int ready = ::ppoll(&pfd, 1, &ts, nullptr);
-    int n = ready > 0 ? ::epoll_wait(epoll_fd_, evs.data(), static_cast<int>(evs.size()), 0) : 0;
+    int n = ready > 0 ? ::epoll_wait(loop_.epoll_fd, evs.data(), static_cast<int>(evs.size()), 0) : 0;
     std::vector<uint64_t> broken;
     for (int i = 0; i < n; ++i) {
       const uint64_t tag = evs[i].data.u64;
@@ -244,8 +220,8 @@ void LinkEmulator::run() {
             ::close(c);
             continue;
           }
-          nodelay(c);
-          nodelay(t);
+          tune_socket(c);
+          tune_socket(t);
           const uint64_t id = next_id++;
           Pair& p = pairs[id];
           p.fd[0] = c;
@@ -254,7 +230,7 @@ void LinkEmulator::run() {
             epoll_event ev{};
             ev.events = EPOLLIN;
             ev.data.u64 = id * 2 + static_cast<uint64_t>(s);
-            ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, p.fd[s], &ev);
+            ::epoll_ctl(loop_.epoll_fd, EPOLL_CTL_ADD, p.fd[s], &ev);
             p.armed[s] = EPOLLIN;
           }
         }

@@ -23,6 +23,7 @@
 
 #include "lattice/core/status.h"
 #include "lattice/fabric/tcp/address.h"
+#include "lattice/fabric/tcp/socket.h"
 
 namespace lattice::fabric::tcp {
 
@@ -50,8 +51,7 @@ class LinkEmulator {
   SockAddr target_;
   SockAddr bound_;
   int listen_fd_ = -1;
-  int epoll_fd_ = -1;
-  int wake_fd_ = -1;
+  ListenLoop loop_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
