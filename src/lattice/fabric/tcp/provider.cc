@@ -29,6 +29,7 @@ namespace {
 constexpr auto kRecheckActive = std::chrono::milliseconds(10);
 constexpr auto kRecheckSleeper = std::chrono::milliseconds(20);
 constexpr auto kMaxTick = std::chrono::seconds(1);
+constexpr auto kMaxExtraSpin = std::chrono::milliseconds(1);
 }  // namespace
 
 Result<std::unique_ptr<TcpProvider>> TcpProvider::create(std::string_view params, const ProviderOptions& options) {
@@ -54,6 +55,9 @@ Result<std::unique_ptr<TcpProvider>> TcpProvider::create(std::string_view params
     // An emulated link: peers dial the relay, which dials our listener (link_emu.h).
     LATTICE_ASSIGN_OR_RETURN(p->link_emu_, LinkEmulator::start(spec.bind_addr, p->listen_addr_.sockaddr(), spec.link));
     p->listen_addr_ = advertised_address(p->link_emu_->bound());
+    // Waiters keep polling through the round trip the link adds (cq.h), up to a millisecond.
+    const auto round_trip = std::chrono::nanoseconds(static_cast<int64_t>(spec.link.latency_us * 2e3));
+    p->cq_spin_ += std::min<Clock::duration>(round_trip, kMaxExtraSpin);
   }
   LATTICE_ASSIGN_OR_RETURN(p->loop_, listen_loop(p->listen_fd_, "tcp provider"));
   TcpProvider* raw = p.get();
@@ -90,7 +94,7 @@ Result<std::unique_ptr<MemoryRegion>> TcpProvider::register_memory(void* data, s
 }
 
 Result<std::unique_ptr<CompletionQueue>> TcpProvider::create_cq(size_t depth) {
-  LATTICE_ASSIGN_OR_RETURN(auto cq, TcpCompletionQueue::create(depth, busy_poll_));
+  LATTICE_ASSIGN_OR_RETURN(auto cq, TcpCompletionQueue::create(depth, busy_poll_, cq_spin_));
   return std::unique_ptr<CompletionQueue>(std::move(cq));
 }
 

@@ -25,6 +25,7 @@
 #include "lattice/crypto/secret.h"
 #include "lattice/fabric/fabric.h"
 #include "lattice/fabric/tcp/address.h"
+#include "lattice/fabric/tcp/cq.h"
 #include "lattice/fabric/tcp/memory.h"
 #include "lattice/fabric/tcp/socket.h"
 #include "lattice/fabric/tcp/wire.h"
@@ -76,6 +77,7 @@ class TcpProvider final : public Provider {
 
   ProviderCaps caps_;
   bool busy_poll_ = false;
+  Clock::duration cq_spin_ = TcpCompletionQueue::kSpin;  // how long a CQ's wait() polls before it sleeps
   std::optional<crypto::ClusterSecret> secret_;
   std::shared_ptr<RegionTable> regions_ = std::make_shared<RegionTable>();
   int listen_fd_ = -1;
