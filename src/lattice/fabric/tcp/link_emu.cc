@@ -3,8 +3,11 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sched.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +16,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <string>
@@ -24,12 +28,69 @@ namespace lattice::fabric::tcp {
 namespace {
 
 constexpr size_t kReadBytes = 64 * 1024;
-constexpr int64_t kSpinNs = 20'000;  // closer than this to a due time: poll without sleeping
 constexpr int kConnectMs = 2000;
+// A release closer than the timer's lateness estimate (plus this) is waited for by polling.
+constexpr int64_t kSpinMarginNs = 5'000;
+// The lateness estimate of a timed sleep: where it starts (above what this VM shows, so the first
+// releases poll) and its bounds. It follows a later wake-up at once and an earlier one by 1/16.
+constexpr int64_t kLateStartNs = 100'000, kLateMinNs = 5'000, kLateMaxNs = 200'000;
+constexpr int kHopProbes = 33;
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+int64_t clock_ns(clockid_t id) {
+  timespec ts{};
+  ::clock_gettime(id, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+int64_t now_ns() { return clock_ns(CLOCK_MONOTONIC); }
+
+// recv() that also says when the kernel queued the bytes on `fd` (SO_TIMESTAMPNS, the last
+// segment read; CLOCK_REALTIME turned into CLOCK_MONOTONIC). Without a stamp, or with one that
+// a clock step made implausible: now.
+ssize_t recv_stamped(int fd, void* buf, size_t n, int64_t* arrived_ns) {
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(timespec))];
+  iovec iov{buf, n};
+  msghdr m{};
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  m.msg_control = control;
+  m.msg_controllen = sizeof control;
+  const ssize_t got = ::recvmsg(fd, &m, 0);
+  const int64_t mono = now_ns();
+  *arrived_ns = mono;
+  if (got <= 0) return got;
+  for (cmsghdr* h = CMSG_FIRSTHDR(&m); h != nullptr; h = CMSG_NXTHDR(&m, h)) {
+    if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_TIMESTAMPNS) continue;
+    timespec ts;
+    std::memcpy(&ts, CMSG_DATA(h), sizeof ts);
+    const int64_t stamp = static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec - (clock_ns(CLOCK_REALTIME) - mono);
+    if (stamp <= mono && stamp > mono - 1'000'000'000) *arrived_ns = stamp;
+  }
+  return got;
+}
+
+// Asks the scheduler for short slices for the calling thread (EEVDF, Linux 6.12+: a task that
+// asks for a slice shorter than the running one's may preempt it when it wakes). The relay runs
+// in bursts of microseconds; with the default slice, waking it on a core that a spinning caller
+// holds waits for that caller's slice. Best effort: older kernels ignore or refuse it.
+void request_short_slices() {
+  struct {  // struct sched_attr of sched_setattr(2), version 1 (glibc 2.36 has no wrapper)
+    uint32_t size, sched_policy;
+    uint64_t sched_flags;
+    int32_t sched_nice;
+    uint32_t sched_priority;
+    uint64_t sched_runtime, sched_deadline, sched_period;
+    uint32_t sched_util_min, sched_util_max;
+  } attr{};
+  attr.size = sizeof attr;
+  attr.sched_policy = SCHED_OTHER;
+  attr.sched_runtime = 100'000;  // ns: the shortest slice the kernel accepts
+  if (::syscall(SYS_sched_setattr, 0, &attr, 0u) != 0)
+    LATTICE_LOG_DEBUG("tcp link emulator: no short slices ({})", std::strerror(errno));
+}
+
+void stamp_arrivals(int fd) {
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);
 }
 
 struct Chunk {
@@ -72,6 +133,36 @@ int dial(const SockAddr& to) {
   return fd;
 }
 
+// The relay's own hop: how long a loopback send() runs before the receiving socket has the bytes
+// (its kernel stamp), the least of kHopProbes one-byte sends to itself through `listen_fd`
+// (nothing else has its address yet). The least, not the median: a probe preempted on a loaded
+// machine measures the scheduler, and releasing by that much early would cut into the setting.
+// 0 when a probe fails.
+int64_t measure_hop(int listen_fd, const SockAddr& self) {
+  int tx = dial(self);
+  if (tx < 0) return 0;
+  pollfd lp{listen_fd, POLLIN, 0};
+  int rx = ::poll(&lp, 1, kConnectMs) == 1 ? ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC) : -1;
+  std::vector<int64_t> hops;
+  if (rx >= 0) {
+    tune_socket(tx);
+    stamp_arrivals(rx);
+    for (int i = 0; i < kHopProbes; ++i) {
+      char byte = 1;
+      const int64_t sent = now_ns();
+      if (::send(tx, &byte, 1, MSG_NOSIGNAL) != 1) break;
+      pollfd rp{rx, POLLIN, 0};
+      int64_t arrived = 0;
+      if (::poll(&rp, 1, kConnectMs) != 1 || recv_stamped(rx, &byte, 1, &arrived) != 1) break;
+      hops.push_back(arrived - sent);
+    }
+    ::close(rx);
+  }
+  ::close(tx);
+  if (hops.size() < static_cast<size_t>(kHopProbes)) return 0;
+  return std::max<int64_t>(0, *std::min_element(hops.begin(), hops.end()));
+}
+
 }  // namespace
 
 Result<bool> parse_link_option(std::string_view kv, LinkShape* shape) {
@@ -99,11 +190,13 @@ Result<std::unique_ptr<LinkEmulator>> LinkEmulator::start(const SockAddr& bind, 
   LATTICE_ASSIGN_OR_RETURN(Listener listener, listen_socket(b, /*reuse_addr=*/false, "tcp link emulator"));
   e->listen_fd_ = listener.fd;
   e->bound_ = listener.bound;
+  e->hop_ns_ = measure_hop(e->listen_fd_, e->bound_);
   LATTICE_ASSIGN_OR_RETURN(e->loop_, listen_loop(e->listen_fd_, "tcp link emulator"));
   LinkEmulator* raw = e.get();
   e->thread_ = std::thread([raw] { raw->run(); });
-  LATTICE_LOG_DEBUG("tcp link emulator on {} -> {}: {} us, {} GB/s", sockaddr_to_string(e->bound_.get()),
-                    sockaddr_to_string(target.get()), shape.latency_us, shape.gbytes_s);
+  LATTICE_LOG_DEBUG("tcp link emulator on {} -> {}: {} us, {} GB/s, own hop {:.1f} us",
+                    sockaddr_to_string(e->bound_.get()), sockaddr_to_string(target.get()), shape.latency_us,
+                    shape.gbytes_s, static_cast<double>(e->hop_ns_) / 1e3);
   return e;
 }
 
@@ -116,10 +209,13 @@ LinkEmulator::~LinkEmulator() {
 }
 
 void LinkEmulator::run() {
-  ::prctl(PR_SET_TIMERSLACK, 1000UL);  // wake-ups to the microsecond, not the default 50 us
+  ::prctl(PR_SET_TIMERSLACK, 1000UL);  // timers to the microsecond, not the default 50 us
+  request_short_slices();
   std::map<uint64_t, Pair> pairs;      // id -> pair; epoll data = id * 2 + side
   uint64_t next_id = 1;
-  const int64_t lat_ns = static_cast<int64_t>(shape_.latency_us * 1000.0);
+  // From the kernel's stamp to the release: the setting less the relay's own hop.
+  const int64_t delay_ns = std::max<int64_t>(0, static_cast<int64_t>(shape_.latency_us * 1000.0) - hop_ns_);
+  int64_t late_ns = kLateStartNs;  // how late a timed sleep returns, lately
 
   auto close_pair = [&](uint64_t id) {
     Pair& p = pairs.at(id);
@@ -145,22 +241,22 @@ void LinkEmulator::run() {
     }
   };
   // Reads what side s has; false when the pair broke.
+  std::vector<std::byte> scratch(kReadBytes);
   auto take = [&](Pair& p, int s) {
     Direction& d = p.dir[s];
     while (!d.eof && d.queued < kMaxQueued) {
-      std::vector<std::byte> buf(kReadBytes);
-      ssize_t n = ::recv(p.fd[s], buf.data(), buf.size(), 0);
+      int64_t arrived = 0;
+      ssize_t n = recv_stamped(p.fd[s], scratch.data(), scratch.size(), &arrived);
       if (n == 0) {
         d.eof = true;
         break;
       }
       if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
-      buf.resize(static_cast<size_t>(n));
-      const int64_t t = now_ns();
-      const int64_t start = std::max(t, d.wire_free);
+      std::vector<std::byte> buf(scratch.begin(), scratch.begin() + n);
+      const int64_t start = std::max(arrived, d.wire_free);
       d.wire_free = start + (shape_.gbytes_s > 0 ? static_cast<int64_t>(static_cast<double>(n) / shape_.gbytes_s) : 0);
       d.queued += static_cast<size_t>(n);
-      d.q.push_back({d.wire_free + lat_ns, std::move(buf)});
+      d.q.push_back({d.wire_free + delay_ns, std::move(buf)});
     }
     return true;
   };
@@ -192,19 +288,27 @@ void LinkEmulator::run() {
 
   std::vector<epoll_event> evs(64);
   while (!stop_) {
-    // Sleep until the next due chunk (or an event); spin the last few microseconds.
+    // Sleep until shortly before the next release (or an event), then poll up to it: a timed
+    // sleep returns late by a few tens of microseconds here, a poll by about one.
     int64_t next = INT64_MAX;
     for (auto& [id, p] : pairs)
       for (auto& d : p.dir)
         if (!d.q.empty() && !d.blocked) next = std::min(next, d.q.front().due);
     const int64_t t0 = now_ns();
-    int64_t wait_ns = next == INT64_MAX ? 1'000'000'000 : std::max<int64_t>(0, next - t0);
-    if (wait_ns < kSpinNs) wait_ns = 0;
-    else wait_ns -= kSpinNs / 2;
+    int64_t wait_ns = 0, wake_at = -1;
+    if (next == INT64_MAX) {
+      wait_ns = 1'000'000'000;  // nothing queued: until an event
+    } else if (next - t0 > late_ns + kSpinMarginNs) {
+      wake_at = next - late_ns - kSpinMarginNs;
+      wait_ns = wake_at - t0;
+    }
     timespec ts{static_cast<time_t>(wait_ns / 1'000'000'000), static_cast<long>(wait_ns % 1'000'000'000)};
-    pollfd pfd{loop_.epoll_fd, POLLIN, 0};
-    int ready = ::ppoll(&pfd, 1, &ts, nullptr);
-    int n = ready > 0 ? ::epoll_wait(loop_.epoll_fd, evs.data(), static_cast<int>(evs.size()), 0) : 0;
+    int n = ::epoll_pwait2(loop_.epoll_fd, evs.data(), static_cast<int>(evs.size()), &ts, nullptr);
+    if (n < 0) n = 0;  // EINTR
+    if (n == 0 && wake_at >= 0) {
+      const int64_t late = now_ns() - wake_at;
+      late_ns = std::clamp(late > late_ns ? late : late_ns - (late_ns - late) / 16, kLateMinNs, kLateMaxNs);
+    }
     std::vector<uint64_t> broken;
     for (int i = 0; i < n; ++i) {
       const uint64_t tag = evs[i].data.u64;
@@ -222,6 +326,8 @@ void LinkEmulator::run() {
           }
           tune_socket(c);
           tune_socket(t);
+          stamp_arrivals(c);
+          stamp_arrivals(t);
           const uint64_t id = next_id++;
           Pair& p = pairs[id];
           p.fd[0] = c;
