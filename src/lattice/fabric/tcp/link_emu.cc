@@ -3,9 +3,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/epoll.h>
-#include <sched.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -68,26 +66,6 @@ ssize_t recv_stamped(int fd, void* buf, size_t n, int64_t* arrived_ns) {
   return got;
 }
 
-// Asks the scheduler for short slices for the calling thread (EEVDF, Linux 6.12+: a task that
-// asks for a slice shorter than the running one's may preempt it when it wakes). The relay runs
-// in bursts of microseconds; with the default slice, waking it on a core that a spinning caller
-// holds waits for that caller's slice. Best effort: older kernels ignore or refuse it.
-void request_short_slices() {
-  struct {  // struct sched_attr of sched_setattr(2), version 1 (glibc 2.36 has no wrapper)
-    uint32_t size, sched_policy;
-    uint64_t sched_flags;
-    int32_t sched_nice;
-    uint32_t sched_priority;
-    uint64_t sched_runtime, sched_deadline, sched_period;
-    uint32_t sched_util_min, sched_util_max;
-  } attr{};
-  attr.size = sizeof attr;
-  attr.sched_policy = SCHED_OTHER;
-  attr.sched_runtime = 100'000;  // ns: the shortest slice the kernel accepts
-  if (::syscall(SYS_sched_setattr, 0, &attr, 0u) != 0)
-    LATTICE_LOG_DEBUG("tcp link emulator: no short slices ({})", std::strerror(errno));
-}
-
 void stamp_arrivals(int fd) {
   int one = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);
@@ -96,6 +74,10 @@ void stamp_arrivals(int fd) {
 struct Chunk {
   int64_t due;
   std::vector<std::byte> data;
+  // Found the wire idle: its release is a message's latency, polled for to the microsecond.
+  // Otherwise it is part of a stream whose rate is set by the due times, not by how promptly
+  // each is released, and a timed sleep (late by tens of microseconds) does.
+  bool exact = false;
   size_t off = 0;
 };
 
@@ -210,7 +192,6 @@ LinkEmulator::~LinkEmulator() {
 
 void LinkEmulator::run() {
   ::prctl(PR_SET_TIMERSLACK, 1000UL);  // timers to the microsecond, not the default 50 us
-  request_short_slices();
   std::map<uint64_t, Pair> pairs;      // id -> pair; epoll data = id * 2 + side
   uint64_t next_id = 1;
   // From the kernel's stamp to the release: the setting less the relay's own hop.
@@ -253,10 +234,11 @@ void LinkEmulator::run() {
       }
       if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
       std::vector<std::byte> buf(scratch.begin(), scratch.begin() + n);
+      const bool idle = d.q.empty() && arrived >= d.wire_free;
       const int64_t start = std::max(arrived, d.wire_free);
       d.wire_free = start + (shape_.gbytes_s > 0 ? static_cast<int64_t>(static_cast<double>(n) / shape_.gbytes_s) : 0);
       d.queued += static_cast<size_t>(n);
-      d.q.push_back({d.wire_free + delay_ns, std::move(buf)});
+      d.q.push_back({d.wire_free + delay_ns, std::move(buf), idle});
     }
     return true;
   };
@@ -288,24 +270,27 @@ void LinkEmulator::run() {
 
   std::vector<epoll_event> evs(64);
   while (!stop_) {
-    // Sleep until shortly before the next release (or an event), then poll up to it: a timed
-    // sleep returns late by a few tens of microseconds here, a poll by about one.
-    int64_t next = INT64_MAX;
+    // Sleep until the next release of a stream, or until shortly before that of a message and
+    // poll up to it: a timed sleep returns late by tens of microseconds here, a poll by about one.
+    int64_t next = INT64_MAX, next_exact = INT64_MAX;
     for (auto& [id, p] : pairs)
-      for (auto& d : p.dir)
-        if (!d.q.empty() && !d.blocked) next = std::min(next, d.q.front().due);
+      for (auto& d : p.dir) {
+        if (d.q.empty() || d.blocked) continue;
+        next = std::min(next, d.q.front().due);
+        if (d.q.front().exact) next_exact = std::min(next_exact, d.q.front().due);
+      }
     const int64_t t0 = now_ns();
     int64_t wait_ns = 0, wake_at = -1;
     if (next == INT64_MAX) {
       wait_ns = 1'000'000'000;  // nothing queued: until an event
-    } else if (next - t0 > late_ns + kSpinMarginNs) {
-      wake_at = next - late_ns - kSpinMarginNs;
-      wait_ns = wake_at - t0;
+    } else if (next_exact == INT64_MAX || next_exact - t0 > late_ns + kSpinMarginNs) {
+      wake_at = std::min(next, next_exact == INT64_MAX ? INT64_MAX : next_exact - late_ns - kSpinMarginNs);
+      wait_ns = std::max<int64_t>(0, wake_at - t0);
     }
     timespec ts{static_cast<time_t>(wait_ns / 1'000'000'000), static_cast<long>(wait_ns % 1'000'000'000)};
     int n = ::epoll_pwait2(loop_.epoll_fd, evs.data(), static_cast<int>(evs.size()), &ts, nullptr);
     if (n < 0) n = 0;  // EINTR
-    if (n == 0 && wake_at >= 0) {
+    if (n == 0 && wake_at > t0) {
       const int64_t late = now_ns() - wake_at;
       late_ns = std::clamp(late > late_ns ? late : late_ns - (late_ns - late) / 16, kLateMinNs, kLateMaxNs);
     }

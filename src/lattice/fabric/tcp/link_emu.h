@@ -12,10 +12,12 @@
 // So that the link adds L and not L plus the relay's own costs, the clock of a chunk starts when
 // the kernel queued its bytes on the relay's socket (SO_TIMESTAMPNS: the relay's wake-up does
 // not count), a chunk is released early by the part of a loopback send() before the receiver
-// has the bytes (measured at start: the relay's own hop, `hop()`), and a release less than the
-// timer's recent lateness away is waited for by polling, not by a timer (a timed sleep of 40 us
-// here returns 20-60 us late). Below the hop and the relay's wake-up (about 10-30 us on this VM)
-// the relay cannot go: L = 0.001 adds that much.
+// has the bytes (measured at start: the relay's own hop, `hop()`), and a message's release (a
+// chunk that found the wire idle) less than the timer's recent lateness away is waited for by
+// polling, not by a timer (a timed sleep of 40 us here returns 20-70 us late). The chunks of a
+// stream are released by timed sleeps: their due times, not their promptness, set its rate.
+// Below the hop and the relay's wake-up (10-40 us on this VM) the relay cannot go: latency_us=
+// 0.001 adds that much, and a wake-up longer than L adds its excess.
 //
 // What it is not: its queue per direction is bounded (kMaxQueued; beyond that it stops reading
 // and TCP's flow control holds the sender back). A closed or reset side is passed on (shutdown
