@@ -118,8 +118,8 @@ TEST(EmulatedLinkProcess, LatencyAndRateWithinTwentyPercentOfTheSetting) {
 }
 
 // The tcp relay's latency against plain tcp. Under `slow` until it has passed on a quiet machine:
-// on the loaded one (load 8-10 on 2 cores) the relay's wake-up often exceeds the 50 us it can hide
-// and the median adds 61-68 us (the minimum adds 48-56).
+// on the loaded one (load 7-11 on 2 cores) the relay's wake-up often exceeds the 50 us it can hide
+// and the median adds 55-67 us (the minimum 49-55; docs/SIM.md "Emulated links").
 TEST(EmulatedLinkSlow, TcpLatencyWithinTwentyPercentOfTheSetting) {
   std::string why;
   if (machine_is_loaded(&why)) GTEST_SKIP() << why;
