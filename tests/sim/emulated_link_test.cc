@@ -93,34 +93,37 @@ TEST(EmulatedLinkProcess, BytesArriveIntact) {
   }
 }
 
-// One way at 8 bytes, the emulated latency is what setting it adds: latency_us=50 against the same
-// emulator at 0.001 us (which keeps the relay hop of tcp and the emulator's own work of verbs in
-// both); the rate: 4 MiB streams at gbytes_s=0.5 (below what this machine carries unshaped).
-double added_latency_us(const std::string& base) {
-  auto lat = [&](const std::string& q) {
-    return bench(base + q, "--measure lat -b 8 -e 8 -n 2000")[0]["lat_us_median"].get<double>();
+// One way at 8 bytes (median), what a latency setting adds: `base + "latency_us=50"` against
+// `baseline`. verbs-emu against itself at 0.001 us (its own work is in both); tcp against plain
+// tcp, no relay: the relay starts each byte's clock when the kernel queued it on the relay's
+// socket and releases it early by its measured hop, so the whole relay adds the setting (its
+// wake-up included, as long as that is shorter than the setting).
+double added_latency_us(const std::string& base, const std::string& baseline) {
+  auto lat = [&](const std::string& uri) {
+    return bench(uri, "--measure lat -b 8 -e 8 -n 2000")[0]["lat_us_median"].get<double>();
   };
-  return lat("latency_us=50") - lat("latency_us=0.001");
+  return lat(base + "latency_us=50") - lat(baseline);
 }
 
 TEST(EmulatedLinkProcess, LatencyAndRateWithinTwentyPercentOfTheSetting) {
   std::string why;
   if (machine_is_loaded(&why)) GTEST_SKIP() << why;
-  const double added = added_latency_us("verbs-emu://apple-tb5?");
+  const double added = added_latency_us("verbs-emu://apple-tb5?", "verbs-emu://apple-tb5?latency_us=0.001");
   EXPECT_NEAR(added / 50.0, 1.0, 0.2) << "verbs-emu: " << added << " us added";
+  // The rate: 4 MiB streams at gbytes_s=0.5 (below what this machine carries unshaped).
   for (const std::string base : {"tcp://127.0.0.1:0?", "verbs-emu://apple-tb5?"}) {
     const double bw = bench(base + "gbytes_s=0.5", "--measure bw -b 4M -e 4M --bw-time 0.5")[0]["bw_gbps"].get<double>();
     EXPECT_NEAR(bw / 0.5, 1.0, 0.2) << base << ": " << bw << " GB/s";
   }
 }
 
-// The tcp relay's latency: on this 2-core machine it adds ~88 us for a 50 us setting, quiet or
-// not, busy-polled or not (the relay thread, each end's progress thread and the bench share two
-// cores). Kept under `slow` as the open measurement it is (issue 16), not in the default run.
+// The tcp relay's latency against plain tcp. Under `slow` until it has passed on a quiet machine:
+// on the loaded one (load 7-11 on 2 cores) the relay's wake-up often exceeds the 50 us it can hide
+// and the median adds 55-67 us (the minimum 49-55; docs/SIM.md "Emulated links").
 TEST(EmulatedLinkSlow, TcpLatencyWithinTwentyPercentOfTheSetting) {
   std::string why;
   if (machine_is_loaded(&why)) GTEST_SKIP() << why;
-  const double added = added_latency_us("tcp://127.0.0.1:0?");
+  const double added = added_latency_us("tcp://127.0.0.1:0?", "tcp://127.0.0.1:0");
   EXPECT_NEAR(added / 50.0, 1.0, 0.2) << "tcp relay: " << added << " us added";
 }
 

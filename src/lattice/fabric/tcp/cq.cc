@@ -12,9 +12,6 @@
 namespace lattice::fabric::tcp {
 
 namespace {
-// How long wait() polls before it sleeps: longer than a loopback round trip (~10 us) so a
-// ping-pong never sleeps, short enough that an idle waiter costs nothing.
-constexpr auto kSpin = std::chrono::microseconds(50);
 // A sleeper re-reads its endpoint list this often (endpoints may connect while it sleeps).
 constexpr auto kMaxSleepSlice = std::chrono::milliseconds(50);
 
@@ -27,11 +24,12 @@ inline void cpu_relax() {
 }
 }  // namespace
 
-Result<std::unique_ptr<TcpCompletionQueue>> TcpCompletionQueue::create(size_t depth, bool busy_poll) {
+Result<std::unique_ptr<TcpCompletionQueue>> TcpCompletionQueue::create(size_t depth, bool busy_poll,
+                                                                               Clock::duration spin) {
   if (depth == 0) return InvalidArgument("create_cq: depth must be > 0");
   int efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (efd < 0) return ErrnoError("eventfd", errno);
-  return std::unique_ptr<TcpCompletionQueue>(new TcpCompletionQueue(efd, busy_poll));
+  return std::unique_ptr<TcpCompletionQueue>(new TcpCompletionQueue(efd, busy_poll, spin));
 }
 
 TcpCompletionQueue::~TcpCompletionQueue() { ::close(event_fd_); }
@@ -111,7 +109,7 @@ void TcpCompletionQueue::sleep_once(Deadline deadline) {
 
 Result<size_t> TcpCompletionQueue::wait(std::span<Completion> out, Deadline deadline) {
   if (out.empty()) return InvalidArgument("CompletionQueue::wait: empty output span");
-  const auto spin_until = Clock::now() + kSpin;
+  const auto spin_until = Clock::now() + spin_;
   for (;;) {
     if (size_t n = poll(out)) return n;
     if (deadline.expired()) return Timeout("no completion before the deadline");

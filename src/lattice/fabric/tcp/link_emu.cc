@@ -1,12 +1,11 @@
 #include "lattice/fabric/tcp/link_emu.h"
 
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <string>
@@ -25,19 +25,59 @@
 namespace lattice::fabric::tcp {
 namespace {
 
-constexpr uint64_t kWakeId = 0, kListenId = 1;
 constexpr size_t kReadBytes = 64 * 1024;
-constexpr int64_t kSpinNs = 20'000;  // closer than this to a due time: poll without sleeping
 constexpr int kConnectMs = 2000;
+// A release closer than the timer's lateness estimate (plus this) is waited for by polling.
+constexpr int64_t kSpinMarginNs = 5'000;
+// The lateness estimate of a timed sleep: where it starts (above what this VM shows, so the first
+// releases poll) and its bounds. It follows a later wake-up at once and an earlier one by 1/16.
+constexpr int64_t kLateStartNs = 100'000, kLateMinNs = 5'000, kLateMaxNs = 200'000;
+constexpr int kHopProbes = 33;
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+int64_t clock_ns(clockid_t id) {
+  timespec ts{};
+  ::clock_gettime(id, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+int64_t now_ns() { return clock_ns(CLOCK_MONOTONIC); }
+
+// recv() that also says when the kernel queued the bytes on `fd` (SO_TIMESTAMPNS, the last
+// segment read; CLOCK_REALTIME turned into CLOCK_MONOTONIC). Without a stamp, or with one that
+// a clock step made implausible: now.
+ssize_t recv_stamped(int fd, void* buf, size_t n, int64_t* arrived_ns) {
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(timespec))];
+  iovec iov{buf, n};
+  msghdr m{};
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  m.msg_control = control;
+  m.msg_controllen = sizeof control;
+  const ssize_t got = ::recvmsg(fd, &m, 0);
+  const int64_t mono = now_ns();
+  *arrived_ns = mono;
+  if (got <= 0) return got;
+  for (cmsghdr* h = CMSG_FIRSTHDR(&m); h != nullptr; h = CMSG_NXTHDR(&m, h)) {
+    if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_TIMESTAMPNS) continue;
+    timespec ts;
+    std::memcpy(&ts, CMSG_DATA(h), sizeof ts);
+    const int64_t stamp = static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec - (clock_ns(CLOCK_REALTIME) - mono);
+    if (stamp <= mono && stamp > mono - 1'000'000'000) *arrived_ns = stamp;
+  }
+  return got;
+}
+
+void stamp_arrivals(int fd) {
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);
 }
 
 struct Chunk {
   int64_t due;
   std::vector<std::byte> data;
+  // Found the wire idle: its release is a message's latency, polled for to the microsecond.
+  // Otherwise it is part of a stream whose rate is set by the due times, not by how promptly
+  // each is released, and a timed sleep (late by tens of microseconds) does.
+  bool exact = false;
   size_t off = 0;
 };
 
@@ -75,9 +115,34 @@ int dial(const SockAddr& to) {
   return fd;
 }
 
-void nodelay(int fd) {
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+// The relay's own hop: how long a loopback send() runs before the receiving socket has the bytes
+// (its kernel stamp), the least of kHopProbes one-byte sends to itself through `listen_fd`
+// (nothing else has its address yet). The least, not the median: a probe preempted on a loaded
+// machine measures the scheduler, and releasing by that much early would cut into the setting.
+// 0 when a probe fails.
+int64_t measure_hop(int listen_fd, const SockAddr& self) {
+  int tx = dial(self);
+  if (tx < 0) return 0;
+  pollfd lp{listen_fd, POLLIN, 0};
+  int rx = ::poll(&lp, 1, kConnectMs) == 1 ? ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC) : -1;
+  std::vector<int64_t> hops;
+  if (rx >= 0) {
+    tune_socket(tx);
+    stamp_arrivals(rx);
+    for (int i = 0; i < kHopProbes; ++i) {
+      char byte = 1;
+      const int64_t sent = now_ns();
+      if (::send(tx, &byte, 1, MSG_NOSIGNAL) != 1) break;
+      pollfd rp{rx, POLLIN, 0};
+      int64_t arrived = 0;
+      if (::poll(&rp, 1, kConnectMs) != 1 || recv_stamped(rx, &byte, 1, &arrived) != 1) break;
+      hops.push_back(arrived - sent);
+    }
+    ::close(rx);
+  }
+  ::close(tx);
+  if (hops.size() < static_cast<size_t>(kHopProbes)) return 0;
+  return std::max<int64_t>(0, *std::min_element(hops.begin(), hops.end()));
 }
 
 }  // namespace
@@ -100,55 +165,43 @@ Result<std::unique_ptr<LinkEmulator>> LinkEmulator::start(const SockAddr& bind, 
   std::unique_ptr<LinkEmulator> e(new LinkEmulator());
   e->shape_ = shape;
   e->target_ = target;
-  e->listen_fd_ = ::socket(bind.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (e->listen_fd_ < 0) return ErrnoError("tcp link emulator: socket()", errno);
   SockAddr b = bind;
   auto* in = reinterpret_cast<sockaddr_in*>(&b.storage);
   auto* in6 = reinterpret_cast<sockaddr_in6*>(&b.storage);
   (b.family() == AF_INET ? in->sin_port : in6->sin6_port) = 0;  // the relay's own port
-  if (::bind(e->listen_fd_, b.get(), b.len) < 0)
-    return ErrnoError("tcp link emulator: bind to " + sockaddr_to_string(b.get()), errno);
-  if (::listen(e->listen_fd_, 128) < 0) return ErrnoError("tcp link emulator: listen()", errno);
-  e->bound_.len = sizeof e->bound_.storage;
-  if (::getsockname(e->listen_fd_, e->bound_.get(), &e->bound_.len) < 0)
-    return ErrnoError("tcp link emulator: getsockname()", errno);
-  e->epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
-  e->wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (e->epoll_fd_ < 0 || e->wake_fd_ < 0) return ErrnoError("tcp link emulator: epoll/eventfd", errno);
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = kWakeId;
-  ::epoll_ctl(e->epoll_fd_, EPOLL_CTL_ADD, e->wake_fd_, &ev);
-  ev.data.u64 = kListenId;
-  ::epoll_ctl(e->epoll_fd_, EPOLL_CTL_ADD, e->listen_fd_, &ev);
+  LATTICE_ASSIGN_OR_RETURN(Listener listener, listen_socket(b, /*reuse_addr=*/false, "tcp link emulator"));
+  e->listen_fd_ = listener.fd;
+  e->bound_ = listener.bound;
+  e->hop_ns_ = measure_hop(e->listen_fd_, e->bound_);
+  LATTICE_ASSIGN_OR_RETURN(e->loop_, listen_loop(e->listen_fd_, "tcp link emulator"));
   LinkEmulator* raw = e.get();
   e->thread_ = std::thread([raw] { raw->run(); });
-  LATTICE_LOG_DEBUG("tcp link emulator on {} -> {}: {} us, {} GB/s", sockaddr_to_string(e->bound_.get()),
-                    sockaddr_to_string(target.get()), shape.latency_us, shape.gbytes_s);
+  LATTICE_LOG_DEBUG("tcp link emulator on {} -> {}: {} us, {} GB/s, own hop {:.1f} us",
+                    sockaddr_to_string(e->bound_.get()), sockaddr_to_string(target.get()), shape.latency_us,
+                    shape.gbytes_s, static_cast<double>(e->hop_ns_) / 1e3);
   return e;
 }
 
 LinkEmulator::~LinkEmulator() {
   stop_ = true;
-  if (wake_fd_ >= 0) {
-    uint64_t one = 1;
-    (void)!::write(wake_fd_, &one, sizeof one);
-  }
+  wake(loop_);
   if (thread_.joinable()) thread_.join();
-  for (int fd : {listen_fd_, epoll_fd_, wake_fd_})
+  for (int fd : {listen_fd_, loop_.epoll_fd, loop_.wake_fd})
     if (fd >= 0) ::close(fd);
 }
 
 void LinkEmulator::run() {
-  ::prctl(PR_SET_TIMERSLACK, 1000UL);  // wake-ups to the microsecond, not the default 50 us
+  ::prctl(PR_SET_TIMERSLACK, 1000UL);  // timers to the microsecond, not the default 50 us
   std::map<uint64_t, Pair> pairs;      // id -> pair; epoll data = id * 2 + side
   uint64_t next_id = 1;
-  const int64_t lat_ns = static_cast<int64_t>(shape_.latency_us * 1000.0);
+  // From the kernel's stamp to the release: the setting less the relay's own hop.
+  const int64_t delay_ns = std::max<int64_t>(0, static_cast<int64_t>(shape_.latency_us * 1000.0) - hop_ns_);
+  int64_t late_ns = kLateStartNs;  // how late a timed sleep returns, lately
 
   auto close_pair = [&](uint64_t id) {
     Pair& p = pairs.at(id);
     for (int fd : p.fd) {
-      ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+      ::epoll_ctl(loop_.epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
       ::close(fd);
     }
     pairs.erase(id);
@@ -164,27 +217,28 @@ void LinkEmulator::run() {
       epoll_event ev{};
       ev.events = want;
       ev.data.u64 = id * 2 + static_cast<uint64_t>(s);
-      ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, p.fd[s], &ev);
+      ::epoll_ctl(loop_.epoll_fd, EPOLL_CTL_MOD, p.fd[s], &ev);
       p.armed[s] = want;
     }
   };
   // Reads what side s has; false when the pair broke.
+  std::vector<std::byte> scratch(kReadBytes);
   auto take = [&](Pair& p, int s) {
     Direction& d = p.dir[s];
     while (!d.eof && d.queued < kMaxQueued) {
-      std::vector<std::byte> buf(kReadBytes);
-      ssize_t n = ::recv(p.fd[s], buf.data(), buf.size(), 0);
+      int64_t arrived = 0;
+      ssize_t n = recv_stamped(p.fd[s], scratch.data(), scratch.size(), &arrived);
       if (n == 0) {
         d.eof = true;
         break;
       }
       if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
-      buf.resize(static_cast<size_t>(n));
-      const int64_t t = now_ns();
-      const int64_t start = std::max(t, d.wire_free);
+      std::vector<std::byte> buf(scratch.begin(), scratch.begin() + n);
+      const bool idle = d.q.empty() && arrived >= d.wire_free;
+      const int64_t start = std::max(arrived, d.wire_free);
       d.wire_free = start + (shape_.gbytes_s > 0 ? static_cast<int64_t>(static_cast<double>(n) / shape_.gbytes_s) : 0);
       d.queued += static_cast<size_t>(n);
-      d.q.push_back({d.wire_free + lat_ns, std::move(buf)});
+      d.q.push_back({d.wire_free + delay_ns, std::move(buf), idle});
     }
     return true;
   };
@@ -216,19 +270,30 @@ void LinkEmulator::run() {
 
   std::vector<epoll_event> evs(64);
   while (!stop_) {
-    // Sleep until the next due chunk (or an event); spin the last few microseconds.
-    int64_t next = INT64_MAX;
+    // Sleep until the next release of a stream, or until shortly before that of a message and
+    // poll up to it: a timed sleep returns late by tens of microseconds here, a poll by about one.
+    int64_t next = INT64_MAX, next_exact = INT64_MAX;
     for (auto& [id, p] : pairs)
-      for (auto& d : p.dir)
-        if (!d.q.empty() && !d.blocked) next = std::min(next, d.q.front().due);
+      for (auto& d : p.dir) {
+        if (d.q.empty() || d.blocked) continue;
+        next = std::min(next, d.q.front().due);
+        if (d.q.front().exact) next_exact = std::min(next_exact, d.q.front().due);
+      }
     const int64_t t0 = now_ns();
-    int64_t wait_ns = next == INT64_MAX ? 1'000'000'000 : std::max<int64_t>(0, next - t0);
-    if (wait_ns < kSpinNs) wait_ns = 0;
-    else wait_ns -= kSpinNs / 2;
+    int64_t wait_ns = 0, wake_at = -1;
+    if (next == INT64_MAX) {
+      wait_ns = 1'000'000'000;  // nothing queued: until an event
+    } else if (next_exact == INT64_MAX || next_exact - t0 > late_ns + kSpinMarginNs) {
+      wake_at = std::min(next, next_exact == INT64_MAX ? INT64_MAX : next_exact - late_ns - kSpinMarginNs);
+      wait_ns = std::max<int64_t>(0, wake_at - t0);
+    }
     timespec ts{static_cast<time_t>(wait_ns / 1'000'000'000), static_cast<long>(wait_ns % 1'000'000'000)};
-    pollfd pfd{epoll_fd_, POLLIN, 0};
-    int ready = ::ppoll(&pfd, 1, &ts, nullptr);
-    int n = ready > 0 ? ::epoll_wait(epoll_fd_, evs.data(), static_cast<int>(evs.size()), 0) : 0;
+    int n = ::epoll_pwait2(loop_.epoll_fd, evs.data(), static_cast<int>(evs.size()), &ts, nullptr);
+    if (n < 0) n = 0;  // EINTR
+    if (n == 0 && wake_at > t0) {
+      const int64_t late = now_ns() - wake_at;
+      late_ns = std::clamp(late > late_ns ? late : late_ns - (late_ns - late) / 16, kLateMinNs, kLateMaxNs);
+    }
     std::vector<uint64_t> broken;
     for (int i = 0; i < n; ++i) {
       const uint64_t tag = evs[i].data.u64;
@@ -244,8 +309,10 @@ void LinkEmulator::run() {
             ::close(c);
             continue;
           }
-          nodelay(c);
-          nodelay(t);
+          tune_socket(c);
+          tune_socket(t);
+          stamp_arrivals(c);
+          stamp_arrivals(t);
           const uint64_t id = next_id++;
           Pair& p = pairs[id];
           p.fd[0] = c;
@@ -254,7 +321,7 @@ void LinkEmulator::run() {
             epoll_event ev{};
             ev.events = EPOLLIN;
             ev.data.u64 = id * 2 + static_cast<uint64_t>(s);
-            ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, p.fd[s], &ev);
+            ::epoll_ctl(loop_.epoll_fd, EPOLL_CTL_ADD, p.fd[s], &ev);
             p.armed[s] = EPOLLIN;
           }
         }

@@ -9,20 +9,32 @@
 // left the wire. A connection carries both directions of a pair of endpoints, and only the
 // listening side relays it, so each direction of each link is emulated once.
 //
-// What it is not: the relay adds a loopback hop of its own (a few microseconds here) on top of
-// L, and its queue per direction is bounded (kMaxQueued; beyond that it stops reading and TCP's
-// flow control holds the sender back). A closed or reset side is passed on (shutdown after the
-// queued bytes, or close), so a lost rank looks lost through the relay too. Without the options
-// nothing of this runs: the provider's data path is the same code either way.
+// So that the link adds L and not L plus the relay's own costs, the clock of a chunk starts when
+// the kernel queued its bytes on the relay's socket (SO_TIMESTAMPNS: the relay's wake-up does
+// not count), a chunk is released early by the part of a loopback send() before the receiver
+// has the bytes (measured at start: the relay's own hop, `hop()`), and a message's release (a
+// chunk that found the wire idle) less than the timer's recent lateness away is waited for by
+// polling, not by a timer (a timed sleep of 40 us here returns 20-70 us late). The chunks of a
+// stream are released by timed sleeps: their due times, not their promptness, set its rate.
+// Below the hop and the relay's wake-up (10-40 us on this VM) the relay cannot go: latency_us=
+// 0.001 adds that much, and a wake-up longer than L adds its excess.
+//
+// What it is not: its queue per direction is bounded (kMaxQueued; beyond that it stops reading
+// and TCP's flow control holds the sender back). A closed or reset side is passed on (shutdown
+// after the queued bytes, or close), so a lost rank looks lost through the relay too. Without
+// the options nothing of this runs: the provider's data path is the same code either way.
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string_view>
 #include <thread>
 
 #include "lattice/core/status.h"
 #include "lattice/fabric/tcp/address.h"
+#include "lattice/fabric/tcp/socket.h"
 
 namespace lattice::fabric::tcp {
 
@@ -41,6 +53,9 @@ class LinkEmulator {
   LinkEmulator& operator=(const LinkEmulator&) = delete;
 
   const SockAddr& bound() const { return bound_; }
+  // What a loopback send() takes before the receiving socket has the bytes (measured at start):
+  // each chunk is released this much before its due time.
+  std::chrono::nanoseconds hop() const { return std::chrono::nanoseconds(hop_ns_); }
 
  private:
   LinkEmulator() = default;
@@ -50,8 +65,8 @@ class LinkEmulator {
   SockAddr target_;
   SockAddr bound_;
   int listen_fd_ = -1;
-  int epoll_fd_ = -1;
-  int wake_fd_ = -1;
+  ListenLoop loop_;
+  int64_t hop_ns_ = 0;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -2,7 +2,6 @@
 
 #include <netinet/in.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,12 +16,11 @@
 #include "lattice/fabric/tcp/cq.h"
 #include "lattice/fabric/tcp/endpoint.h"
 #include "lattice/fabric/tcp/link_emu.h"
+#include "lattice/fabric/tcp/socket.h"
 
 namespace lattice::fabric::tcp {
 
 namespace {
-constexpr uint64_t kWakeId = 0;
-constexpr uint64_t kListenId = 1;
 // How soon the background thread looks again at an endpoint it left to a caller. Not sooner:
 // on a loaded 2-core machine every wake-up of this thread is a chance for the scheduler to
 // switch a spinning caller out for a whole time slice (measured: waking every 1 ms turned a
@@ -31,6 +29,7 @@ constexpr uint64_t kListenId = 1;
 constexpr auto kRecheckActive = std::chrono::milliseconds(10);
 constexpr auto kRecheckSleeper = std::chrono::milliseconds(20);
 constexpr auto kMaxTick = std::chrono::seconds(1);
+constexpr auto kMaxExtraSpin = std::chrono::milliseconds(1);
 }  // namespace
 
 Result<std::unique_ptr<TcpProvider>> TcpProvider::create(std::string_view params, const ProviderOptions& options) {
@@ -49,34 +48,18 @@ Result<std::unique_ptr<TcpProvider>> TcpProvider::create(std::string_view params
   p->caps_.rma_write = p->caps_.rma_read = p->caps_.atomics = true;
   p->caps_.release_buffer = true;
 
-  p->listen_fd_ = ::socket(spec.bind_addr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (p->listen_fd_ < 0) return ErrnoError("tcp provider: socket()", errno);
-  int one = 1;
-  ::setsockopt(p->listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (::bind(p->listen_fd_, spec.bind_addr.get(), spec.bind_addr.len) < 0)
-    return ErrnoError("tcp provider: bind to " + sockaddr_to_string(spec.bind_addr.get()), errno);
-  if (::listen(p->listen_fd_, 128) < 0) return ErrnoError("tcp provider: listen()", errno);
-  SockAddr bound;
-  bound.len = sizeof bound.storage;
-  if (::getsockname(p->listen_fd_, bound.get(), &bound.len) < 0)
-    return ErrnoError("tcp provider: getsockname()", errno);
-  p->listen_addr_ = advertised_address(bound);
+  LATTICE_ASSIGN_OR_RETURN(Listener listener, listen_socket(spec.bind_addr, /*reuse_addr=*/true, "tcp provider"));
+  p->listen_fd_ = listener.fd;
+  p->listen_addr_ = advertised_address(listener.bound);
   if (spec.link.on()) {
     // An emulated link: peers dial the relay, which dials our listener (link_emu.h).
     LATTICE_ASSIGN_OR_RETURN(p->link_emu_, LinkEmulator::start(spec.bind_addr, p->listen_addr_.sockaddr(), spec.link));
     p->listen_addr_ = advertised_address(p->link_emu_->bound());
+    // Waiters keep polling through the round trip the link adds (cq.h), up to a millisecond.
+    const auto round_trip = std::chrono::nanoseconds(static_cast<int64_t>(spec.link.latency_us * 2e3));
+    p->cq_spin_ += std::min<Clock::duration>(round_trip, kMaxExtraSpin);
   }
-
-  p->epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
-  if (p->epoll_fd_ < 0) return ErrnoError("tcp provider: epoll_create1()", errno);
-  p->wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (p->wake_fd_ < 0) return ErrnoError("tcp provider: eventfd()", errno);
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = kWakeId;
-  ::epoll_ctl(p->epoll_fd_, EPOLL_CTL_ADD, p->wake_fd_, &ev);
-  ev.data.u64 = kListenId;
-  ::epoll_ctl(p->epoll_fd_, EPOLL_CTL_ADD, p->listen_fd_, &ev);
+  LATTICE_ASSIGN_OR_RETURN(p->loop_, listen_loop(p->listen_fd_, "tcp provider"));
   TcpProvider* raw = p.get();
   p->thread_ = std::thread([raw] { raw->run(); });
   LATTICE_LOG_DEBUG("tcp provider listening on {}", p->listen_addr_.to_string());
@@ -85,16 +68,12 @@ Result<std::unique_ptr<TcpProvider>> TcpProvider::create(std::string_view params
 
 TcpProvider::~TcpProvider() {
   stop_.store(true);
-  if (wake_fd_ >= 0) {
-    uint64_t one = 1;
-    (void)!::write(wake_fd_, &one, sizeof one);
-  }
+  wake(loop_);
   if (thread_.joinable()) thread_.join();
   for (auto& [id, s] : strangers_) ::close(s.fd);
   active_.clear();
-  if (listen_fd_ >= 0) ::close(listen_fd_);
-  if (epoll_fd_ >= 0) ::close(epoll_fd_);
-  if (wake_fd_ >= 0) ::close(wake_fd_);
+  for (int fd : {listen_fd_, loop_.epoll_fd, loop_.wake_fd})
+    if (fd >= 0) ::close(fd);
 }
 
 Result<std::unique_ptr<MemoryRegion>> TcpProvider::allocate_memory(size_t n_bytes, uint32_t access) {
@@ -115,7 +94,7 @@ Result<std::unique_ptr<MemoryRegion>> TcpProvider::register_memory(void* data, s
 }
 
 Result<std::unique_ptr<CompletionQueue>> TcpProvider::create_cq(size_t depth) {
-  LATTICE_ASSIGN_OR_RETURN(auto cq, TcpCompletionQueue::create(depth, busy_poll_));
+  LATTICE_ASSIGN_OR_RETURN(auto cq, TcpCompletionQueue::create(depth, busy_poll_, cq_spin_));
   return std::unique_ptr<CompletionQueue>(std::move(cq));
 }
 
@@ -146,9 +125,8 @@ void TcpProvider::add_connected(const std::shared_ptr<Conn>& conn, int fd) {
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
   ev.data.u64 = conn->id();
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
-  uint64_t one = 1;  // recompute the heartbeat tick
-  (void)!::write(wake_fd_, &one, sizeof one);
+  ::epoll_ctl(loop_.epoll_fd, EPOLL_CTL_ADD, fd, &ev);
+  wake(loop_);  // recompute the heartbeat tick
 }
 
 void TcpProvider::forget(const Conn* conn) {
@@ -182,7 +160,7 @@ void TcpProvider::accept_all() {
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.u64 = id;
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+    ::epoll_ctl(loop_.epoll_fd, EPOLL_CTL_ADD, fd, &ev);
   }
 }
 
@@ -191,7 +169,7 @@ void TcpProvider::drop_stranger(uint64_t id, const std::string& why) {
   if (it == strangers_.end()) return;
   LATTICE_LOG_WARN("tcp listener on {}: dropping connection from {}: {}", listen_addr_.to_string(),
                    it->second.peer_text, why);
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second.fd, nullptr);
+  ::epoll_ctl(loop_.epoll_fd, EPOLL_CTL_DEL, it->second.fd, nullptr);
   ::close(it->second.fd);
   strangers_.erase(it);
 }
@@ -263,7 +241,7 @@ void TcpProvider::serve_stranger(uint64_t id) {
   Nonce from;
   std::memcpy(from.data(), h.from, 16);
   std::string text = s.peer_text;
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  ::epoll_ctl(loop_.epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
   strangers_.erase(it);
   target->offer_incoming(fd, from, std::move(text));
 }
@@ -318,7 +296,7 @@ void TcpProvider::run() {
     auto now = Clock::now();
     int timeout_ms =
         wake_at <= now ? 0 : static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(wake_at - now).count());
-    int n = ::epoll_wait(epoll_fd_, evs, kMaxEvents, timeout_ms);
+    int n = ::epoll_wait(loop_.epoll_fd, evs, kMaxEvents, timeout_ms);
     if (n < 0 && errno != EINTR) {
       LATTICE_LOG_ERROR("tcp provider: epoll_wait: {}", std::strerror(errno));
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -328,7 +306,7 @@ void TcpProvider::run() {
       uint64_t id = evs[i].data.u64;
       if (id == kWakeId) {
         uint64_t v;
-        (void)!::read(wake_fd_, &v, sizeof v);
+        (void)!::read(loop_.wake_fd, &v, sizeof v);
         next_tick = std::min(next_tick, now);
         continue;
       }

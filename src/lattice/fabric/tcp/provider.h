@@ -25,7 +25,9 @@
 #include "lattice/crypto/secret.h"
 #include "lattice/fabric/fabric.h"
 #include "lattice/fabric/tcp/address.h"
+#include "lattice/fabric/tcp/cq.h"
 #include "lattice/fabric/tcp/memory.h"
+#include "lattice/fabric/tcp/socket.h"
 #include "lattice/fabric/tcp/wire.h"
 
 namespace lattice::fabric::tcp {
@@ -51,7 +53,7 @@ class TcpProvider final : public Provider {
 
   // For Conn.
   RegionTable& regions() { return *regions_; }
-  int epoll_fd() const { return epoll_fd_; }
+  int epoll_fd() const { return loop_.epoll_fd; }
   void add_connected(const std::shared_ptr<Conn>& conn, int fd);
   void forget(const Conn* conn);
   const EndpointAddress& listen_address() const { return listen_addr_; }
@@ -75,11 +77,11 @@ class TcpProvider final : public Provider {
 
   ProviderCaps caps_;
   bool busy_poll_ = false;
+  Clock::duration cq_spin_ = TcpCompletionQueue::kSpin;  // how long a CQ's wait() polls before it sleeps
   std::optional<crypto::ClusterSecret> secret_;
   std::shared_ptr<RegionTable> regions_ = std::make_shared<RegionTable>();
   int listen_fd_ = -1;
-  int epoll_fd_ = -1;
-  int wake_fd_ = -1;
+  ListenLoop loop_;  // the background thread's epoll set: wake-up eventfd and listener
   EndpointAddress listen_addr_;
   std::thread thread_;
   std::atomic<bool> stop_{false};

@@ -4,12 +4,15 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 #include "lattice/core/fd_io.h"
 #include "lattice/core/log.h"
@@ -61,6 +64,53 @@ Status read_setup(int fd, void* data, size_t n, Deadline deadline, const std::st
 void tune_socket(int fd) {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+Result<Listener> listen_socket(const SockAddr& bind, bool reuse_addr, const char* who) {
+  Listener l;
+  l.fd = ::socket(bind.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (l.fd < 0) return ErrnoError(std::string(who) + ": socket()", errno);
+  auto fail = [&](const std::string& what) {
+    const int e = errno;
+    ::close(l.fd);
+    return ErrnoError(std::string(who) + ": " + what, e);
+  };
+  int one = 1;
+  if (reuse_addr) ::setsockopt(l.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(l.fd, bind.get(), bind.len) < 0) return fail("bind to " + sockaddr_to_string(bind.get()));
+  if (::listen(l.fd, 128) < 0) return fail("listen()");
+  l.bound.len = sizeof l.bound.storage;
+  if (::getsockname(l.fd, l.bound.get(), &l.bound.len) < 0) return fail("getsockname()");
+  return l;
+}
+
+Result<ListenLoop> listen_loop(int listen_fd, const char* who) {
+  ListenLoop loop;
+  loop.epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
+  if (loop.epoll_fd < 0) return ErrnoError(std::string(who) + ": epoll_create1()", errno);
+  loop.wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (loop.wake_fd < 0) {
+    const int e = errno;
+    ::close(loop.epoll_fd);
+    return ErrnoError(std::string(who) + ": eventfd()", e);
+  }
+  for (auto [fd, id] : {std::pair{loop.wake_fd, kWakeId}, std::pair{listen_fd, kListenId}}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = id;
+    if (::epoll_ctl(loop.epoll_fd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+      const int e = errno;
+      ::close(loop.epoll_fd);
+      ::close(loop.wake_fd);
+      return ErrnoError(std::string(who) + ": epoll_ctl()", e);
+    }
+  }
+  return loop;
+}
+
+void wake(const ListenLoop& loop) {
+  uint64_t one = 1;
+  if (loop.wake_fd >= 0) (void)!::write(loop.wake_fd, &one, sizeof one);
 }
 
 // ---- sockets the listener hands over ---------------------------------------------------------

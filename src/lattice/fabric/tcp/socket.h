@@ -2,10 +2,12 @@
 // deadline-bounded exchanges (Hello, handshake) before a socket carries frames, and the options
 // every data socket gets. Everything blocking takes a Deadline (core/fd_io.h underneath) and
 // names the peer in its errors. The listener side (accepting, reading a stranger's Hello without
-// blocking) is the provider's background thread: provider.cc.
+// blocking) is the provider's background thread: provider.cc. The listening socket and the
+// epoll set of a background thread (the provider's, the link emulator's) are made here too.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "lattice/core/deadline.h"
@@ -30,5 +32,24 @@ Status read_setup(int fd, void* data, size_t n, Deadline deadline, const std::st
 
 // A connected socket's options for the data path (TCP_NODELAY).
 void tune_socket(int fd);
+
+// A non-blocking, close-on-exec listening socket bound to `bind` and the address it got (the
+// port chosen when `bind`'s is 0). Errors name `who` ("tcp provider", "tcp link emulator").
+struct Listener {
+  int fd = -1;
+  SockAddr bound;
+};
+Result<Listener> listen_socket(const SockAddr& bind, bool reuse_addr, const char* who);
+
+// The epoll set of a background thread: an eventfd that other threads write to wake it (its
+// events carry kWakeId) and the listening socket (kListenId). The caller owns and closes both.
+inline constexpr uint64_t kWakeId = 0, kListenId = 1;
+struct ListenLoop {
+  int epoll_fd = -1;
+  int wake_fd = -1;
+};
+Result<ListenLoop> listen_loop(int listen_fd, const char* who);
+// Wakes the thread sleeping on `loop` (any thread).
+void wake(const ListenLoop& loop);
 
 }  // namespace lattice::fabric::tcp
