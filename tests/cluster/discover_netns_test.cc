@@ -192,7 +192,7 @@ TEST(DiscoverNetns, RunDiscoverGeneratesOverTheNodesFound) {
 // RDMA declared on eth1 (LATTICE_IFACE_KIND=eth1=rdma@DEVICE): node1 and node2 on the emulated
 // device, node3 on a device it does not have. Every eth0 is shaped to 10 Mbit/s and node1's
 // eth1 to 50 Mbit/s, so TCP from node1 over eth1 cannot pass 50 Mbit/s, while the emulated
-// device moves its bytes through shared memory: node1-node2's figures over 0.2 Gbit/s are
+// device moves its bytes through shared memory: node1-node2's figures over 0.1 Gbit/s are
 // verbs', not TCP's. The pairs with node3 fail their verbs probe: tcp links over eth1 (now
 // ethernet, faster than eth0) with the TCP figures, and the comment says why.
 TEST(DiscoverNetns, RdmaPairsAreMeasuredOverVerbsAndAFailedVerbsProbeFallsBackToTcp) {
@@ -223,7 +223,7 @@ TEST(DiscoverNetns, RdmaPairsAreMeasuredOverVerbsAndAFailedVerbsProbeFallsBackTo
       EXPECT_EQ(l.provider, LinkProvider::kVerbs) << comment;
       EXPECT_EQ(l.a_device, "emu_rc_0");
       EXPECT_EQ(l.b_device, "emu_rc_0");
-      EXPECT_GT(*l.gbps, 0.2) << comment << "\n" << t.out;  // 4x what TCP from node1 can do on eth1
+      EXPECT_GT(*l.gbps, 0.1) << comment << "\n" << t.out;  // 2x what TCP from node1 can do on eth1
       EXPECT_NE(comment.find("over verbs (emu_rc_0 <-> emu_rc_0)"), std::string::npos) << comment;
       EXPECT_NE(comment.find("measured over verbs on the devices"), std::string::npos) << comment;
     } else {

@@ -19,8 +19,10 @@ constexpr size_t kChunkBytes = 256u << 10;
 constexpr size_t kEndBytes = 8;
 constexpr int kWindow = 4;      // the initiator's stream sends in flight
 constexpr int kRecvSlots = 8;   // receives the server keeps posted
+constexpr int kEchoSlots = 8;   // the server's echo buffers (an echo's send may complete late)
+constexpr int kWarmupEchoes = 10;
 enum Tag : uint32_t { kTagEcho = 1, kTagData = 2, kTagEnd = 3 };
-enum WorkIds : fabric::WorkId { kPingRecv = 1000, kPingSend, kChunkSend, kEndSend, kEchoSend };
+enum WorkIds : fabric::WorkId { kPingSend = 1000, kChunkSend, kEndSend, kEchoSend, kPingRecv = 2000 /* ..+kEchoSlots */ };
 
 // One end: the provider on the device, one queue, one endpoint, its regions. Members are
 // destroyed in reverse order: the endpoint first, the provider last (fabric.h).
@@ -63,15 +65,22 @@ Result<fabric::MemoryRegion*> region(VerbsEnd& e, size_t n_bytes) {
 
 void put_tag(fabric::MemoryRegion* mr, size_t offset, uint32_t tag) { std::memcpy(mr->data() + offset, &tag, sizeof tag); }
 
-// Waits for completions until `until` says enough; every completion goes to `on` first. A
-// failed completion is the error.
+// Polls for completions until `until` says enough; every completion goes to `on` first. A
+// failed completion is the error. It polls rather than waits, as the collectives' and `lattice
+// ping`'s loops do: a poller drives the verbs endpoint's progress on its own thread, where a
+// waiter relies on the endpoint's thread, which naps when idle (0.5-2 ms one way under load,
+// against ping's 30 us on the same emulated device).
+// `leftover` says which failed completions to skip: receives still posted from an earlier
+// phase, which fail once the peer closes its end.
 template <class On, class Until>
-Status drive(VerbsEnd& e, Deadline deadline, const char* what, On on, Until until) {
+Status drive(VerbsEnd& e, Deadline deadline, const char* what, On on, Until until,
+             bool (*leftover)(const fabric::Completion&) = nullptr) {
   fabric::Completion comps[16];
   while (!until()) {
-    auto n = e.cq->wait(comps, deadline);
-    if (!n.ok()) return n.status().with_context(std::string("verbs probe: ") + what);
-    for (size_t i = 0; i < *n; ++i) {
+    const size_t n = e.cq->poll(comps);
+    if (n == 0 && deadline.expired()) return Timeout(std::string("verbs probe: ") + what);
+    for (size_t i = 0; i < n; ++i) {
+      if (!comps[i].status.ok() && leftover && leftover(comps[i])) continue;
       if (!comps[i].status.ok())
         return comps[i].status.with_context(std::string("verbs probe: ") + what + " (" +
                                             std::string(fabric::to_string(comps[i].op)) + ")");
@@ -79,6 +88,95 @@ Status drive(VerbsEnd& e, Deadline deadline, const char* what, On on, Until unti
     }
   }
   return Status::Ok();
+}
+
+// The echoes and the stream, on a connected initiator end (`out`: a chunk-sized send region,
+// `in`: kEchoSlots echo buffers); the peer's count comes back over `ch`.
+Result<ProbeResult> measure(VerbsEnd& e, fabric::MemoryRegion* out, fabric::MemoryRegion* in, ProbeChannel& ch,
+                            const ProbeOptions& o, Deadline deadline) {
+  // Latency: echoes, one at a time, timed from the send to the echo's arrival (a send's own
+  // completion is not waited for: it may follow the echo). The first kWarmupEchoes are not
+  // timed: the peer's endpoint may still be napping between polls.
+  std::vector<double> rtts;
+  put_tag(out, 0, kTagEcho);
+  int pings_inflight = 0;
+  // Receives posted ahead, as `lattice ping` does: one posted just before each send left the
+  // echo waiting (5-30 ms a round trip on the emulator, against 0.6 ms with these).
+  for (fabric::WorkId k = 0; k < kEchoSlots; ++k)
+    LATTICE_RETURN_IF_ERROR(e.ep->post_recv({in, k * kPingBytes, kPingBytes}, kPingRecv + k));
+  for (int i = 0; i < kWarmupEchoes + std::max(1, o.pings); ++i) {
+    bool got = false;
+    auto t0 = Clock::now();
+    LATTICE_RETURN_IF_ERROR(e.ep->post_send({out, 0, kPingBytes}, kPingSend));
+    ++pings_inflight;
+    LATTICE_RETURN_IF_ERROR(drive(
+        e, deadline, "echo",
+        [&](const fabric::Completion& c) -> Status {
+          if (c.id == kPingSend) --pings_inflight;
+          if (c.op == fabric::Opcode::kRecv && c.id >= kPingRecv && c.id < kPingRecv + kEchoSlots) {
+            if (c.bytes != kPingBytes) return Corrupt("verbs probe: an echo of " + std::to_string(c.bytes) + " bytes");
+            got = true;
+            return e.ep->post_recv({in, (c.id - kPingRecv) * kPingBytes, kPingBytes}, c.id);
+          }
+          return Status::Ok();
+        },
+        [&] { return got && pings_inflight < kWindow; }));
+    if (i >= kWarmupEchoes) rtts.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  }
+  LATTICE_RETURN_IF_ERROR(drive(
+      e, deadline, "echo sends",
+      [&](const fabric::Completion& c) -> Status {
+        if (c.id == kPingSend) --pings_inflight;
+        return Status::Ok();
+      },
+      [&] { return pings_inflight == 0; }));
+  std::nth_element(rtts.begin(), rtts.begin() + static_cast<long>(rtts.size() / 2), rtts.end());
+  ProbeResult r;
+  r.latency_us = rtts[rtts.size() / 2] / 2;
+
+  // Bandwidth: a window of sends for stream_time, then the end, then the peer's count.
+  put_tag(out, 0, kTagData);  // every echo's send completed: nothing reads `out` now
+  int inflight = 0;
+  uint64_t sent = 0;
+  bool ending = false;
+  Status post_error;  // a post that failed: the stream stops there
+  const auto t0 = Clock::now();
+  const auto stop = t0 + o.stream_time;
+  LATTICE_RETURN_IF_ERROR(drive(
+      e, deadline, "stream",
+      [&](const fabric::Completion& c) -> Status {
+        if (c.id == kChunkSend) --inflight;
+        return Status::Ok();
+      },
+      [&]() -> bool {
+        while (!ending && inflight < kWindow && Clock::now() < stop) {
+          post_error = e.ep->post_send({out, 0, kChunkBytes}, kChunkSend);
+          if (!post_error.ok()) return true;
+          ++inflight;
+          sent += kChunkBytes;
+        }
+        if (!ending && inflight == 0 && Clock::now() >= stop) {
+          put_tag(out, 0, kTagEnd);  // every chunk's send completed: nothing reads `out` now
+          post_error = e.ep->post_send({out, 0, kEndBytes}, kEndSend);
+          if (!post_error.ok()) return true;
+          ending = true;
+        }
+        // Not the end's own completion: the peer's count over TCP says it all arrived, and the
+        // peer may close its end before that completion comes back.
+        return ending;
+      },
+      [](const fabric::Completion& c) { return c.op == fabric::Opcode::kRecv && c.id >= kPingRecv; }));
+  LATTICE_RETURN_IF_ERROR(post_error.with_context("verbs probe: stream"));
+  ProbeReply rep{};
+  std::string msg;
+  LATTICE_RETURN_IF_ERROR(recv_reply(ch, &rep, &msg, deadline));
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (!rep.ok) return Unavailable("the peer: " + msg);
+  if (rep.bytes != sent)
+    return Corrupt("verbs probe stream: sent " + std::to_string(sent) + " bytes, the peer counted " + std::to_string(rep.bytes));
+  r.bytes = sent;
+  r.gbps = secs > 0 ? static_cast<double>(sent) * 8 / secs / 1e9 : 0;
+  return r;
 }
 
 }  // namespace
@@ -90,7 +188,7 @@ Result<ProbeResult> verbs_probe_initiator(ProbeChannel& ch, const crypto::Cluste
   VerbsEnd e;
   LATTICE_RETURN_IF_ERROR(open_end(e, secret, my_device, o.timeout));
   LATTICE_ASSIGN_OR_RETURN(fabric::MemoryRegion * out, region(e, kChunkBytes));
-  LATTICE_ASSIGN_OR_RETURN(fabric::MemoryRegion * in, region(e, kPingBytes));
+  LATTICE_ASSIGN_OR_RETURN(fabric::MemoryRegion * in, region(e, kPingBytes * kEchoSlots));
   const std::vector<std::byte> mine = e.ep->local_address();
   if (mine.size() > kMaxBlobFrame) return Internal("verbs probe: endpoint address of " + std::to_string(mine.size()) + " bytes");
 
@@ -108,69 +206,13 @@ Result<ProbeResult> verbs_probe_initiator(ProbeChannel& ch, const crypto::Cluste
   const std::vector<std::byte> theirs(ch.buf.begin(), ch.buf.begin() + static_cast<long>(n));
   LATTICE_RETURN_IF_ERROR(e.ep->connect(theirs, deadline).with_context("verbs probe: connecting " + my_device + " to the peer's " + peer_device));
 
-  // Latency: echoes, one at a time.
-  std::vector<double> rtts;
-  put_tag(out, 0, kTagEcho);
-  for (int i = 0; i < std::max(1, o.pings); ++i) {
-    bool sent = false, got = false;
-    auto t0 = Clock::now();
-    LATTICE_RETURN_IF_ERROR(e.ep->post_recv({in, 0, kPingBytes}, kPingRecv));
-    LATTICE_RETURN_IF_ERROR(e.ep->post_send({out, 0, kPingBytes}, kPingSend));
-    LATTICE_RETURN_IF_ERROR(drive(
-        e, deadline, "echo",
-        [&](const fabric::Completion& c) -> Status {
-          if (c.id == kPingSend) sent = true;
-          if (c.id == kPingRecv) {
-            if (c.bytes != kPingBytes) return Corrupt("verbs probe: an echo of " + std::to_string(c.bytes) + " bytes");
-            got = true;
-          }
-          return Status::Ok();
-        },
-        [&] { return sent && got; }));
-    rtts.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-  }
-  std::nth_element(rtts.begin(), rtts.begin() + static_cast<long>(rtts.size() / 2), rtts.end());
-  ProbeResult r;
-  r.latency_us = rtts[rtts.size() / 2] / 2;
-
-  // Bandwidth: a window of sends for stream_time, then the end, then the peer's count.
-  put_tag(out, 0, kTagData);  // every echo's send completed: nothing reads `out` now
-  int inflight = 0;
-  uint64_t sent = 0;
-  bool end_sent = false, ending = false;
-  Status post_error;  // a post that failed: the stream stops there
-  const auto t0 = Clock::now();
-  const auto stop = t0 + o.stream_time;
-  LATTICE_RETURN_IF_ERROR(drive(
-      e, deadline, "stream",
-      [&](const fabric::Completion& c) -> Status {
-        if (c.id == kChunkSend) --inflight;
-        if (c.id == kEndSend) end_sent = true;
-        return Status::Ok();
-      },
-      [&]() -> bool {
-        while (!ending && inflight < kWindow && Clock::now() < stop) {
-          post_error = e.ep->post_send({out, 0, kChunkBytes}, kChunkSend);
-          if (!post_error.ok()) return true;
-          ++inflight;
-          sent += kChunkBytes;
-        }
-        if (!ending && inflight == 0 && Clock::now() >= stop) {
-          put_tag(out, 0, kTagEnd);  // every chunk's send completed: nothing reads `out` now
-          post_error = e.ep->post_send({out, 0, kEndBytes}, kEndSend);
-          if (!post_error.ok()) return true;
-          ending = true;
-        }
-        return end_sent;
-      }));
-  LATTICE_RETURN_IF_ERROR(post_error.with_context("verbs probe: stream"));
-  LATTICE_RETURN_IF_ERROR(recv_reply(ch, &rep, &msg, deadline));
-  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  if (!rep.ok) return Unavailable("the peer: " + msg);
-  if (rep.bytes != sent)
-    return Corrupt("verbs probe stream: sent " + std::to_string(sent) + " bytes, the peer counted " + std::to_string(rep.bytes));
-  r.bytes = sent;
-  r.gbps = secs > 0 ? static_cast<double>(sent) * 8 / secs / 1e9 : 0;
+  auto r = measure(e, out, in, ch, o, deadline);
+  if (r.ok() || r.status().code() == ErrorCode::kCorrupt) return r;
+  // A verbs failure on our side is often the peer's: it sends why before it closes its end.
+  ProbeReply why{};
+  std::string peer_msg;
+  if (recv_reply(ch, &why, &peer_msg, Deadline::after(std::chrono::milliseconds(500))).ok() && !why.ok)
+    return r.status().with_context("the peer: " + peer_msg);
   return r;
 }
 
@@ -185,7 +227,7 @@ Status verbs_probe_responder(ProbeChannel& ch, const crypto::ClusterSecret& secr
   if (Status s = open_end(e, secret, device, timeout); !s.ok()) return send_failure(ch, s, deadline);
   auto slots = region(e, kChunkBytes * kRecvSlots);
   if (!slots.ok()) return send_failure(ch, slots.status(), deadline);
-  auto echo = region(e, kPingBytes);
+  auto echo = region(e, kPingBytes * kEchoSlots);
   if (!echo.ok()) return send_failure(ch, echo.status(), deadline);
   const std::vector<std::byte> mine = e.ep->local_address();
   if (mine.size() > kMaxBlobFrame) return send_failure(ch, Internal("verbs probe: endpoint address too long"), deadline);
@@ -198,19 +240,22 @@ Status verbs_probe_responder(ProbeChannel& ch, const crypto::ClusterSecret& secr
   for (fabric::WorkId i = 0; i < kRecvSlots; ++i)
     if (Status s = post_slot(i); !s.ok()) return send_failure(ch, s, deadline);
   uint64_t counted = 0;
-  bool end = false, echo_busy = false;
-  int echo_pending = -1;  // a slot holding an echo that waits for the previous one's send
+  bool end = false;
+  int echoes_inflight = 0;  // echo sends not completed: their buffers are still the endpoint's
+  uint64_t echoes = 0;
+  int echo_pending = -1;  // a slot holding an echo that waits for a free echo buffer
   auto echo_from = [&](fabric::WorkId slot) -> Status {
-    std::memcpy((*echo)->data(), (*slots)->data() + slot * kChunkBytes, kPingBytes);
-    LATTICE_RETURN_IF_ERROR(e.ep->post_send({*echo, 0, kPingBytes}, kEchoSend));
-    echo_busy = true;
+    const size_t at = (echoes++ % kEchoSlots) * kPingBytes;
+    std::memcpy((*echo)->data() + at, (*slots)->data() + slot * kChunkBytes, kPingBytes);
+    LATTICE_RETURN_IF_ERROR(e.ep->post_send({*echo, at, kPingBytes}, kEchoSend));
+    ++echoes_inflight;
     return post_slot(slot);
   };
   Status s = drive(
       e, deadline, "serving the initiator",
       [&](const fabric::Completion& c) -> Status {
         if (c.op == fabric::Opcode::kSend) {
-          echo_busy = false;
+          --echoes_inflight;
           if (echo_pending >= 0) {
             const auto slot = static_cast<fabric::WorkId>(echo_pending);
             echo_pending = -1;
@@ -225,7 +270,7 @@ Status verbs_probe_responder(ProbeChannel& ch, const crypto::ClusterSecret& secr
         switch (tag) {
           case kTagEcho:
             if (c.bytes != kPingBytes) return Corrupt("verbs probe: an echo of " + std::to_string(c.bytes) + " bytes");
-            if (echo_busy) {
+            if (echoes_inflight == kEchoSlots) {
               echo_pending = static_cast<int>(c.id);
               return Status::Ok();
             }
