@@ -137,6 +137,55 @@ TEST(CableNetns, ACableAddressThisHostLacksIsAClearError) {
       << r.out << r.err;
 }
 
+// Two hosts addressed on br0 and one verbs link between them, on `device` at both ends, with
+// br1's addresses given (they steer tcp endpoints only: a verbs cable is its devices).
+void write_verbs_hosts(const std::string& path, const TwoBridges& net, const std::string& a_device,
+                       const std::string& b_device) {
+  std::ofstream f(path);
+  f << "{\"version\": 1, \"hosts\": [";
+  for (int i = 1; i <= 2; ++i)
+    f << (i > 1 ? ", " : "") << "{\"name\": \"" << net.ns_name(i) << "\", \"address\": \"" << subnet_ip(0, i) << "\"}";
+  f << "], \"links\": [{\"a\": \"" << net.ns_name(1) << "\", \"b\": \"" << net.ns_name(2) << "\", \"provider\": \"verbs\", "
+    << "\"a_device\": \"" << a_device << "\", \"b_device\": \"" << b_device << "\", \"a_addr\": \"" << subnet_ip(1, 1)
+    << "\", \"b_addr\": \"" << subnet_ip(1, 2) << "\"}]}\n";
+}
+
+// A verbs cable in the topology: the pair's endpoint is opened on the named device (here the
+// emulated one, whose bytes go through shared memory), so `lattice ping` moves its data and
+// neither bridge carries it; the log names the device at each end.
+TEST(CableNetns, AVerbsCableOpensItsDeviceForThatPair) {
+  TwoBridges net(2);
+  if (!net.skip_reason().empty()) LATTICE_SKIP_OR_FAIL("netns", net.skip_reason());
+  ScratchDir dir("cable");
+  std::string secret = keygen(dir / "secret");
+  ASSERT_FALSE(secret.empty());
+  write_verbs_hosts(dir / "verbs.json", net, "emu_rc_0", "emu_rc_0");
+  const Sent before = sent(net);
+  auto r = ping(net, dir / "verbs.json", secret, "1M");
+  const Sent after = sent(net);
+  ASSERT_EQ(exit_code(r), 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("data over the topology's verbs cable, device emu_rc_0 (verbs-emu://linux-rc) here to emu_rc_0 there"),
+            std::string::npos)
+      << r.err;
+  auto j = nlohmann::json::parse(rank0_text(r.out), nullptr, false);
+  ASSERT_TRUE(j.is_object() && j.contains("pairs") && !j["pairs"].empty()) << r.out;
+  EXPECT_GT(j["pairs"][0].value("bw_gbps", 0.0), 0.0) << r.out;
+  // The warm-up alone is eight 1 MiB sends; the bridges carried the control plane only.
+  const long long over_br0 = after.br0 - before.br0, over_br1 = after.br1 - before.br1;
+  EXPECT_LT(over_br0, 2ll << 20) << "br0 " << over_br0 << " B, br1 " << over_br1 << " B";
+  EXPECT_LT(over_br1, 256ll << 10) << "br0 " << over_br0 << " B, br1 " << over_br1 << " B";
+
+  // A device this host does not have fails the job, naming the pair's device and the fix.
+  write_verbs_hosts(dir / "missing.json", net, "emu_rc_0", "nosuch_dev9");
+  auto m = net.control({"launch", "--hostfile", dir / "missing.json", "--secret-file", secret, "--remote",
+                        "ip netns exec {host} {cmd}", "--", lattice_bin(), "ping", "--iters", "5", "--timeout", "20"});
+  EXPECT_NE(exit_code(m), 0) << m.out << m.err;
+  EXPECT_NE(m.err.find("the topology puts this end of their cable on RDMA device nosuch_dev9 (verbs://nosuch_dev9), which "
+                       "this host cannot open"),
+            std::string::npos)
+      << m.out << m.err;
+}
+
 // run --discover, with br0 shaped: the probe picks br1, and the generation goes over it.
 TEST(CableNetns, RunDiscoverGeneratesOverTheMeasuredCable) {
   TwoBridges net(2);

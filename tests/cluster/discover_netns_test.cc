@@ -189,5 +189,54 @@ TEST(DiscoverNetns, RunDiscoverGeneratesOverTheNodesFound) {
   EXPECT_FALSE(j["text"].get<std::string>().empty());
 }
 
+// RDMA declared on eth1 (LATTICE_IFACE_KIND=eth1=rdma@DEVICE): node1 and node2 on the emulated
+// device, node3 on a device it does not have. Every eth0 is shaped to 10 Mbit/s and node1's
+// eth1 to 50 Mbit/s, so TCP from node1 over eth1 cannot pass 50 Mbit/s, while the emulated
+// device moves its bytes through shared memory: node1-node2's figures over 0.1 Gbit/s are
+// verbs', not TCP's. The pairs with node3 fail their verbs probe: tcp links over eth1 (now
+// ethernet, faster than eth0) with the TCP figures, and the comment says why.
+TEST(DiscoverNetns, RdmaPairsAreMeasuredOverVerbsAndAFailedVerbsProbeFallsBackToTcp) {
+  TwoBridges net(3);
+  if (!net.skip_reason().empty()) LATTICE_SKIP_OR_FAIL("netns", net.skip_reason());
+  ScratchDir dir("disc");
+  std::string secret = keygen(dir / "secret");
+  ASSERT_FALSE(secret.empty());
+  for (int i = 1; i <= 3; ++i) ASSERT_TRUE(net.shape(i, 0, "10mbit")) << "tc tbf on node" << i;
+  ASSERT_TRUE(net.shape(1, 1, "50mbit"));
+  ASSERT_TRUE(net.start_nodes(secret, {{1, "eth1=rdma@emu_rc_0"}, {2, "eth1=rdma@emu_rc_0"}, {3, "eth1=rdma@nosuch_dev9"}}));
+
+  auto t = net.control({"topo", "--discover", "--expect", "3", "--secret-file", secret, "-o", dir / "found.json"});
+  ASSERT_EQ(exit_code(t), 0) << t.out << t.err;
+  auto found = load_topology(dir / "found.json");
+  ASSERT_TRUE(found.ok()) << found.status().message();
+  std::ifstream in(dir / "found.json");
+  auto file = nlohmann::json::parse(in, nullptr, false);
+  ASSERT_TRUE(file.is_object()) << t.out;
+  ASSERT_EQ(found->links.size(), 3u) << t.out;
+  for (size_t k = 0; k < found->links.size(); ++k) {
+    const auto& l = found->links[k];
+    const std::string pair = found->hosts[size_t(l.a)].name + "-" + found->hosts[size_t(l.b)].name;
+    const std::string comment = file["links"][k].value("comment", "");
+    ASSERT_TRUE(l.gbps && l.latency_us) << pair;
+    EXPECT_EQ(l.a_addr.rfind("10.62.", 0), 0u) << pair << ": " << comment;
+    if (pair == "node1-node2") {
+      EXPECT_EQ(l.provider, LinkProvider::kVerbs) << comment;
+      EXPECT_EQ(l.a_device, "emu_rc_0");
+      EXPECT_EQ(l.b_device, "emu_rc_0");
+      EXPECT_GT(*l.gbps, 0.1) << comment << "\n" << t.out;  // 2x what TCP from node1 can do on eth1
+      EXPECT_NE(comment.find("over verbs (emu_rc_0 <-> emu_rc_0)"), std::string::npos) << comment;
+      EXPECT_NE(comment.find("measured over verbs on the devices"), std::string::npos) << comment;
+    } else {
+      EXPECT_EQ(l.provider, LinkProvider::kTcp) << pair << ": " << comment;
+      EXPECT_TRUE(l.a_device.empty() && l.b_device.empty()) << pair;
+      EXPECT_EQ(comment.rfind("ethernet: ", 0), 0u) << pair << ": " << comment;
+      EXPECT_NE(comment.find("downgraded from rdma: the verbs probe"), std::string::npos) << pair << ": " << comment;
+      EXPECT_NE(comment.find("nosuch_dev9"), std::string::npos) << pair << ": " << comment;
+    }
+  }
+  // The report says which links were measured over verbs.
+  EXPECT_NE(t.out.find("rdma/verbs"), std::string::npos) << t.out;
+}
+
 }  // namespace
 }  // namespace lattice::cluster

@@ -8,10 +8,13 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "lattice/cluster/discover.h"
 #include "lattice/cluster/discover_probe.h"
 #include "lattice/cluster/discover_topology.h"
 #include "lattice/cluster/topology.h"
+#include "lattice/cluster/topology_links.h"
 
 namespace lattice::cluster {
 namespace {
@@ -219,6 +222,149 @@ TEST(DiscoverProbe, MeasuresOverLoopbackAndRefusesAnotherSecret) {
   auto dead = probe_between(secret, "127.0.0.1", (*server)->port(), "127.0.0.1", 1, o);
   EXPECT_EQ(dead.status().code(), ErrorCode::kUnavailable) << dead.status().to_string();
   EXPECT_LT(Clock::now() - t0, o.timeout + std::chrono::seconds(2));
+}
+
+// Both ends rdma: the verbs probe's outcome decides the link. Measured: a verbs link with the
+// verbs figures, the TCP ones in the comment. Failed: a tcp link with the TCP figures, ranked
+// as ethernet (so a thunderbolt cable now beats it), and the comment says why.
+TEST(Discover, AVerbsProbeDecidesTheLinkAndAFailedOneDowngradesIt) {
+  std::vector<DiscoveredNode> nodes(2);
+  for (int i = 0; i < 2; ++i) {
+    auto& n = nodes[static_cast<size_t>(i)];
+    n.announcement.name = i == 0 ? "a" : "b";
+    n.announcement.version = "0.1.0";
+    n.announcement.ifaces = {iface("eth1", IfaceKind::kRdma, "10.8.0." + std::to_string(i + 1), 24, "emu_rc_0"),
+                             iface("tb0", IfaceKind::kThunderbolt, "10.7.0." + std::to_string(i + 1))};
+    n.status = NodeStatus::kJoinable;
+  }
+  auto make = [&](size_t which) {
+    LinkProbe p;
+    p.a = 0, p.b = 1;
+    p.a_iface = nodes[0].announcement.ifaces[which];
+    p.b_iface = nodes[1].announcement.ifaces[which];
+    p.kind = link_kind(p.a_iface, p.b_iface);
+    p.ok = true;
+    p.result = {which == 0 ? 30.0 : 40.0, which == 0 ? 1.5 : 2.5, 1000};
+    return p;
+  };
+  LinkProbe rdma = make(0), tb = make(1);
+  EXPECT_TRUE(verbs_capable(rdma));
+  EXPECT_FALSE(verbs_capable(tb));
+
+  std::vector<LinkProbe> measured = {rdma, tb};
+  apply_verbs_probe(measured[0], ProbeResult{4.0, 12.0, 5000});
+  EXPECT_EQ(measured[0].verbs, VerbsProbe::kMeasured);
+  EXPECT_EQ(measured[0].kind, IfaceKind::kRdma);
+  choose_links(measured);
+  EXPECT_TRUE(measured[0].chosen);
+  // The file's first link's comment.
+  auto comment_of = [](const std::string& text) {
+    auto j = nlohmann::json::parse(text, nullptr, false);
+    return j.is_object() && j["links"].is_array() && !j["links"].empty() ? j["links"][0].value("comment", "") : "";
+  };
+  std::string text = render_discovered(nodes, {0, 1}, measured);
+  auto topo = parse_topology(text, "d.json");
+  ASSERT_TRUE(topo.ok()) << topo.status().message();
+  std::string comment = comment_of(text);
+  ASSERT_EQ(topo->links.size(), 1u);
+  EXPECT_EQ(topo->links[0].provider, LinkProvider::kVerbs);
+  EXPECT_EQ(topo->links[0].a_device, "emu_rc_0");
+  EXPECT_DOUBLE_EQ(*topo->links[0].gbps, 12.0);  // verbs' figures, not TCP's 1.5
+  EXPECT_DOUBLE_EQ(*topo->links[0].latency_us, 4.0);
+  EXPECT_NE(comment.find("over verbs (emu_rc_0 <-> emu_rc_0) 12.00 Gbit/s, 4.0 us"), std::string::npos) << comment;
+  EXPECT_NE(comment.find("over TCP on the interfaces 1.50 Gbit/s, 30.0 us"), std::string::npos) << comment;
+
+  std::vector<LinkProbe> failed = {rdma, tb};
+  apply_verbs_probe(failed[0], Result<ProbeResult>(Unavailable("no device emu_rc_0 here")));
+  EXPECT_EQ(failed[0].verbs, VerbsProbe::kFailed);
+  EXPECT_EQ(failed[0].kind, IfaceKind::kEthernet);
+  EXPECT_TRUE(failed[0].ok);  // the TCP probe still counts
+  choose_links(failed);
+  EXPECT_FALSE(failed[0].chosen);  // a thunderbolt cable beats an ethernet one
+  EXPECT_TRUE(failed[1].chosen);
+  failed.pop_back();  // without the thunderbolt cable: the downgraded link, over tcp
+  choose_links(failed);
+  ASSERT_TRUE(failed[0].chosen);
+  text = render_discovered(nodes, {0, 1}, failed);
+  topo = parse_topology(text, "d.json");
+  ASSERT_TRUE(topo.ok()) << topo.status().message();
+  ASSERT_EQ(topo->links.size(), 1u);
+  EXPECT_EQ(topo->links[0].provider, LinkProvider::kTcp);
+  EXPECT_TRUE(topo->links[0].a_device.empty());
+  EXPECT_EQ(topo->links[0].a_addr, "10.8.0.1");
+  EXPECT_DOUBLE_EQ(*topo->links[0].gbps, 1.5);
+  const std::string c = comment_of(text);
+  EXPECT_EQ(c.rfind("ethernet: ", 0), 0u) << c;
+  EXPECT_NE(c.find("downgraded from rdma: the verbs probe (emu_rc_0 <-> emu_rc_0) failed"), std::string::npos) << c;
+  EXPECT_NE(c.find("no device emu_rc_0 here"), std::string::npos) << c;
+}
+
+// The verbs probe on the emulated device: two probe servers in this process (the emulator's
+// queue pairs work between threads as between processes), real sockets for the set-up.
+TEST(DiscoverProbe, MeasuresOverTheEmulatedVerbsDeviceAndReportsAMissingOne) {
+  auto secret = crypto::ClusterSecret::generate();
+  auto a = ProbeServer::start(secret, 0), b = ProbeServer::start(secret, 0);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ProbeOptions o;
+  o.pings = 5;
+  o.stream_time = std::chrono::milliseconds(30);
+  for (const char* dev : {"emu_rc_0", "emu_tb5_0"}) {
+    auto r = probe_verbs_direct(secret, "127.0.0.1", (*b)->port(), dev, dev, o);
+    ASSERT_TRUE(r.ok()) << dev << ": " << r.status().to_string();
+    EXPECT_GT(r->latency_us, 0) << dev;
+    EXPECT_GT(r->gbps, 0) << dev;
+    EXPECT_GE(r->bytes, 256u << 10) << dev;  // at least one whole chunk, counted by the peer
+  }
+  // Relayed: a's server probes b over verbs on our behalf.
+  auto relayed = probe_verbs_between(secret, "127.0.0.1", (*a)->port(), "127.0.0.1", (*b)->port(), "emu_rc_0", "emu_rc_0", o);
+  ASSERT_TRUE(relayed.ok()) << relayed.status().to_string();
+  EXPECT_GT(relayed->gbps, 0);
+  // The peer's device is not there: the peer says so, and a relay reports it as kUnavailable.
+  auto t0 = Clock::now();
+  auto missing = probe_verbs_between(secret, "127.0.0.1", (*a)->port(), "127.0.0.1", (*b)->port(), "emu_rc_0", "nosuch_dev9", o);
+  EXPECT_EQ(missing.status().code(), ErrorCode::kUnavailable) << missing.status().to_string();
+  EXPECT_NE(missing.status().message().find("nosuch_dev9"), std::string::npos) << missing.status().to_string();
+  EXPECT_LT(Clock::now() - t0, o.timeout + std::chrono::seconds(2));
+  // Ours is not there: the error names it.
+  auto ours = probe_verbs_direct(secret, "127.0.0.1", (*b)->port(), "nosuch_dev9", "emu_rc_0", o);
+  EXPECT_FALSE(ours.ok());
+  EXPECT_NE(ours.status().to_string().find("nosuch_dev9"), std::string::npos) << ours.status().to_string();
+  // Another secret gets no verbs probe either.
+  auto other = probe_verbs_direct(crypto::ClusterSecret::generate(), "127.0.0.1", (*b)->port(), "emu_rc_0", "emu_rc_0", o);
+  EXPECT_EQ(other.status().code(), ErrorCode::kAuthFailed) << other.status().to_string();
+}
+
+// The data path's reading of a verbs cable: the devices of the pair's data cable, by rank, and
+// the URI each device opens.
+TEST(CableDevices, AVerbsDataCableNamesEachEndsDeviceAndATcpOneNone) {
+  char tmpl[] = "/tmp/lattice_cable_devices_XXXXXX";
+  int fd = ::mkstemp(tmpl);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  std::ofstream(tmpl) << R"({"version": 1, "hosts": [
+    {"name": "x", "address": "10.0.0.1", "rank": 1}, {"name": "y", "address": "10.0.0.2", "rank": 0},
+    {"name": "z", "address": "10.0.0.3", "rank": 2}],
+  "links": [
+    {"a": "x", "b": "y", "provider": "tcp", "a_addr": "10.1.0.1", "b_addr": "10.1.0.2", "gbps": 10},
+    {"a": "x", "b": "y", "provider": "verbs", "a_device": "emu_rc_0", "b_device": "rxe7", "a_addr": "10.2.0.1", "b_addr": "10.2.0.2", "gbps": 80},
+    {"a": "y", "b": "z", "provider": "verbs", "a_device": "emu_tb5_0", "b_device": "emu_tb5_0", "gbps": 5},
+    {"a": "y", "b": "z", "provider": "tcp", "gbps": 40}]})";
+  auto plan = plan_from_topology_file(tmpl);
+  std::filesystem::remove(tmpl);
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  // Ranks: y 0, x 1, z 2. x-y: the verbs link is the faster, so it carries the data.
+  using P = std::pair<std::string, std::string>;
+  EXPECT_EQ(plan->link_devices(1, 0), (P{"emu_rc_0", "rxe7"}));
+  EXPECT_EQ(plan->link_devices(0, 1), (P{"rxe7", "emu_rc_0"}));
+  EXPECT_EQ(plan->link_addrs(1, 0), (P{"10.2.0.1", "10.2.0.2"}));
+  // y-z: the tcp link is the faster: no device.
+  EXPECT_EQ(plan->link_devices(0, 2), P{});
+  EXPECT_EQ(plan->link_devices(1, 2), P{});  // no cable at all
+  EXPECT_EQ(plan->link_devices(0, 0), P{});
+  EXPECT_EQ(plan->link_devices(0, 7), P{});
+  EXPECT_EQ(verbs_device_uri("emu_rc_0"), "verbs-emu://linux-rc");
+  EXPECT_EQ(verbs_device_uri("emu_tb5_0"), "verbs-emu://apple-tb5");
+  EXPECT_EQ(verbs_device_uri("rdma_en3"), "verbs://rdma_en3");
 }
 
 }  // namespace

@@ -131,6 +131,7 @@ Result<ClusterOptions> cluster_options_from_env(const std::string& secret_file) 
     if (o.coordinator.empty()) o.coordinator = plan.coordinator;
     o.linked = plan.linked;  // only the pairs the topology cables get an endpoint
     o.link_addrs = plan.link_addrs;
+    o.link_devices = plan.link_devices;
   }
   if (!e.provider.empty()) o.provider = e.provider;
   if (!cluster_provider_ok(o.provider))
@@ -284,6 +285,31 @@ Result<fabric::Provider*> Cluster::cable_provider(int rank, int peer, bool first
   const int ha = host_of(rank), hb = host_of(peer);
   const std::string pair = "rank " + std::to_string(rank) + " - rank " + std::to_string(peer) + " (" +
                            (size_t(peer) < names_.size() ? names_[size_t(peer)] : "?") + ")";
+  auto [my_dev, their_dev] =
+      ha >= 0 && hb >= 0 && opt_.link_devices ? opt_.link_devices(ha, hb) : std::pair<std::string, std::string>{};
+  if (!my_dev.empty()) {
+    // A verbs cable: the pair's endpoint is made on this end's RDMA device, whatever the
+    // cable's addresses say (they steer tcp endpoints only).
+    const std::string uri = verbs_device_uri(my_dev);
+    LATTICE_LOG_INFO("{}: data over the topology's verbs cable, device {} ({}) here to {} there", pair, my_dev, uri,
+                     their_dev);
+    const std::string key = "device " + my_dev;
+    for (auto& [k, prov] : cable_providers_)
+      if (k == key) return prov.get();
+    fabric::ProviderOptions po;
+    if (opt_.secret && !opt_.insecure) po.secret = opt_.secret->bytes();
+    auto made = fabric::make_provider(uri, po);
+    if (!made.ok()) {
+      Status why = made.status().with_context(pair + ": the topology puts this end of their cable on RDMA device " +
+                                              my_dev + " (" + uri + "), which this host cannot open (`lattice doctor` "
+                                              "checks it; else fix a_device/b_device, or make the link tcp)");
+      LATTICE_LOG_ERROR("{}", why.to_string());
+      return why;
+    }
+    cable_providers_.emplace_back(key, std::move(*made));
+    provider_list_.push_back(cable_providers_.back().second.get());
+    return cable_providers_.back().second.get();
+  }
   auto [mine, theirs] = ha >= 0 && hb >= 0 ? opt_.link_addrs(ha, hb) : std::pair<std::string, std::string>{};
   if (mine.empty()) {
     LATTICE_LOG_INFO("{}: the topology gives no address for this end of their cable; its data goes over {}, "
@@ -392,7 +418,7 @@ Status Cluster::build_epoch(const json& plan, Deadline deadline) {
     Status s = pending[p].get();
     if (!s.ok()) {
       std::string why = "rank " + std::to_string(rank) + " cannot reach rank " + std::to_string(p) + " (" +
-                        (p < static_cast<int>(names_.size()) ? names_[p] : "?") + ") over " + opt_.provider + ": " +
+                        (p < static_cast<int>(names_.size()) ? names_[p] : "?") + ") over " + std::string(prov_of[p]->name()) + ": " +
                         s.to_string();
       LATTICE_LOG_ERROR("{}", why);
       errors.push_back(why);

@@ -71,6 +71,11 @@ struct ClusterOptions {
   // the coordinator's network; an end without one uses fabric_host (logged at info level). An
   // IP this host does not have fails the join, naming the pair.
   std::function<std::pair<std::string, std::string>(int, int)> link_addrs;
+  // tcp: the RDMA devices at each end of a pair whose data cable is a verbs link (origin
+  // ranks, TopologyPlan::link_devices). A rank opens that pair's endpoint on its end's device
+  // (verbs_device_uri; one provider per device, kept across epochs) instead of tcp; a device
+  // this host cannot open fails the join, naming the pair and the device.
+  std::function<std::pair<std::string, std::string>(int, int)> link_devices;
   // No fabric at all (no provider, no endpoints): only the control plane, its allgather and
   // the membership. For programs that make their own endpoints (demo, bench fabric) and use
   // the cluster to start, swap address blobs and agree on steps.

@@ -1,6 +1,8 @@
 // The probe protocol of discover_probe.h: the server's threads and the two client calls.
 #include "lattice/cluster/discover_probe.h"
 
+#include "lattice/cluster/discover_probe_channel.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -22,73 +24,16 @@
 namespace lattice::cluster {
 namespace {
 
-enum Op : uint8_t { kEcho = 1, kStream = 2, kProbe = 3, kBye = 4 };
-struct Header {
-  uint8_t op;
-  uint8_t pad0;
-  uint16_t pad1;
-  uint32_t a;
-  uint64_t b;
-};
-static_assert(sizeof(Header) == 16);
-struct ProbeReply {
-  uint8_t ok;
-  uint8_t pad[7];
-  double latency_us;
-  double gbps;
-  uint64_t bytes;
-  uint32_t msg_len;
-  uint32_t pad2;
-};
-static_assert(sizeof(ProbeReply) == 40);
-// Hosts are little-endian everywhere lattice runs (x86-64, arm64); the header says so.
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__);
+using detail::ProbeChannel;
+using Channel = detail::ProbeChannel;
+using Header = detail::ProbeHeader;
+using detail::ProbeReply;
+constexpr uint8_t kEcho = detail::kOpEcho, kStream = detail::kOpStream, kProbe = detail::kOpProbe,
+                  kBye = detail::kOpBye, kVerbsProbe = detail::kOpVerbsProbe, kVerbsServe = detail::kOpVerbsServe;
 
 constexpr uint32_t kMaxEcho = 65536;
 constexpr uint32_t kMaxChunk = 1u << 20;
 constexpr uint32_t kStreamChunk = 256u << 10;
-
-// One connection after the handshake: every message is a sealed frame, u32 length (the AD) |
-// ciphertext | 16-byte tag, so probes cost what lattice's encrypted links cost.
-struct Channel {
-  int fd = -1;
-  std::optional<crypto::SessionCipher> cipher;
-  std::vector<std::byte> buf;
-  ~Channel() {
-    if (fd >= 0) ::close(fd);
-  }
-
-  Status send(const void* data, size_t n, Deadline d) {
-    uint32_t len = static_cast<uint32_t>(n);
-    buf.resize(n);
-    if (n) std::memcpy(buf.data(), data, n);
-    crypto::Tag tag{};
-    auto ad = std::as_bytes(std::span(&len, 1));
-    LATTICE_RETURN_IF_ERROR(cipher->seal(buf, ad, tag).status());
-    LATTICE_RETURN_IF_ERROR(write_all(fd, &len, sizeof len, d));
-    if (n) LATTICE_RETURN_IF_ERROR(write_all(fd, buf.data(), n, d));
-    return write_all(fd, tag.data(), tag.size(), d);
-  }
-  // Receives one frame of at most `max` bytes into buf; returns its size.
-  Result<size_t> recv(size_t max, Deadline d) {
-    uint32_t len = 0;
-    LATTICE_RETURN_IF_ERROR(read_all(fd, &len, sizeof len, d));
-    if (len > max) return Corrupt("probe frame of " + std::to_string(len) + " bytes (at most " + std::to_string(max) + ")");
-    buf.resize(len);
-    crypto::Tag tag{};
-    if (len) LATTICE_RETURN_IF_ERROR(read_all(fd, buf.data(), len, d));
-    LATTICE_RETURN_IF_ERROR(read_all(fd, tag.data(), tag.size(), d));
-    LATTICE_RETURN_IF_ERROR(cipher->open_next(buf, std::as_bytes(std::span(&len, 1)), tag));
-    return static_cast<size_t>(len);
-  }
-  template <class T>
-  Status recv_exact(T* out, Deadline d) {
-    LATTICE_ASSIGN_OR_RETURN(size_t n, recv(sizeof(T), d));
-    if (n != sizeof(T)) return Corrupt("probe message of " + std::to_string(n) + " bytes, expected " + std::to_string(sizeof(T)));
-    std::memcpy(out, buf.data(), sizeof(T));
-    return Status::Ok();
-  }
-};
 
 Status handshake(Channel& ch, crypto::Handshake::Role role, const crypto::ClusterSecret& secret, Deadline deadline) {
   const int fd = ch.fd;
@@ -160,6 +105,11 @@ Result<ProbeResult> measure(Channel& ch, const ProbeOptions& o, Deadline deadlin
   r.bytes = sent;
   r.gbps = secs > 0 ? static_cast<double>(sent) * 8 / secs / 1e9 : 0;
   return r;
+}
+
+uint64_t pack_options(uint16_t port, const ProbeOptions& o) {
+  uint64_t ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(o.stream_time).count());
+  return uint64_t{port} | (uint64_t{static_cast<uint16_t>(o.pings)} << 16) | (ms << 32);
 }
 
 ProbeOptions options_from(uint64_t b) {
@@ -279,12 +229,22 @@ void ProbeServer::serve(int fd) {
         if (Status s = ch.send(&total, sizeof total, d); !s.ok()) return done(s);
         break;
       }
-      case kProbe: {
-        auto n = ch.recv(255, d);
-        if (!n.ok()) return done(n.status());
-        if (*n == 0) return done(Corrupt("probe request without an address"));
-        std::string addr(reinterpret_cast<const char*>(ch.buf.data()), *n);
-        auto r = probe_direct(secret_, addr, static_cast<uint16_t>(h.b & 0xffff), options_from(h.b));
+      case kProbe:
+      case kVerbsProbe: {
+        auto addr = ch.recv_text(detail::kMaxNameFrame, d);
+        if (!addr.ok()) return done(addr.status());
+        if (addr->empty()) return done(Corrupt("probe request without an address"));
+        std::string my_device, peer_device;
+        if (h.op == kVerbsProbe) {
+          auto m = ch.recv_text(detail::kMaxNameFrame, d);
+          if (!m.ok()) return done(m.status());
+          auto p = ch.recv_text(detail::kMaxNameFrame, d);
+          if (!p.ok()) return done(p.status());
+          my_device = *m, peer_device = *p;
+        }
+        const auto port = static_cast<uint16_t>(h.b & 0xffff);
+        auto r = h.op == kProbe ? probe_direct(secret_, *addr, port, options_from(h.b))
+                                : probe_verbs_direct(secret_, *addr, port, my_device, peer_device, options_from(h.b));
         ProbeReply rep{};
         std::string msg;
         if (r.ok()) {
@@ -295,12 +255,12 @@ void ProbeServer::serve(int fd) {
         } else {
           msg = r.status().to_string().substr(0, 1000);
         }
-        rep.msg_len = static_cast<uint32_t>(msg.size());
-        Status s = ch.send(&rep, sizeof rep, d);
-        if (s.ok()) s = ch.send(msg.data(), msg.size(), d);
-        if (!s.ok()) return done(s);
+        if (Status s = detail::send_reply(ch, rep, msg, d); !s.ok()) return done(s);
         break;
       }
+      case kVerbsServe:
+        if (Status s = detail::verbs_probe_responder(ch, secret_, h); !s.ok()) return done(s);
+        break;
       case kBye: return done(Status::Ok());
       default: return done(Corrupt("unknown probe op " + std::to_string(h.op)));
     }
@@ -319,26 +279,58 @@ Result<ProbeResult> probe_direct(const crypto::ClusterSecret& secret, const std:
   return r;
 }
 
-Result<ProbeResult> probe_between(const crypto::ClusterSecret& secret, const std::string& via, uint16_t via_port,
-                                  const std::string& address, uint16_t port, const ProbeOptions& o) {
-  if (address.empty() || address.size() > 255) return InvalidArgument("probe address '" + address + "'");
+namespace {
+
+// Asks the server at via:via_port to run `op` (kProbe, kVerbsProbe) towards address:port.
+Result<ProbeResult> probe_via(const crypto::ClusterSecret& secret, uint8_t op, const std::string& via, uint16_t via_port,
+                              const std::string& address, uint16_t port, const std::vector<std::string>& devices,
+                              const ProbeOptions& o) {
+  if (address.empty() || address.size() > detail::kMaxNameFrame) return InvalidArgument("probe address '" + address + "'");
+  for (const auto& dev : devices)
+    if (dev.empty() || dev.size() > detail::kMaxNameFrame) return InvalidArgument("probe device '" + dev + "'");
   // The remote probe has its own bound (o.timeout); ours covers it and the request around it.
   Deadline deadline = Deadline::after(o.timeout + std::chrono::seconds(2));
   Channel ch;
   LATTICE_RETURN_IF_ERROR(dial(ch, secret, via, via_port, deadline));
-  uint64_t ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(o.stream_time).count());
-  Header h{kProbe, 0, 0, static_cast<uint32_t>(address.size()),
-           uint64_t{port} | (uint64_t{static_cast<uint16_t>(o.pings)} << 16) | (ms << 32)};
+  Header h{op, 0, 0, static_cast<uint32_t>(address.size()), pack_options(port, o)};
   LATTICE_RETURN_IF_ERROR(ch.send(&h, sizeof h, deadline));
-  LATTICE_RETURN_IF_ERROR(ch.send(address.data(), address.size(), deadline));
+  LATTICE_RETURN_IF_ERROR(ch.send_text(address, deadline));
+  for (const auto& dev : devices) LATTICE_RETURN_IF_ERROR(ch.send_text(dev, deadline));
   ProbeReply rep{};
-  LATTICE_RETURN_IF_ERROR(ch.recv_exact(&rep, deadline));
-  LATTICE_ASSIGN_OR_RETURN(size_t n, ch.recv(4096, deadline));
-  std::string msg(reinterpret_cast<const char*>(ch.buf.data()), n);
+  std::string msg;
+  LATTICE_RETURN_IF_ERROR(detail::recv_reply(ch, &rep, &msg, deadline));
   Header bye{kBye, 0, 0, 0, 0};
   (void)ch.send(&bye, sizeof bye, deadline);
   if (!rep.ok) return Unavailable(via + " could not probe " + address + ":" + std::to_string(port) + ": " + msg);
   return ProbeResult{rep.latency_us, rep.gbps, rep.bytes};
+}
+
+}  // namespace
+
+Result<ProbeResult> probe_between(const crypto::ClusterSecret& secret, const std::string& via, uint16_t via_port,
+                                  const std::string& address, uint16_t port, const ProbeOptions& o) {
+  return probe_via(secret, kProbe, via, via_port, address, port, {}, o);
+}
+
+Result<ProbeResult> probe_verbs_direct(const crypto::ClusterSecret& secret, const std::string& address, uint16_t port,
+                                       const std::string& my_device, const std::string& peer_device,
+                                       const ProbeOptions& o) {
+  Deadline deadline = Deadline::after(o.timeout);
+  Channel ch;
+  LATTICE_RETURN_IF_ERROR(dial(ch, secret, address, port, deadline));
+  auto r = detail::verbs_probe_initiator(ch, secret, my_device, peer_device, o, deadline);
+  if (!r.ok())
+    return r.status().with_context("verbs probe " + my_device + " -> " + peer_device + " at " + address + ":" +
+                                   std::to_string(port));
+  Header bye{kBye, 0, 0, 0, 0};
+  (void)ch.send(&bye, sizeof bye, deadline);
+  return r;
+}
+
+Result<ProbeResult> probe_verbs_between(const crypto::ClusterSecret& secret, const std::string& via, uint16_t via_port,
+                                        const std::string& address, uint16_t port, const std::string& via_device,
+                                        const std::string& peer_device, const ProbeOptions& o) {
+  return probe_via(secret, kVerbsProbe, via, via_port, address, port, {via_device, peer_device}, o);
 }
 
 }  // namespace lattice::cluster

@@ -16,6 +16,16 @@
 //                u8 ok | 7 x 0 | f64 latency_us | f64 gbps | u64 bytes | u32 n | u32 0,
 //                then a frame with the error message (empty when ok)
 //   op 4 bye
+//   op 5 verbs probe: as op 3, with two more frames after the address: the server's RDMA
+//                device and the peer's; the server probes the peer over verbs
+//                (probe_verbs_direct) and answers as for op 3
+//   op 6 verbs serve: b = timeout ms; frames: this server's RDMA device, the initiator's
+//                fabric endpoint address (at most 4096 bytes). The server opens the device
+//                (verbs_device_uri, sealed with the cluster secret) and answers a reply as
+//                op 3's (ok, or the error), then, when ok, a frame with its endpoint's address;
+//                both connect. Then over verbs, each message u32 tag | payload: tag 1 (64
+//                bytes) is echoed back, tag 2 (256 KiB) is counted, tag 3 ends: the server
+//                answers over TCP with a reply whose `bytes` is what it counted (or the error)
 // Every read and write has a deadline; a server connection idle for kProbeIdle is closed.
 //
 // Thread safety: ProbeServer runs its own threads; the free functions are independent calls.
@@ -83,5 +93,19 @@ Result<ProbeResult> probe_direct(const crypto::ClusterSecret& secret, const std:
 // Asks the probe server at via:via_port to measure its path to address:port.
 Result<ProbeResult> probe_between(const crypto::ClusterSecret& secret, const std::string& via, uint16_t via_port,
                                   const std::string& address, uint16_t port, const ProbeOptions& o);
+
+// The same two over verbs: this process (or the server at via:via_port) opens its RDMA device
+// `my_device` / `via_device`, the probe server at address:port opens `peer_device`, and the
+// figures are those of the verbs link between the two (the TCP connection to address:port
+// only sets it up and carries the count). Device names as topology files give them
+// (verbs_device_uri: emu_tb5_0 and emu_rc_0 are the emulated devices). A device that does
+// not open, a queue pair that does not connect, a lost message: kUnavailable (relayed) or the
+// error itself, within o.timeout.
+Result<ProbeResult> probe_verbs_direct(const crypto::ClusterSecret& secret, const std::string& address, uint16_t port,
+                                       const std::string& my_device, const std::string& peer_device,
+                                       const ProbeOptions& o);
+Result<ProbeResult> probe_verbs_between(const crypto::ClusterSecret& secret, const std::string& via, uint16_t via_port,
+                                        const std::string& address, uint16_t port, const std::string& via_device,
+                                        const std::string& peer_device, const ProbeOptions& o);
 
 }  // namespace lattice::cluster

@@ -32,10 +32,22 @@ double round_to(double v, int decimals) {
   return std::round(v * p) / p;
 }
 
+std::string figures(const ProbeResult& r) { return fmt(r.gbps, 2) + " Gbit/s, " + fmt(r.latency_us, 1) + " us"; }
+
 std::string describe(const LinkProbe& p) {
   std::string s = p.a_iface.name + " (" + std::string(to_string(p.a_iface.kind)) + ") " + p.a_iface.ipv4 + " <-> " +
                   p.b_iface.name + " (" + std::string(to_string(p.b_iface.kind)) + ") " + p.b_iface.ipv4;
-  if (p.ok) return s + ": " + fmt(p.result.gbps, 2) + " Gbit/s, " + fmt(p.result.latency_us, 1) + " us";
+  const std::string devices = p.a_iface.rdma_device + " <-> " + p.b_iface.rdma_device;
+  switch (p.verbs) {
+    case VerbsProbe::kNotTried: break;
+    case VerbsProbe::kMeasured:
+      return s + ": over verbs (" + devices + ") " + figures(p.result) + "; over TCP on the interfaces " +
+             (p.tcp_ok ? figures(p.tcp) : "failed: " + p.error);
+    case VerbsProbe::kFailed:
+      return s + ": " + (p.ok ? "over TCP " + figures(p.result) : "probe failed: " + p.error) +
+             "; downgraded from rdma: the verbs probe (" + devices + ") failed: " + p.verbs_error;
+  }
+  if (p.ok) return s + ": " + figures(p.result);
   return s + ": probe failed: " + p.error;
 }
 
@@ -95,6 +107,26 @@ std::vector<std::string> host_addresses(const std::vector<DiscoveredNode>& nodes
 
 IfaceKind link_kind(const NodeIface& a, const NodeIface& b) { return std::max(a.kind, b.kind); }
 
+bool verbs_capable(const LinkProbe& p) {
+  return link_kind(p.a_iface, p.b_iface) == IfaceKind::kRdma && !p.a_iface.rdma_device.empty() &&
+         !p.b_iface.rdma_device.empty();
+}
+
+void apply_verbs_probe(LinkProbe& p, const Result<ProbeResult>& verbs) {
+  p.tcp_ok = p.ok;
+  p.tcp = p.result;
+  if (verbs.ok()) {
+    p.verbs = VerbsProbe::kMeasured;
+    p.ok = true;
+    p.result = *verbs;
+    return;
+  }
+  // TCP on the device's interface still answered: a wire, but not one lattice can use as RDMA.
+  p.verbs = VerbsProbe::kFailed;
+  p.verbs_error = verbs.status().to_string();
+  p.kind = IfaceKind::kEthernet;
+}
+
 void choose_links(std::vector<LinkProbe>& probes) {
   std::map<std::pair<int, int>, LinkProbe*> best;
   for (auto& p : probes) {
@@ -145,7 +177,7 @@ std::string render_discovered(const std::vector<DiscoveredNode>& nodes, const st
     ojson l;
     l["a"] = nodes[static_cast<size_t>(p.a)].announcement.name;
     l["b"] = nodes[static_cast<size_t>(p.b)].announcement.name;
-    bool verbs = p.kind == IfaceKind::kRdma && !p.a_iface.rdma_device.empty() && !p.b_iface.rdma_device.empty();
+    const bool verbs = p.kind == IfaceKind::kRdma && verbs_capable(p);
     l["provider"] = verbs ? "verbs" : "tcp";
     l["a_addr"] = p.a_iface.ipv4;
     l["b_addr"] = p.b_iface.ipv4;
@@ -158,7 +190,8 @@ std::string render_discovered(const std::vector<DiscoveredNode>& nodes, const st
     std::string c = std::string(to_string(p.kind)) + ": " + describe(p);
     for (const auto& q : probes)
       if (&q != &p && q.a == p.a && q.b == p.b) c += "; not chosen: " + describe(q);
-    if (verbs) c += " (bandwidth and latency measured over TCP on the RDMA device's interface)";
+    if (verbs && p.verbs == VerbsProbe::kMeasured) c += " (gbps and latency_us measured over verbs on the devices)";
+    if (verbs && p.verbs != VerbsProbe::kMeasured) c += " (gbps and latency_us measured over TCP on the devices' interfaces)";
     l["comment"] = c;
     links.push_back(std::move(l));
   }
@@ -204,18 +237,28 @@ Result<DiscoveredCluster> discover_topology(Responder& responder, const crypto::
       std::vector<std::string> via = from.seen_at;
       via.push_back(p.a_iface.ipv4);
       Status last = Unavailable("no address");
+      std::string answered;  // the address A's probe server answered at
       for (const auto& v : via) {
         auto r = probe_between(secret, v, from.announcement.probe_port, p.b_iface.ipv4, to.announcement.probe_port,
                                options.probe);
         if (r.ok()) {
           p.ok = true;
           p.result = *r;
+          answered = v;
           break;
         }
         last = r.status();
-        if (last.code() == ErrorCode::kUnavailable) break;  // A answered: B is what failed
+        if (last.code() == ErrorCode::kUnavailable) {  // A answered: B is what failed
+          answered = v;
+          break;
+        }
       }
       if (!p.ok) p.error = last.to_string();
+      // Both ends RDMA: A measures B over verbs too, its device to B's, set up over this subnet.
+      if (verbs_capable(p) && !answered.empty())
+        apply_verbs_probe(p, probe_verbs_between(secret, answered, from.announcement.probe_port, p.b_iface.ipv4,
+                                                 to.announcement.probe_port, p.a_iface.rdma_device,
+                                                 p.b_iface.rdma_device, options.probe));
     }
   };
   std::vector<int> slot_node = c.members;
@@ -243,17 +286,18 @@ Result<DiscoveredCluster> discover_to_file(const crypto::ClusterSecret& secret, 
 std::string render_probes(const DiscoveredCluster& c) {
   std::string out;
   for (const auto& p : c.probes) {
+    std::string kind(to_string(p.kind));
+    if (p.verbs == VerbsProbe::kMeasured) kind += "/verbs";
+    if (p.verbs == VerbsProbe::kFailed) kind += " (rdma: verbs failed)";
     const std::string pair = c.nodes[static_cast<size_t>(p.a)].announcement.name + " - " +
                              c.nodes[static_cast<size_t>(p.b)].announcement.name;
     char line[512];
     if (p.ok) {
       std::snprintf(line, sizeof line, "  %-24s %-12s %-32s %9.3f Gbit/s %8.1f us%s\n", pair.c_str(),
-                    std::string(to_string(p.kind)).c_str(), (p.a_iface.ipv4 + " -> " + p.b_iface.ipv4).c_str(),
-                    p.result.gbps, p.result.latency_us, p.chosen ? "  chosen" : "");
+                    kind.c_str(), (p.a_iface.ipv4 + " -> " + p.b_iface.ipv4).c_str(), p.result.gbps, p.result.latency_us, p.chosen ? "  chosen" : "");
     } else {
       std::snprintf(line, sizeof line, "  %-24s %-12s %-32s failed: %s\n", pair.c_str(),
-                    std::string(to_string(p.kind)).c_str(), (p.a_iface.ipv4 + " -> " + p.b_iface.ipv4).c_str(),
-                    p.error.substr(0, 200).c_str());
+                    kind.c_str(), (p.a_iface.ipv4 + " -> " + p.b_iface.ipv4).c_str(), p.error.substr(0, 200).c_str());
     }
     out += line;
   }

@@ -6,7 +6,10 @@
 // The best link of a pair: the best kind first (rdma, then thunderbolt, then ethernet, then
 // wifi, then other; a link's kind is the worse of its two ends), measured bandwidth among
 // equals, so Wi-Fi is never chosen while a wire answers. A link whose probe failed is never
-// chosen. Both ends rdma with their devices known: a verbs link; else tcp over those IPs.
+// chosen. Both ends rdma with their devices known: the pair is probed over verbs as well, on
+// those devices, and is a verbs link with verbs' figures; if that probe fails, it is a tcp
+// link over those IPs, with the TCP figures, ranked as ethernet, and its comment says why.
+// Else tcp over those IPs.
 //
 // A host's address (the control address, and so rank 0's the coordinator) is its IP on the best
 // network every member shares, so the bootstrap, and the data connections that follow it, run
@@ -23,15 +26,30 @@
 
 namespace lattice::cluster {
 
+// Whether a link was probed over verbs too (both ends rdma with their devices known).
+enum class VerbsProbe { kNotTried, kMeasured, kFailed };
+
 struct LinkProbe {
   int a = -1, b = -1;  // indices into DiscoveredCluster::nodes; a's name sorts first
   NodeIface a_iface, b_iface;
-  IfaceKind kind = IfaceKind::kOther;
+  IfaceKind kind = IfaceKind::kOther;  // link_kind(), or kEthernet once a verbs probe failed
   bool ok = false;
-  ProbeResult result;
-  std::string error;  // when !ok
+  ProbeResult result;  // the verbs figures when verbs == kMeasured, else the TCP ones
+  std::string error;   // when !ok
   bool chosen = false;
+  VerbsProbe verbs = VerbsProbe::kNotTried;
+  bool tcp_ok = false;       // the TCP probe on the interfaces, when verbs was tried
+  ProbeResult tcp;           // its figures
+  std::string verbs_error;   // when verbs == kFailed: why (the link is tcp then)
 };
+
+// Both ends rdma with their devices known: the pairs probed over verbs, and written as verbs
+// links (unless that probe failed).
+bool verbs_capable(const LinkProbe& p);
+// Folds the verbs probe's outcome into a probe whose TCP probe already ran (p.ok, p.result,
+// p.error as it left them): measured, the figures are verbs'; failed, the TCP figures stay,
+// the kind drops to ethernet (so the link is tcp, ranked as a wire), and verbs_error says why.
+void apply_verbs_probe(LinkProbe& p, const Result<ProbeResult>& verbs);
 
 struct DiscoveredCluster {
   std::vector<DiscoveredNode> nodes;  // everything found, sorted by name, joined or not

@@ -49,7 +49,24 @@ Result<TopologyPlan> plan_from_topology_file(const std::string& path) {
     if (l.a == ha) return {l.a_addr, l.b_addr};
     return {l.b_addr, l.a_addr};
   };
+  plan.link_devices = [best, links, host_of_rank](int a, int b) -> std::pair<std::string, std::string> {
+    const int n = static_cast<int>(host_of_rank.size());
+    if (a < 0 || b < 0 || a >= n || b >= n || a == b) return {};
+    const int ha = host_of_rank[size_t(a)], hb = host_of_rank[size_t(b)];
+    const int k = best[size_t(ha)][size_t(hb)];
+    if (k < 0 || links[size_t(k)].provider != LinkProvider::kVerbs) return {};
+    const Link& l = links[size_t(k)];
+    if (l.a == ha) return {l.a_device, l.b_device};
+    return {l.b_device, l.a_device};
+  };
   return plan;
+}
+
+std::string verbs_device_uri(std::string_view device) {
+  // The emulator's device names, as emu.h lists them (one per profile).
+  if (device == "emu_tb5_0") return "verbs-emu://apple-tb5";
+  if (device == "emu_rc_0") return "verbs-emu://linux-rc";
+  return "verbs://" + std::string(device);
 }
 
 }  // namespace lattice::cluster
