@@ -39,6 +39,9 @@ struct EngineProfile {
   bool auto_expert = true;        // auto picks expert parallel for MoE models (lattice's plan rule)
   bool replicate_output = false;  // the output matrix whole on every node under tensor parallel
   bool mla_expanded_cache = false; // MLA's keys and values cached per head, not the latent
+  // Its verbs links run lattice's staged protocol (whole 32 KiB slots and acks, link.h); MLX's
+  // JACCL posts its own buffers.
+  bool verbs_staged = false;
 };
 
 Result<EngineProfile> engine_profile(const std::string& name);
