@@ -12,6 +12,18 @@ double Machine::read_gbs(int threads, int sharers) const {
   return share;
 }
 
+double Machine::cores_held(int threads, int sharers) const {
+  const double t = std::max(1, threads);
+  if (cores <= 0) return t;
+  return std::min(t, double(cores) / std::max(1, sharers));
+}
+
+double Machine::engine_read_gbs(int threads, int sharers, double efficiency) const {
+  const double bus = mem_bw_gbs / std::max(1, sharers);
+  if (core_bw_gbs <= 0) return bus * efficiency;
+  return std::min(core_bw_gbs * cores_held(threads, sharers) * efficiency, bus);
+}
+
 namespace {
 
 Result<double> num(const nlohmann::json& j, const char* key, bool required, double fallback, const std::string& src) {

@@ -45,6 +45,14 @@ struct Machine {
   // The read bandwidth `threads` threads of one process get when `sharers` processes share the
   // machine (each with its own threads).
   double read_gbs(int threads, int sharers) const;
+  // How many cores' worth of time one of `sharers` processes of `threads` threads holds while they
+  // all run (threads, or less when they outnumber the cores; threads when cores is unknown).
+  double cores_held(int threads, int sharers) const;
+  // What an engine whose kernels stream at `efficiency` of a thread's read rate reaches in one of
+  // `sharers` processes working at once: on a CPU (core_bw_gbs known) its threads' own rate for
+  // the time they hold a core, capped by the memory's streaming rate (mem_bw_gbs, all threads)
+  // shared among the processes; elsewhere (a GPU) `efficiency` of its share of mem_bw_gbs.
+  double engine_read_gbs(int threads, int sharers, double efficiency) const;
 };
 
 Result<Machine> machine_preset(const std::string& name);
