@@ -106,7 +106,60 @@ Result<sim::MeasuredLink> measure_link(const std::string& provider, bool quick) 
   return m;
 }
 
+std::string base_name(const std::string& p) { return std::filesystem::path(p).filename().string(); }
+
 }  // namespace
+
+Result<sim::OneNodeFigures> read_bench_figures(const std::string& path, const std::string& model) {
+  std::ifstream f(path);
+  if (!f) return NotFound("--calibrate-from: cannot read '" + path + "'");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+  sim::OneNodeFigures fig;
+  if (j.is_object()) {
+    // `lattice run --json`, one rank.
+    if (j.value("nodes", 1) != 1) return InvalidArgument(path + ": a run of " + j["nodes"].dump() + " ranks, not one");
+    const int n_prompt = j.value("n_prompt", 0), n_gen = j.value("n_gen", 0), t = j.value("threads", 0);
+    if (!j.contains("decode_tok_s") || !j["decode_tok_s"].is_number() || n_gen < 2 || t < 1)
+      return InvalidArgument(path + ": not `lattice run --json` output with a decode rate (n_gen >= 2) and threads");
+    fig.decode_tok_s = j["decode_tok_s"].get<double>();
+    fig.decode_pos = static_cast<uint32_t>(n_prompt + n_gen / 2);
+    fig.threads = t;
+    if (j.contains("prefill_tok_s") && j["prefill_tok_s"].is_number() && n_prompt > 0) {
+      fig.prefill_tok_s = j["prefill_tok_s"].get<double>();
+      fig.prefill_tokens = static_cast<uint32_t>(n_prompt);
+    }
+    if (fig.decode_tok_s <= 0) return InvalidArgument(path + ": the run decoded nothing");
+    return fig;
+  }
+  if (j.is_discarded() || !j.is_array() || j.empty())
+    return InvalidArgument(path + ": neither `lattice bench engine --json` nor `lattice run --json` output");
+  fig.threads = 0;
+  for (const auto& r : j) {
+    if (!r.is_object()) return InvalidArgument(path + ": a row is not a JSON object");
+    if (!model.empty() && r.contains("model_file") && r["model_file"].is_string() &&
+        base_name(r["model_file"].get<std::string>()) != base_name(model))
+      return InvalidArgument(path + ": its figures are of " + r["model_file"].get<std::string>() + ", not " + model);
+    const int t = r.value("threads", 0);
+    if (t < 1) return InvalidArgument(path + ": a row has no thread count");
+    if (fig.threads && t != fig.threads)
+      return InvalidArgument(path + ": rows of " + std::to_string(fig.threads) + " and " + std::to_string(t) +
+                             " threads (give one thread count)");
+    fig.threads = t;
+    const int n_gen = r.value("n_gen", 0), n_prompt = r.value("n_prompt", 0);
+    if (n_gen > 0 && r.value("batch", 1) == 1 && fig.decode_tok_s <= 0 && r["decode_tok_s"].is_number()) {
+      // bench engine decodes from an empty cache: on average at half its tokens.
+      fig.decode_tok_s = r["decode_tok_s"].get<double>();
+      fig.decode_pos = static_cast<uint32_t>(n_gen / 2);
+    } else if (n_prompt > 0 && fig.prefill_tok_s <= 0 && r["prefill_tok_s"].is_number()) {
+      fig.prefill_tok_s = r["prefill_tok_s"].get<double>();
+      fig.prefill_tokens = static_cast<uint32_t>(n_prompt);
+    }
+  }
+  if (fig.decode_tok_s <= 0) return InvalidArgument(path + ": no decode row (bench engine -n N, one sequence)");
+  return fig;
+}
 
 int run_calibrate(const CalibrateArgs& a) {
   auto fail = [](const std::string& m) {
