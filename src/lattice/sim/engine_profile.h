@@ -32,7 +32,9 @@ struct EngineProfile {
   // of W draws. false: every rank spends sync_us exactly.
   bool sync_jitter = false;
   int rpc_round_trips = 0;       // kRpcStar: request/response exchanges per server per token
-  uint32_t prefill_batch = 256;  // rows per prefill step
+  uint32_t prefill_batch = 256;  // rows per prefill step over several nodes (tensor, expert parallel)
+  uint32_t solo_prefill_batch = 0;  // rows per prefill step on one node (0: prefill_batch)
+  uint32_t pp_micro_batch = 0;      // rows per pipeline micro-batch of the prefill (0: prefill_batch)
   // Shares weighted by the nodes' memory (lattice's planner, llama.cpp's default tensor split)
   // rather than equal (MLX's sharded layers).
   bool split_by_memory = true;

@@ -395,7 +395,10 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
 
   // Prefill: the prompt in steps of the engine's batch rows (micro-batches through a pipeline).
   Des pre(W, cables);
-  const uint32_t rows = std::min(o.prompt, prof.prefill_batch);
+  const uint32_t batch = W == 1 && prof.solo_prefill_batch ? prof.solo_prefill_batch
+                         : L.mode == Mode::kPipeline && prof.pp_micro_batch ? prof.pp_micro_batch
+                                                                             : prof.prefill_batch;
+  const uint32_t rows = std::min(o.prompt, batch);
   const uint32_t n_steps = (o.prompt + rows - 1) / rows;
   if (L.mode == Mode::kPipeline) {
     for (uint32_t i = 0; i < n_steps; ++i) {
