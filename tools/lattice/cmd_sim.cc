@@ -173,6 +173,11 @@ int run_sim(const SimArgs& a) {
     auto c = sim::calibrate_one_node(*shape, *topo, o, *fig);
     if (!c.ok()) return fail("--calibrate-from " + a.calibrate_from + ": " + c.status().to_string());
     o = *c;
+    if (o.decode_efficiency > 1 || o.prefill_efficiency > 1)
+      std::fprintf(stderr,
+                   "lattice sim: warning: fitted efficiencies %.2f / %.2f: the run beat the machine file's read or "
+                   "compute figure (measured while the machine was loaded?); recalibrate on a quiet machine\n",
+                   o.decode_efficiency, o.prefill_efficiency);
     if (!a.json) {
       std::printf("calibrated on one node: %.1f tok/s decode -> efficiency %.3f", fig->decode_tok_s, o.decode_efficiency);
       if (o.prefill_efficiency > 0)
