@@ -141,6 +141,12 @@ TEST(Calibrate, MeasurementsAreSaneAndCheckTheirArguments) {
   EXPECT_FALSE(measure_read_gbs(0, 64u << 20, 1).ok());
   EXPECT_FALSE(measure_read_gbs(1, 1000, 1).ok());
   EXPECT_FALSE(measure_matmul_tflops(1, 256, 100, 16, 1).ok());  // not a whole number of blocks
+  auto k = measure_decode_kernel_gbs(2, 8u << 20, 1);
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  EXPECT_GT(*k, 0.01);
+  EXPECT_LT(*k, 1000);
+  EXPECT_FALSE(measure_decode_kernel_gbs(0, 8u << 20, 1).ok());
+  EXPECT_FALSE(measure_decode_kernel_gbs(1, 1000, 1).ok());
 }
 
 // Calibration runs bench fabric twice and streams a 256 MiB buffer: tens of seconds.

@@ -284,6 +284,20 @@ TEST(Machine, EngineKernelsLimitEachThreadAndTheMemoryAllOfThem) {
   EXPECT_DOUBLE_EQ(m.cores_held(1, 4), 0.5);
   EXPECT_DOUBLE_EQ(m.engine_read_gbs(1, 4, 0.6), 7.5);
   EXPECT_DOUBLE_EQ(m.cores_held(2, 1), 2);
+  // Kernels that keep 70% of their rate when both cores run them (measured by sim --calibrate):
+  // two ranks each get 0.7 of one alone; one stage of a pipeline its whole rate.
+  m.kernel_scaling = 0.7;
+  m.compute_tflops = 0.5;
+  m.memory_gb = 16;
+  EXPECT_DOUBLE_EQ(m.engine_read_gbs(1, 2, 0.6), 15 * 0.7);
+  EXPECT_DOUBLE_EQ(m.engine_read_gbs(1, 1, 0.6), 15);
+  EXPECT_DOUBLE_EQ(m.engine_read_gbs(1, 4, 0.6), 7.5 * 0.7);
+  auto back = machine_from_json(machine_to_json(m), "m.json");
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_DOUBLE_EQ(back->kernel_scaling, 0.7);
+  auto j = machine_to_json(m);
+  j["kernel_scaling"] = 1.5;
+  EXPECT_FALSE(machine_from_json(j, "m.json").ok());
   // No per-thread figure (a GPU): the efficiency of its share of the memory bandwidth.
   Machine g;
   g.mem_bw_gbs = 800;

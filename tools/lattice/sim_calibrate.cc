@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <cstdio>
@@ -189,6 +190,17 @@ int run_calibrate(const CalibrateArgs& a) {
   if (m.memory_gb <= 0) m.memory_gb = 1;
   std::printf("read bandwidth: %.1f GB/s (1 thread), %.1f GB/s (%d threads); Q4_0 matmul %.3f TFLOP/s\n", *bw1, *bwn,
               cores, *mm);
+  if (cores > 1) {
+    // Decode's kernel alone and on every core at once (each worker its own weight, as ranks).
+    const size_t kb = a.quick ? (64u << 20) : (256u << 20);
+    auto k1 = sim::measure_decode_kernel_gbs(1, kb, a.quick ? 2 : 3);
+    if (!k1.ok()) return fail(k1.status().to_string());
+    auto kn = sim::measure_decode_kernel_gbs(cores, kb, a.quick ? 2 : 3);
+    if (!kn.ok()) return fail(kn.status().to_string());
+    m.kernel_scaling = std::clamp(*kn / *k1, 0.05, 1.0);
+    std::printf("decode kernel: %.1f GB/s alone, %.1f GB/s each with %d at once: scaling %.2f\n", *k1, *kn, cores,
+                m.kernel_scaling);
+  }
   for (const char* prov : {"shm", "tcp"}) {
     auto l = measure_link(prov, a.quick);
     if (!l.ok()) return fail(l.status().to_string());
