@@ -127,7 +127,9 @@ def raise_machine(lattice, work, target, machine, tok_s):
     with open(one, "w") as f:
         json.dump({"version": 1, "hosts": [{"name": "r0", "address": "127.0.0.1:7100", "machine": machine}]}, f)
     s = json.loads(sh([lattice, "sim", "-m", target, "--hostfile", one, "-t", "1", "--json"]))
-    read = tok_s * s["weight_bytes_per_token"] / 1e9
+    # The weights' bytes only; the run also read its KV cache and activations (a few percent at
+    # the table's 30 + N positions): 5% of room, so the fit is left to reproduce the run.
+    read = 1.05 * tok_s * s["weight_bytes_per_token"] / 1e9
     m = json.load(open(machine))
     if read <= min(m["core_bw_gbs"], m["mem_bw_gbs"]):
         return machine, None
