@@ -9,7 +9,9 @@
 # model: measured decode and prefill tok/s (best of REPS), predicted, error, and the bound
 # (+-10% at 2 ranks, +-20% at 3-4). The default models are written by `lattice make-model` when
 # missing (the shapes of bench/engine_vs_llamacpp.sh and bench/ep_vs_single.sh, seed 1).
-# Not a timed test: run it on a quiet machine (the lead does).
+# Not a timed test: run it on a quiet machine (the lead does). The machine file is kept in
+# BUILD_DIR/sim-validation/this-machine.json and reused: delete it to calibrate again (one
+# measured on a loaded machine is wrong for a quiet run).
 #
 #   bench/sim_vs_local.sh [BUILD_DIR]     env: RANKS=1,2,3,4 MODES=tp,pp N=32 REPS=2
 #       PROVIDERS=shm,tcp,tcp-emu,verbs-emu LAT_US=50 GBYTES_S=1 MODELS="a.gguf b.gguf" JSON=1
