@@ -3,21 +3,41 @@
 # shared memory, loopback tcp and emulated links (50 us one way, 1 GB/s: tcp through the link
 # emulator of fabric/tcp/link_emu.h, verbs through the emulated RDMA device's wire), at 1-4 ranks,
 # tensor and pipeline parallel, on the 1.1B Llama and the mixture-of-experts bench models.
-# One calibration (`lattice sim --calibrate`, the engine's efficiency from a generated model that
-# is neither of them) serves every row. Prints one table per model: measured decode tok/s (best
-# of REPS), predicted, error, and the issue's bound (+-10% at 1-2 ranks, +-20% at 3-4).
-# Not a timed test: run it on a quiet machine (the lead does).
+# One calibration of the machine (`lattice sim --calibrate`: bandwidth, matmul, links) serves every
+# row; each model's engine efficiencies are fitted to its own one-rank run (`sim --calibrate-from`),
+# so the 2-4 rank rows come from the link, schedule and placement models alone. Prints one table per
+# model: measured decode and prefill tok/s (best of REPS), predicted, error, and the issue's bound
+# (+-10% at 2 ranks, +-20% at 3-4). The default models are written by `lattice make-model` when
+# missing (the shapes of bench/engine_vs_llamacpp.sh and bench/ep_vs_single.sh, seed 1).
+# Not a timed test: run it on a quiet machine (the lead does). The machine file is kept in
+# BUILD_DIR/sim-validation/this-machine.json and reused: delete it to calibrate again (one
+# measured on a loaded machine is wrong for a quiet run).
 #
 #   bench/sim_vs_local.sh [BUILD_DIR]     env: RANKS=1,2,3,4 MODES=tp,pp N=32 REPS=2
 #       PROVIDERS=shm,tcp,tcp-emu,verbs-emu LAT_US=50 GBYTES_S=1 MODELS="a.gguf b.gguf" JSON=1
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-build}
-models=${MODELS:-"/tmp/lattice-bench-models/tinyllama-q4_0.gguf /tmp/lattice-bench-models/qwen3moe-bench-q4_0.gguf"}
+D=/tmp/lattice-bench-models
+models=${MODELS:-"$D/tinyllama-q4_0.gguf $D/qwen3moe-bench-q4_0.gguf"}
+make_model() {  # path -> written once, if it is one of the default bench models
+  [ -f "$1" ] && return 0
+  case "$1" in
+    */tinyllama-q4_0.gguf) set -- "$1" --arch llama --dim 2048 --layers 22 --heads 32 --kv-heads 4 --ffn 5632 --vocab 32000 ;;
+    */qwen3moe-bench-q4_0.gguf) set -- "$1" --arch qwen3moe --dim 2048 --layers 24 --heads 32 --kv-heads 4 --head-dim 64 \
+      --experts 32 --experts-used 8 --expert-ffn 512 --ffn 5632 --vocab 32000 ;;
+    *) return 0 ;;
+  esac
+  out=$1; shift
+  mkdir -p "$(dirname "$out")"
+  echo "writing $out (lattice make-model)" >&2
+  "$build/lattice" make-model "$@" --type q4_0 --seed 1 -o "$out.tmp" >/dev/null && mv "$out.tmp" "$out"
+}
 machine="$build/sim-validation/this-machine.json"
 mkdir -p "$build/sim-validation"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores" >&2
 for m in $models; do
+  make_model "$m"
   [ -f "$m" ] || { echo "no model $m (skipped)" >&2; continue; }
   python3 "$here/sim_vs_real.py" --build "$build" --model "$m" --machine "$machine" \
     --ranks "${RANKS:-1,2,3,4}" --modes "${MODES:-tp,pp}" --providers "${PROVIDERS:-shm,tcp,tcp-emu,verbs-emu}" \

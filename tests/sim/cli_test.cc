@@ -61,6 +61,63 @@ TEST(SimCliProcess, ErrorsAndListing) {
   EXPECT_GT(j["decode_tok_s"].get<double>(), 0);
 }
 
+TEST(SimCliProcess, CalibrateFromAOneNodeRun) {
+  // A one-node run's figures (the format `bench engine --json` prints) at the efficiencies the
+  // simulator is given here; --calibrate-from finds them again.
+  const std::string topo = kExamples + "4x-m3-ultra-tb5.json";
+  auto at = [&](const std::string& extra) {
+    auto o = lattice("sim --preset llama-1.1b-q4 --hosts 1 --json --hostfile " + topo + " " + extra);
+    EXPECT_EQ(o.code, 0) << o.text;
+    return nlohmann::json::parse(o.text, nullptr, false);
+  };
+  auto dec = at("--fit 100@1 --prompt 16");
+  ASSERT_FALSE(dec.is_discarded());
+  const double eff = dec["fitted_decode_efficiency"].get<double>();
+  const std::string dir = testing::scratch_dir("calibrate-from");
+  const nlohmann::json rows = {
+      {{"model_file", "/x/llama-1.1b.gguf"}, {"threads", 1}, {"n_prompt", 0}, {"n_gen", 32}, {"batch", 1},
+       {"decode_tok_s", 100.0}, {"prefill_tok_s", nullptr}},
+      {{"model_file", "/x/llama-1.1b.gguf"}, {"threads", 1}, {"n_prompt", 64}, {"n_gen", 0}, {"batch", 1},
+       {"decode_tok_s", nullptr}, {"prefill_tok_s", 900.0}}};
+  std::ofstream(dir + "/bench.json") << rows.dump();
+  auto o = lattice("sim --preset llama-1.1b-q4 --json --hostfile " + topo + " --calibrate-from " + dir + "/bench.json");
+  ASSERT_EQ(o.code, 0) << o.text;
+  auto j = nlohmann::json::parse(o.text, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << o.text;
+  EXPECT_NEAR(j["fitted_decode_efficiency"].get<double>(), eff, 1e-3);
+  EXPECT_GT(j["fitted_prefill_efficiency"].get<double>(), 0);
+  EXPECT_EQ(j["nodes"].size(), 4u);
+  // `lattice run --json` of one rank: decode after its prompt.
+  std::ofstream(dir + "/run.json") << nlohmann::json{{"n_prompt", 8}, {"n_gen", 16}, {"threads", 1},
+                                                     {"decode_tok_s", 100.0}, {"prefill_tok_s", 500.0}}
+                                          .dump();
+  o = lattice("sim --preset llama-1.1b-q4 --json --hostfile " + topo + " --calibrate-from " + dir + "/run.json");
+  ASSERT_EQ(o.code, 0) << o.text;
+  // Errors: the figures of another model, two thread counts, a run of several ranks, no file.
+  o = lattice("make-model --arch llama --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 --vocab 512 --type q4_0 -o " +
+              dir + "/other.gguf");
+  ASSERT_EQ(o.code, 0) << o.text;
+  o = lattice("sim -m " + dir + "/other.gguf --hostfile " + topo + " --calibrate-from " + dir + "/bench.json");
+  EXPECT_EQ(o.code, 2) << o.text;
+  EXPECT_NE(o.text.find("not " + dir + "/other.gguf"), std::string::npos) << o.text;
+  auto mixed = rows;
+  mixed[1]["threads"] = 2;
+  std::ofstream(dir + "/mixed.json") << mixed.dump();
+  o = lattice("sim --preset llama-1.1b-q4 --hostfile " + topo + " --calibrate-from " + dir + "/mixed.json");
+  EXPECT_EQ(o.code, 2) << o.text;
+  EXPECT_NE(o.text.find("threads"), std::string::npos) << o.text;
+  std::ofstream(dir + "/four.json") << nlohmann::json{{"nodes", 4}, {"n_prompt", 8}, {"n_gen", 16}, {"threads", 1},
+                                                      {"decode_tok_s", 100.0}}
+                                           .dump();
+  o = lattice("sim --preset llama-1.1b-q4 --hostfile " + topo + " --calibrate-from " + dir + "/four.json");
+  EXPECT_EQ(o.code, 2) << o.text;
+  EXPECT_NE(o.text.find("not one"), std::string::npos) << o.text;
+  o = lattice("sim --preset llama-1.1b-q4 --hostfile " + topo + " --calibrate-from " + dir + "/none.json");
+  EXPECT_EQ(o.code, 2) << o.text;
+  o = lattice("sim --preset llama-1.1b-q4 --hostfile " + topo + " --fit 10@1 --calibrate-from " + dir + "/bench.json");
+  EXPECT_EQ(o.code, 2) << o.text;
+}
+
 TEST(SimCliProcess, CompareWritesTableAndSvg) {
   const std::string dir = testing::scratch_dir("cmp");
   auto o = lattice("sim --preset qwen3-235b-a22b-q8 --engine mlx --compare " + kExamples + "4x-m3-ultra-tb5.json," +
@@ -84,6 +141,12 @@ TEST(Calibrate, MeasurementsAreSaneAndCheckTheirArguments) {
   EXPECT_FALSE(measure_read_gbs(0, 64u << 20, 1).ok());
   EXPECT_FALSE(measure_read_gbs(1, 1000, 1).ok());
   EXPECT_FALSE(measure_matmul_tflops(1, 256, 100, 16, 1).ok());  // not a whole number of blocks
+  auto k = measure_decode_kernel_gbs(2, 8u << 20, 1);
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  EXPECT_GT(*k, 0.01);
+  EXPECT_LT(*k, 1000);
+  EXPECT_FALSE(measure_decode_kernel_gbs(0, 8u << 20, 1).ok());
+  EXPECT_FALSE(measure_decode_kernel_gbs(1, 1000, 1).ok());
 }
 
 // Calibration runs bench fabric twice and streams a 256 MiB buffer: tens of seconds.

@@ -186,6 +186,44 @@ TEST(Sim, PrefillFitRecoversTheComputeEfficiency) {
   EXPECT_FALSE(fit_prefill_efficiency(s, t, o, 1, 1e9).ok());
 }
 
+TEST(Sim, OneNodeCalibrationReproducesTheMeasuredFigures) {
+  // Figures of one node at known efficiencies; calibrating on them finds those efficiencies, and
+  // the two-node prediction is what the simulator gives at them.
+  auto t = mesh(2, "m4-pro", "tcp", "10gbe");
+  auto s = *shape_preset("llama-1.1b-q4");
+  SimOptions o;
+  o.mode = Mode::kTensor;
+  o.hosts = 1;
+  o.decode_efficiency = 0.45;
+  o.prefill_efficiency = 0.2;
+  o.prompt = 40;  // the decode's average position
+  auto dec = simulate(s, t, o);
+  ASSERT_TRUE(dec.ok()) << dec.status().to_string();
+  o.prompt = 64;
+  auto pre = simulate(s, t, o);
+  ASSERT_TRUE(pre.ok());
+  OneNodeFigures f;
+  f.decode_tok_s = dec->decode_tok_s;
+  f.decode_pos = 40;
+  f.prefill_tok_s = pre->prefill_tok_s;
+  f.prefill_tokens = 64;
+  SimOptions fresh;
+  fresh.mode = Mode::kTensor;
+  auto c = calibrate_one_node(s, t, fresh, f);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_NEAR(c->decode_efficiency, 0.45, 1e-3);
+  EXPECT_NEAR(c->prefill_efficiency, 0.2, 1e-3);
+  EXPECT_EQ(c->hosts, 0);  // the prediction still uses every host
+  o.hosts = 0;
+  o.prompt = 512;
+  auto two = simulate(s, t, o), fitted = simulate(s, t, *c);
+  ASSERT_TRUE(two.ok() && fitted.ok());
+  EXPECT_NEAR(fitted->decode_tok_s, two->decode_tok_s, 1e-3 * two->decode_tok_s);
+  EXPECT_FALSE(calibrate_one_node(s, t, fresh, OneNodeFigures{}).ok());
+  f.decode_tok_s = 1e6;  // beyond the machine's bandwidth
+  EXPECT_FALSE(calibrate_one_node(s, t, fresh, f).ok());
+}
+
 TEST(Sim, JsonHasTheDocumentedKeys) {
   auto r = sim("llama-1.1b-q4", mesh(2, "m4-pro", "verbs", "tb5"));
   auto j = to_json(r);
@@ -231,6 +269,41 @@ TEST(Machine, SharersSplitTheBandwidth) {
   EXPECT_DOUBLE_EQ(m.read_gbs(1, 2), 20);
 }
 
+TEST(Machine, EngineKernelsLimitEachThreadAndTheMemoryAllOfThem) {
+  Machine m;
+  m.mem_bw_gbs = 40;
+  m.core_bw_gbs = 25;
+  m.cores = 2;
+  // One thread: its kernels' 60% of a thread's streaming rate.
+  EXPECT_DOUBLE_EQ(m.engine_read_gbs(1, 1, 0.6), 15);
+  // Two processes of one thread: each still its kernels' rate (30 of the memory's 40 in all).
+  EXPECT_DOUBLE_EQ(m.engine_read_gbs(1, 2, 0.6), 15);
+  // Efficient kernels meet the memory's limit: half of it each.
+  EXPECT_DOUBLE_EQ(m.engine_read_gbs(1, 2, 0.9), 20);
+  // Four processes on two cores hold half a core each.
+  EXPECT_DOUBLE_EQ(m.cores_held(1, 4), 0.5);
+  EXPECT_DOUBLE_EQ(m.engine_read_gbs(1, 4, 0.6), 7.5);
+  EXPECT_DOUBLE_EQ(m.cores_held(2, 1), 2);
+  // Kernels that keep 70% of their rate when both cores run them (measured by sim --calibrate):
+  // two ranks each get 0.7 of one alone; one stage of a pipeline its whole rate.
+  m.kernel_scaling = 0.7;
+  m.compute_tflops = 0.5;
+  m.memory_gb = 16;
+  EXPECT_DOUBLE_EQ(m.engine_read_gbs(1, 2, 0.6), 15 * 0.7);
+  EXPECT_DOUBLE_EQ(m.engine_read_gbs(1, 1, 0.6), 15);
+  EXPECT_DOUBLE_EQ(m.engine_read_gbs(1, 4, 0.6), 7.5 * 0.7);
+  auto back = machine_from_json(machine_to_json(m), "m.json");
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_DOUBLE_EQ(back->kernel_scaling, 0.7);
+  auto j = machine_to_json(m);
+  j["kernel_scaling"] = 1.5;
+  EXPECT_FALSE(machine_from_json(j, "m.json").ok());
+  // No per-thread figure (a GPU): the efficiency of its share of the memory bandwidth.
+  Machine g;
+  g.mem_bw_gbs = 800;
+  EXPECT_DOUBLE_EQ(g.engine_read_gbs(1, 2, 0.5), 200);
+}
+
 TEST(Topology, MachineMediumAndLatencyKeys) {
   auto t = mesh(2, "m4-max", "tcp", "10gbe", false, ", \"latency_us\": 40, \"gbps\": 8");
   ASSERT_EQ(t.links.size(), 1u);
@@ -267,7 +340,7 @@ TEST(Sim, RanksOnOneMachineShareItsBandwidthWhenTheyWorkAtOnce) {
   m.cores = 2;
   m.compute_tflops = 0.5;
   m.memory_gb = 16;
-  m.decode_efficiency = 0.5;
+  m.decode_efficiency = 0.9;
   m.links["shm"] = {0.5, 8};
   const std::string dir = testing::scratch_dir("local");
   std::ofstream(dir + "/cpu.json") << machine_to_json(m).dump();
@@ -282,12 +355,12 @@ TEST(Sim, RanksOnOneMachineShareItsBandwidthWhenTheyWorkAtOnce) {
   o.mode = Mode::kTensor;
   auto tp = simulate(*shape_preset("llama-1.1b-q4"), *t, o);
   ASSERT_TRUE(tp.ok()) << tp.status().to_string();
-  EXPECT_DOUBLE_EQ(tp->nodes[0].read_gbs, 20 * 0.5);  // half of the machine's 40 each
+  EXPECT_DOUBLE_EQ(tp->nodes[0].read_gbs, 20);  // half of the machine's 40 each (below a thread's 22.5)
   EXPECT_EQ(tp->links[0].medium, "shm (measured)");
   o.mode = Mode::kPipeline;
   auto pp = simulate(*shape_preset("llama-1.1b-q4"), *t, o);
   ASSERT_TRUE(pp.ok());
-  EXPECT_DOUBLE_EQ(pp->nodes[0].read_gbs, 25 * 0.5);  // one stage at a time: one thread's 25
+  EXPECT_DOUBLE_EQ(pp->nodes[0].read_gbs, 25 * 0.9);  // one stage at a time: one thread's kernels
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ namespace lattice::cli {
 namespace {
 
 struct SimArgs {
-  std::string model, preset, hostfile, parallel = "auto", engine = "lattice", machine, out, compare, svg, fit;
+  std::string model, preset, hostfile, parallel = "auto", engine = "lattice", machine, out, compare, svg, fit, calibrate_from;
   int hosts = 0, threads = 1;
   uint32_t ctx = 4096, prompt = 512, batch = 1;
   bool json = false, list = false, calibrate = false, sustained = false, quick = false;
@@ -165,11 +165,33 @@ int run_sim(const SimArgs& a) {
     o.decode_efficiency = *e;
     if (!a.json) std::printf("fitted decode efficiency %.3f (%.1f tok/s at %d hosts)\n", *e, tok_s, k);
   }
+  if (!a.calibrate_from.empty()) {
+    // This model's own one-node run: its efficiencies, fitted on the first host alone.
+    if (!a.fit.empty()) return fail("give --fit or --calibrate-from, not both");
+    auto fig = read_bench_figures(a.calibrate_from, a.model);
+    if (!fig.ok()) return fail(fig.status().message());
+    auto c = sim::calibrate_one_node(*shape, *topo, o, *fig);
+    if (!c.ok()) return fail("--calibrate-from " + a.calibrate_from + ": " + c.status().to_string());
+    o = *c;
+    if (o.decode_efficiency > 1 || o.prefill_efficiency > 1)
+      std::fprintf(stderr,
+                   "lattice sim: warning: fitted efficiencies %.2f / %.2f: the run beat the machine file's read or "
+                   "compute figure (measured while the machine was loaded?); recalibrate on a quiet machine\n",
+                   o.decode_efficiency, o.prefill_efficiency);
+    if (!a.json) {
+      std::printf("calibrated on one node: %.1f tok/s decode -> efficiency %.3f", fig->decode_tok_s, o.decode_efficiency);
+      if (o.prefill_efficiency > 0)
+        std::printf(", %.1f tok/s prefill of %u -> %.3f of compute", fig->prefill_tok_s, fig->prefill_tokens,
+                    o.prefill_efficiency);
+      std::printf("\n");
+    }
+  }
   auto r = sim::simulate(*shape, *topo, o);
   if (!r.ok()) return fail(r.status().to_string());
   if (a.json) {
     auto j = sim::to_json(*r);
     if (o.decode_efficiency > 0) j["fitted_decode_efficiency"] = o.decode_efficiency;
+    if (o.prefill_efficiency > 0) j["fitted_prefill_efficiency"] = o.prefill_efficiency;
     std::printf("%s\n", j.dump(2).c_str());
   }
   else std::printf("%s", sim::render_text(*r).c_str());
@@ -195,6 +217,9 @@ Registrar sim_cmd{{"sim", "predict a model on a cluster: tok/s, time to first to
                                     "machine for hosts without one (preset or file); with --calibrate: its name");
                      app.add_option("--fit", a->fit,
                                     "TOK_S@K: calibrate the engine's decode efficiency so K hosts decode TOK_S");
+                     app.add_option("--calibrate-from", a->calibrate_from,
+                                    "BENCH.json: fit the efficiencies to this model's one-node run (`lattice bench "
+                                    "engine -m FILE --json` output; the first host alone)");
                      app.add_flag("--sustained", a->sustained, "apply thermal throttling of machines that throttle");
                      app.add_flag("--json", a->json, "print one JSON object");
                      app.add_option("--compare", a->compare,

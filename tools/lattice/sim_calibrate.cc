@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <cstdio>
@@ -106,7 +107,60 @@ Result<sim::MeasuredLink> measure_link(const std::string& provider, bool quick) 
   return m;
 }
 
+std::string base_name(const std::string& p) { return std::filesystem::path(p).filename().string(); }
+
 }  // namespace
+
+Result<sim::OneNodeFigures> read_bench_figures(const std::string& path, const std::string& model) {
+  std::ifstream f(path);
+  if (!f) return NotFound("--calibrate-from: cannot read '" + path + "'");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+  sim::OneNodeFigures fig;
+  if (j.is_object()) {
+    // `lattice run --json`, one rank.
+    if (j.value("nodes", 1) != 1) return InvalidArgument(path + ": a run of " + j["nodes"].dump() + " ranks, not one");
+    const int n_prompt = j.value("n_prompt", 0), n_gen = j.value("n_gen", 0), t = j.value("threads", 0);
+    if (!j.contains("decode_tok_s") || !j["decode_tok_s"].is_number() || n_gen < 2 || t < 1)
+      return InvalidArgument(path + ": not `lattice run --json` output with a decode rate (n_gen >= 2) and threads");
+    fig.decode_tok_s = j["decode_tok_s"].get<double>();
+    fig.decode_pos = static_cast<uint32_t>(n_prompt + n_gen / 2);
+    fig.threads = t;
+    if (j.contains("prefill_tok_s") && j["prefill_tok_s"].is_number() && n_prompt > 0) {
+      fig.prefill_tok_s = j["prefill_tok_s"].get<double>();
+      fig.prefill_tokens = static_cast<uint32_t>(n_prompt);
+    }
+    if (fig.decode_tok_s <= 0) return InvalidArgument(path + ": the run decoded nothing");
+    return fig;
+  }
+  if (j.is_discarded() || !j.is_array() || j.empty())
+    return InvalidArgument(path + ": neither `lattice bench engine --json` nor `lattice run --json` output");
+  fig.threads = 0;
+  for (const auto& r : j) {
+    if (!r.is_object()) return InvalidArgument(path + ": a row is not a JSON object");
+    if (!model.empty() && r.contains("model_file") && r["model_file"].is_string() &&
+        base_name(r["model_file"].get<std::string>()) != base_name(model))
+      return InvalidArgument(path + ": its figures are of " + r["model_file"].get<std::string>() + ", not " + model);
+    const int t = r.value("threads", 0);
+    if (t < 1) return InvalidArgument(path + ": a row has no thread count");
+    if (fig.threads && t != fig.threads)
+      return InvalidArgument(path + ": rows of " + std::to_string(fig.threads) + " and " + std::to_string(t) +
+                             " threads (give one thread count)");
+    fig.threads = t;
+    const int n_gen = r.value("n_gen", 0), n_prompt = r.value("n_prompt", 0);
+    if (n_gen > 0 && r.value("batch", 1) == 1 && fig.decode_tok_s <= 0 && r["decode_tok_s"].is_number()) {
+      // bench engine decodes from an empty cache: on average at half its tokens.
+      fig.decode_tok_s = r["decode_tok_s"].get<double>();
+      fig.decode_pos = static_cast<uint32_t>(n_gen / 2);
+    } else if (n_prompt > 0 && fig.prefill_tok_s <= 0 && r["prefill_tok_s"].is_number()) {
+      fig.prefill_tok_s = r["prefill_tok_s"].get<double>();
+      fig.prefill_tokens = static_cast<uint32_t>(n_prompt);
+    }
+  }
+  if (fig.decode_tok_s <= 0) return InvalidArgument(path + ": no decode row (bench engine -n N, one sequence)");
+  return fig;
+}
 
 int run_calibrate(const CalibrateArgs& a) {
   auto fail = [](const std::string& m) {
@@ -136,6 +190,17 @@ int run_calibrate(const CalibrateArgs& a) {
   if (m.memory_gb <= 0) m.memory_gb = 1;
   std::printf("read bandwidth: %.1f GB/s (1 thread), %.1f GB/s (%d threads); Q4_0 matmul %.3f TFLOP/s\n", *bw1, *bwn,
               cores, *mm);
+  if (cores > 1) {
+    // Decode's kernel alone and on every core at once (each worker its own weight, as ranks).
+    const size_t kb = a.quick ? (64u << 20) : (256u << 20);
+    auto k1 = sim::measure_decode_kernel_gbs(1, kb, a.quick ? 2 : 3);
+    if (!k1.ok()) return fail(k1.status().to_string());
+    auto kn = sim::measure_decode_kernel_gbs(cores, kb, a.quick ? 2 : 3);
+    if (!kn.ok()) return fail(kn.status().to_string());
+    m.kernel_scaling = std::clamp(*kn / *k1, 0.05, 1.0);
+    std::printf("decode kernel: %.1f GB/s alone, %.1f GB/s each with %d at once: scaling %.2f\n", *k1, *kn, cores,
+                m.kernel_scaling);
+  }
   for (const char* prov : {"shm", "tcp"}) {
     auto l = measure_link(prov, a.quick);
     if (!l.ok()) return fail(l.status().to_string());

@@ -19,6 +19,12 @@ struct CalibrateArgs {
 // Measures this machine and writes the machine file; prints what it measured.
 int run_calibrate(const CalibrateArgs& a);
 
+// The one-node figures in a file `lattice bench engine --json` wrote (its first decode row of
+// one sequence, decoding from an empty cache, and its first prefill row; of one thread count and,
+// when the rows name it, of `model`: file names compared) or `lattice run --json` (one rank: its
+// prompt's prefill, then decode after the prompt).
+Result<sim::OneNodeFigures> read_bench_figures(const std::string& path, const std::string& model);
+
 // Runs `argv` with a deadline, capturing its stdout; kTimeout (the child is killed) past it.
 Result<std::string> run_capture(const std::vector<std::string>& argv, double timeout_s);
 

@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -107,6 +108,54 @@ Result<double> measure_matmul_tflops(int threads, size_t rows, size_t cols, size
     auto t0 = Clock::now();
     engine::matmul(w, x.data(), n_tok, y.data(), pool);
     best = std::max(best, 2.0 * rows * cols * n_tok / seconds_since(t0) / 1e12);
+  }
+  return best;
+}
+
+Result<double> measure_decode_kernel_gbs(int workers, size_t bytes, int reps) {
+  using engine::TensorType;
+  if (workers < 1 || workers > 1024 || reps < 1 || bytes < (1u << 20))
+    return InvalidArgument("calibrate: workers in 1..1024, reps >= 1, at least 1 MiB");
+  constexpr size_t kCols = 4096;
+  const size_t row_bytes = engine::row_bytes(TensorType::kQ4_0, kCols).value_or(0);
+  const size_t rows = std::max<size_t>(64, bytes / row_bytes / 64 * 64);
+  std::vector<uint8_t> q(rows * row_bytes);
+  std::vector<float> src(kCols);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0, 1);
+  for (size_t r = 0; r < rows; ++r) {
+    for (float& v : src) v = nd(rng);
+    LATTICE_RETURN_IF_ERROR(engine::quantize_row(TensorType::kQ4_0, src.data(), q.data() + r * row_bytes, kCols));
+  }
+  // Each worker packs its own copy: separate ranks read separate memory.
+  std::vector<engine::Weight> w(static_cast<size_t>(workers));
+  for (auto& one : w) {
+    LATTICE_ASSIGN_OR_RETURN(one, engine::Weight::pack({TensorType::kQ4_0, q.data(), rows, kCols, 0}));
+  }
+  std::vector<float> x(kCols);
+  for (float& v : x) v = nd(rng);
+  const double weight_bytes = double(rows) * double(row_bytes);
+  double best = 0;
+  for (int rep = 0; rep < reps; ++rep) {
+    std::atomic<int> ready{0};
+    std::vector<double> gbs(static_cast<size_t>(workers), 0);
+    std::vector<std::thread> ts;
+    for (int t = 0; t < workers; ++t)
+      ts.emplace_back([&, t] {
+        engine::ThreadPool pool(1);
+        std::vector<float> y(rows);
+        engine::matmul(w[size_t(t)], x.data(), 1, y.data(), pool);  // warm up
+        ready.fetch_add(1);
+        while (ready.load() < workers) std::this_thread::yield();
+        const auto t0 = Clock::now();
+        constexpr int kPasses = 4;
+        for (int i = 0; i < kPasses; ++i) engine::matmul(w[size_t(t)], x.data(), 1, y.data(), pool);
+        gbs[size_t(t)] = kPasses * weight_bytes / seconds_since(t0) / 1e9;
+      });
+    for (auto& th : ts) th.join();
+    double mean = 0;
+    for (double g : gbs) mean += g / workers;
+    best = std::max(best, mean);
   }
   return best;
 }

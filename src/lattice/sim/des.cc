@@ -28,8 +28,8 @@ Des::Des(int world, std::vector<Cable> cables)
       stats_(cables_.size()),
       pair_cables_(world, std::vector<std::vector<int>>(world)),
       next_cable_(world, std::vector<int>(world, 0)),
-      free_ab_(cables_.size(), 0),
-      free_ba_(cables_.size(), 0),
+      wire_ab_(cables_.size()),
+      wire_ba_(cables_.size()),
       controller_free_(static_cast<size_t>(world) * kMaxControllers, 0),
       clock_(world, 0),
       parts_(world) {
@@ -73,6 +73,36 @@ void Des::reset_counters() {
   std::fill(parts_.begin(), parts_.end(), Breakdown{});
 }
 
+double Des::Wire::reserve(double t, double us) {
+  // The first interval that ends after t; walk on until a gap of `us` opens.
+  auto it = std::lower_bound(busy.begin(), busy.end(), t, [](const auto& b, double x) { return b.second <= x; });
+  double start = t;
+  while (it != busy.end() && it->first < start + us) {
+    start = std::max(start, it->second);
+    ++it;
+  }
+  const double end = start + us;
+  // Coalesce with the neighbours it touches (steady traffic stays one interval).
+  const bool join_prev = it != busy.begin() && std::prev(it)->second >= start;
+  const bool join_next = it != busy.end() && it->first <= end;
+  if (join_prev && join_next) {
+    std::prev(it)->second = it->second;
+    busy.erase(it);
+  } else if (join_prev) {
+    std::prev(it)->second = end;
+  } else if (join_next) {
+    it->first = start;
+  } else {
+    busy.insert(it, {start, end});
+  }
+  return start;
+}
+
+void Des::Wire::forget_before(double t) {
+  auto it = std::lower_bound(busy.begin(), busy.end(), t, [](const auto& b, double x) { return b.second <= x; });
+  busy.erase(busy.begin(), it);
+}
+
 Result<Des::Delivery> Des::deliver(int from, int to, double bytes, double t) {
   const auto& cs = pair_cables_[from][to];
   if (cs.empty())
@@ -81,19 +111,40 @@ Result<Des::Delivery> Des::deliver(int from, int to, double bytes, double t) {
   int& next = next_cable_[from][to];
   const int c = cs[static_cast<size_t>(next++) % cs.size()];
   const Cable& cable = cables_[c];
+  const LinkModel& m = cable.model;
   const bool ab = cable.a == from;
-  double& free = ab ? free_ab_[c] : free_ba_[c];
+  Wire& wire = ab ? wire_ab_[c] : wire_ba_[c];
+  Wire& back = ab ? wire_ba_[c] : wire_ab_[c];
+  if (wire.busy.size() + back.busy.size() > 256) {
+    // Nothing is posted before the earliest clock again: keep the lists short.
+    const double horizon = *std::min_element(clock_.begin(), clock_.end());
+    wire.forget_before(horizon);
+    back.forget_before(horizon);
+  }
   const int ctl = ab ? cable.controller_a : cable.controller_b;
   double* ctl_free = ctl >= 0 && ctl < kMaxControllers ? &controller_free_[static_cast<size_t>(from) * kMaxControllers + ctl]
                                                         : nullptr;
-  const double serial = bytes / (cable.model.gbytes_s * 1e3);
-  double start = std::max(t, free);
-  if (ctl_free) start = std::max(start, *ctl_free);
-  free = start + serial;
-  if (ctl_free) *ctl_free = start + serial;
+  const double serial = m.wire_bytes(bytes) / (m.gbytes_s * 1e3);
+  double start = ctl_free ? std::max(t, *ctl_free) : t;
+  start = wire.reserve(start, serial);
+  if (ctl_free) *ctl_free = std::max(*ctl_free, start + serial);
   (ab ? stats_[c].bytes_ab : stats_[c].bytes_ba) += bytes;
   stats_[c].busy_us += serial;
-  return Delivery{start + serial + cable.model.latency_us, cable.model.latency_us, serial};
+  Delivery d{start + serial + m.latency_us, m.latency_us, serial, 0};
+  if (m.staged()) {
+    // The receiver's ack after every ack_every slots and after the last, each a slot on the
+    // way back, sent when the slot it answers has arrived.
+    const double n = m.slots(bytes), slot_us = m.slot_bytes / (m.gbytes_s * 1e3);
+    const double every = std::max(1, m.ack_every);
+    for (double k = std::min(every, n);; k = std::min(k + every, n)) {
+      const double heard = start + k * slot_us + m.latency_us;
+      const double sent = back.reserve(heard, slot_us);
+      stats_[c].busy_us += slot_us;
+      d.acked = std::max(d.acked, sent + slot_us + m.latency_us);
+      if (k >= n) break;
+    }
+  }
+  return d;
 }
 
 Status Des::send(int from, int to, double bytes) {
@@ -111,6 +162,13 @@ Status Des::send(int from, int to, double bytes) {
   parts_[to].bandwidth_us += bw;
   parts_[to].sync_us += wait - lat - bw;
   clock_[to] = std::max(clock_[to], d.arrival);
+  if (d.acked > clock_[from]) {
+    // A staged send completes when its ack is back (coll::send waits for it).
+    const double w = d.acked - clock_[from], l = std::min(w, d.latency);
+    parts_[from].latency_us += l;
+    parts_[from].bandwidth_us += w - l;
+    clock_[from] = d.acked;
+  }
   return Status::Ok();
 }
 
@@ -129,6 +187,7 @@ Status Des::run(const std::vector<coll::plan::Plan>& plans, double elem_bytes, d
   std::vector<size_t> next(world_, 0);
   std::vector<char> posted(world_, 0);
   std::vector<double> posted_at(world_, 0);
+  std::vector<Arrival> acked(world_);  // the last ack of a rank's sends this step (staged links)
   for (;;) {
     bool progress = false, done = true;
     for (int r = 0; r < world_; ++r) {
@@ -147,6 +206,7 @@ Status Des::run(const std::vector<coll::plan::Plan>& plans, double elem_bytes, d
           t += cables_[cs[0]].model.per_message_us;
           LATTICE_ASSIGN_OR_RETURN(Delivery d, deliver(r, x.peer, x.n * elem_bytes, t));
           inflight[r][x.peer].push_back({d.arrival, d.latency, d.serial});
+          if (d.acked > acked[r].t) acked[r] = {d.acked, d.latency, d.serial};
         }
         posted[r] = 1;
         posted_at[r] = t;
@@ -161,7 +221,10 @@ Status Des::run(const std::vector<coll::plan::Plan>& plans, double elem_bytes, d
       for (int p = 0; p < world_ && ready; ++p) ready = inflight[p][r].size() >= need[p];
       if (!ready) continue;
       const double start = clock_[r];
+      // A step is done when its messages are: the receives arrived and the sends completed (on a
+      // staged link when their acks are back).
       Arrival last{start, 0, 0};
+      if (acked[r].t > last.t) last = acked[r];
       double reduce_bytes = 0;
       for (const auto& x : step.recvs) {
         const Arrival a = inflight[x.peer][r].front();
@@ -181,6 +244,7 @@ Status Des::run(const std::vector<coll::plan::Plan>& plans, double elem_bytes, d
       clock_[r] = end + red;
       ++next[r];
       posted[r] = 0;
+      acked[r] = {};
       progress = true;
     }
     if (done) break;

@@ -4,7 +4,8 @@
 // (each costs the sender its link's per-message time), queue behind earlier messages on the
 // cable (and behind the other cables sharing its Thunderbolt controller), take the bytes'
 // serialisation time and the link's latency; the step ends when every message it waits for has
-// arrived, then its local reductions run. Times are microseconds.
+// arrived (and, on staged links, every ack of its sends is back), then its local reductions run.
+// Times are microseconds.
 //
 // Every rank's time is split into what it was doing: compute (arithmetic-bound work), weight
 // reads (bandwidth-bound work), link latency, link bandwidth, and synchronisation (the engine's
@@ -69,18 +70,29 @@ class Des {
 
  private:
   // Posts a message at time t on the sender's side; returns its arrival time and the cable's
-  // latency and serialisation time.
+  // latency and serialisation time, and on a staged link (link.h) when its last ack is back at
+  // the sender (0 elsewhere: the send completes when it leaves).
   struct Delivery {
-    double arrival = 0, latency = 0, serial = 0;
+    double arrival = 0, latency = 0, serial = 0, acked = 0;
   };
   Result<Delivery> deliver(int from, int to, double bytes, double t);
+
+  // One direction of a cable: when it is busy (sorted, disjoint). An ack is reserved at the
+  // future time its data arrives, so a later reservation may take an earlier gap.
+  struct Wire {
+    std::vector<std::pair<double, double>> busy;
+    // The earliest start >= t of `us` free on the wire, reserved.
+    double reserve(double t, double us);
+    // Forgets what ended before t (nothing is reserved earlier than every rank's clock).
+    void forget_before(double t);
+  };
 
   int world_;
   std::vector<Cable> cables_;
   std::vector<CableStats> stats_;
   std::vector<std::vector<std::vector<int>>> pair_cables_;  // [i][j] -> cable indices
   std::vector<std::vector<int>> next_cable_;                // round robin per pair
-  std::vector<double> free_ab_, free_ba_;                   // cable free times per direction
+  std::vector<Wire> wire_ab_, wire_ba_;                     // each direction of each cable
   std::vector<double> controller_free_;                     // per (rank, controller) slot
   std::vector<double> clock_;
   std::vector<Breakdown> parts_;

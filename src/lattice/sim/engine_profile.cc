@@ -3,6 +3,7 @@
 //  lattice       src/lattice/engine: activations and the KV cache are f32; tensor parallel all-reduces the
 //                hidden state twice a layer and gathers the argmax (engine/parallel/plan.cc); collectives
 //                are chosen by coll::choose. Its decode efficiency on a machine comes from `sim --calibrate`.
+//                Over verbs every message is whole staged slots with acks (fabric/verbs/wire.h).
 //  mlx           MLX + JACCL as exo 1.0 runs it. bf16 (2 bytes) activations and KV cache. exo's tensor parallel
 //                (exo auto_parallel.py at f8483cf, 19 Dec 2025) shards every layer equally and leaves lm_head,
 //                the routers and MLA's q_a / kv_a projections whole on every node; it does not run expert
@@ -21,6 +22,8 @@
 //                other, in layer order (a pipeline without overlap). f32 activations, f16 KV cache.
 #include <map>
 
+#include "lattice/engine/parallel/distributed.h"
+#include "lattice/engine/runtime/forward.h"
 #include "lattice/sim/engine_profile.h"
 
 namespace lattice::sim {
@@ -45,7 +48,15 @@ EngineProfile make(const char* name, const char* source, CommStyle comm, double 
 const std::map<std::string, EngineProfile>& table() {
   static const std::map<std::string, EngineProfile> t = [] {
     std::map<std::string, EngineProfile> m;
-    m["lattice"] = make("lattice", "src/lattice/engine", CommStyle::kLattice, 4, 4, 0.8, 0, 0, 256, true);
+    // Prefill rows a step as the engine runs them: `run --nodes` steps DistOptions::n_batch rows,
+    // its pipeline passes micro-batches of 32 (distributed.cc, place()), one process its
+    // ForwardOptions::n_batch.
+    EngineProfile lat = make("lattice", "src/lattice/engine", CommStyle::kLattice, 4, 4, 0.8, 0, 0,
+                             engine::parallel::DistOptions{}.n_batch, true);
+    lat.solo_prefill_batch = engine::ForwardOptions{}.n_batch;
+    lat.pp_micro_batch = 32;
+    lat.verbs_staged = true;  // fabric/verbs: every message whole slots, acked (wire.h)
+    m["lattice"] = lat;
     EngineProfile mlx = make("mlx", "MLX + JACCL (exo 1.0); sync_us from exo issue 2070", CommStyle::kJaccl, 2, 2, 0.75,
                              58, 0, 512, false);
     mlx.sync_jitter = true;

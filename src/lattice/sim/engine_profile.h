@@ -32,13 +32,18 @@ struct EngineProfile {
   // of W draws. false: every rank spends sync_us exactly.
   bool sync_jitter = false;
   int rpc_round_trips = 0;       // kRpcStar: request/response exchanges per server per token
-  uint32_t prefill_batch = 256;  // rows per prefill step
+  uint32_t prefill_batch = 256;  // rows per prefill step over several nodes (tensor, expert parallel)
+  uint32_t solo_prefill_batch = 0;  // rows per prefill step on one node (0: prefill_batch)
+  uint32_t pp_micro_batch = 0;      // rows per pipeline micro-batch of the prefill (0: prefill_batch)
   // Shares weighted by the nodes' memory (lattice's planner, llama.cpp's default tensor split)
   // rather than equal (MLX's sharded layers).
   bool split_by_memory = true;
   bool auto_expert = true;        // auto picks expert parallel for MoE models (lattice's plan rule)
   bool replicate_output = false;  // the output matrix whole on every node under tensor parallel
   bool mla_expanded_cache = false; // MLA's keys and values cached per head, not the latent
+  // Its verbs links run lattice's staged protocol (whole 32 KiB slots and acks, link.h); MLX's
+  // JACCL posts its own buffers.
+  bool verbs_staged = false;
 };
 
 Result<EngineProfile> engine_profile(const std::string& name);

@@ -10,8 +10,10 @@
 //  [here]    this machine (ANCHORS.md): UCX shared memory 0.15 us / 11.8 GB/s; TCP loopback ping-pong
 //            25 us blocking, 4-5.5 us busy polling; iperf3 loopback 22.6-23.9 Gbit/s. `sim --calibrate`
 //            measures lattice's own figures and they take precedence.
+#include <cmath>
 #include <map>
 
+#include "lattice/fabric/verbs/wire.h"
 #include "lattice/sim/link.h"
 
 namespace lattice::sim {
@@ -30,6 +32,19 @@ const std::map<std::string, LinkModel>& table() {
 }
 
 }  // namespace
+
+double LinkModel::slots(double bytes) const {
+  return slot_payload > 0 ? std::max(1.0, std::ceil(bytes / slot_payload)) : 1.0;
+}
+
+LinkModel with_verbs_staging(LinkModel m) {
+  // Every staged message is whole slots (Apple's driver fails a send and a receive of different
+  // frame counts); acks are slots too (wire.h, chunk_rx.cc).
+  m.slot_bytes = double(fabric::verbs::kSlotBytes);
+  m.slot_payload = double(fabric::verbs::kChunkPayload);
+  m.ack_every = static_cast<int>(fabric::verbs::kAckEveryChunks);
+  return m;
+}
 
 std::vector<std::string> link_preset_names() {
   std::vector<std::string> v;

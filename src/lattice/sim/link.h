@@ -19,10 +19,24 @@ struct LinkModel {
   double gbytes_s = 0;       // one direction of one cable, GB/s
   double per_message_us = 0; // sender's software cost per message (posting, syscalls)
   bool uses_tb5_port = false;  // occupies a Thunderbolt 5 port (and its controller) at each end
+  // Staged framing (lattice's verbs provider, fabric/verbs/wire.h; 0: none, bytes go on the wire
+  // as they are): a message goes out as whole slots of slot_bytes, each carrying up to
+  // slot_payload bytes of it; the receiver answers with an ack slot after every ack_every slots
+  // and after the message's last, and the sender's send completes when that ack is back.
+  double slot_bytes = 0, slot_payload = 0;
+  int ack_every = 0;
 
-  // Time for one message of `bytes` on an idle cable, microseconds.
-  double message_us(double bytes) const { return per_message_us + latency_us + bytes / (gbytes_s * 1e3); }
+  bool staged() const { return slot_bytes > 0; }
+  // Slots a message of `bytes` takes (staged framing; at least one, even for no payload).
+  double slots(double bytes) const;
+  // Bytes a message of `bytes` puts on the wire (its slots when staged).
+  double wire_bytes(double bytes) const { return staged() ? slots(bytes) * slot_bytes : bytes; }
+  // Time for one message of `bytes` on an idle cable, microseconds (to its arrival, not its ack).
+  double message_us(double bytes) const { return per_message_us + latency_us + wire_bytes(bytes) / (gbytes_s * 1e3); }
 };
+
+// `m` with the staged framing of lattice's verbs provider (the constants of fabric/verbs/wire.h).
+LinkModel with_verbs_staging(LinkModel m);
 
 Result<LinkModel> link_preset(const std::string& medium);
 std::vector<std::string> link_preset_names();

@@ -12,6 +12,23 @@ double Machine::read_gbs(int threads, int sharers) const {
   return share;
 }
 
+double Machine::cores_held(int threads, int sharers) const {
+  const double t = std::max(1, threads);
+  if (cores <= 0) return t;
+  return std::min(t, double(cores) / std::max(1, sharers));
+}
+
+double Machine::engine_read_gbs(int threads, int sharers, double efficiency) const {
+  const double bus = mem_bw_gbs / std::max(1, sharers);
+  if (core_bw_gbs <= 0) return bus * efficiency;
+  double scale = 1;
+  if (cores > 1) {
+    const double busy = std::min<double>(cores, double(std::max(1, threads)) * std::max(1, sharers));
+    scale = 1 - (1 - kernel_scaling) * (busy - 1) / (cores - 1);
+  }
+  return std::min(core_bw_gbs * cores_held(threads, sharers) * efficiency * scale, bus);
+}
+
 namespace {
 
 Result<double> num(const nlohmann::json& j, const char* key, bool required, double fallback, const std::string& src) {
@@ -31,7 +48,7 @@ Result<double> num(const nlohmann::json& j, const char* key, bool required, doub
 Result<Machine> machine_from_json(const nlohmann::json& j, const std::string& source) {
   if (!j.is_object()) return InvalidArgument(source + ": a machine file holds one JSON object");
   static const char* known[] = {"name", "source", "mem_bw_gbs", "core_bw_gbs", "cores", "compute_tflops", "memory_gb",
-                                "decode_efficiency", "prefill_efficiency", "power_load_w", "power_idle_w", "throttles", "sustained_factor",
+                                "decode_efficiency", "prefill_efficiency", "kernel_scaling", "power_load_w", "power_idle_w", "throttles", "sustained_factor",
                                 "tb5_ports", "tb5_controllers", "links", "measured", "comment"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return it.key() == k; }) == std::end(known))
@@ -51,6 +68,9 @@ Result<Machine> machine_from_json(const nlohmann::json& j, const std::string& so
   if (m.decode_efficiency > 1) return InvalidArgument(source + ": decode_efficiency is a fraction in (0, 1]");
   LATTICE_ASSIGN_OR_RETURN(m.prefill_efficiency, num(j, "prefill_efficiency", false, 0, source));
   if (m.prefill_efficiency > 1) return InvalidArgument(source + ": prefill_efficiency is a fraction in (0, 1]");
+  LATTICE_ASSIGN_OR_RETURN(m.kernel_scaling, num(j, "kernel_scaling", false, 1, source));
+  if (m.kernel_scaling <= 0 || m.kernel_scaling > 1)
+    return InvalidArgument(source + ": kernel_scaling is a fraction in (0, 1]");
   LATTICE_ASSIGN_OR_RETURN(m.power_load_w, num(j, "power_load_w", false, 0, source));
   LATTICE_ASSIGN_OR_RETURN(m.power_idle_w, num(j, "power_idle_w", false, 0, source));
   LATTICE_ASSIGN_OR_RETURN(m.sustained_factor, num(j, "sustained_factor", false, 1, source));
@@ -83,6 +103,7 @@ nlohmann::json machine_to_json(const Machine& m) {
                       {"memory_gb", m.memory_gb},
                       {"decode_efficiency", m.decode_efficiency},
                       {"prefill_efficiency", m.prefill_efficiency},
+                      {"kernel_scaling", m.kernel_scaling},
                       {"power_load_w", m.power_load_w},
                       {"power_idle_w", m.power_idle_w},
                       {"throttles", m.throttles},

@@ -34,6 +34,10 @@ struct Machine {
   // Fraction of compute_tflops an engine reaches in prefill, calibrated from a one-node prefill
   // figure (`sim --calibrate -m`; 0: the engine profile's default).
   double prefill_efficiency = 0;
+  // What each core's decode kernel keeps of its rate alone when every core runs it at once
+  // (`sim --calibrate`: shared execution units, caches and memory the streaming test does not
+  // show); 1 when not measured.
+  double kernel_scaling = 1;
   double power_load_w = 0;     // drawn while decoding
   double power_idle_w = 0;
   bool throttles = false;      // sustained load lowers its clocks (laptops)
@@ -45,6 +49,15 @@ struct Machine {
   // The read bandwidth `threads` threads of one process get when `sharers` processes share the
   // machine (each with its own threads).
   double read_gbs(int threads, int sharers) const;
+  // How many cores' worth of time one of `sharers` processes of `threads` threads holds while they
+  // all run (threads, or less when they outnumber the cores; threads when cores is unknown).
+  double cores_held(int threads, int sharers) const;
+  // What an engine whose kernels stream at `efficiency` of a thread's read rate reaches in one of
+  // `sharers` processes working at once: on a CPU (core_bw_gbs known) its threads' own rate for
+  // the time they hold a core, capped by the memory's streaming rate (mem_bw_gbs, all threads)
+  // shared among the processes; elsewhere (a GPU) `efficiency` of its share of mem_bw_gbs. The
+  // threads' rate falls from alone to kernel_scaling as the busy cores go from one to all.
+  double engine_read_gbs(int threads, int sharers, double efficiency) const;
 };
 
 Result<Machine> machine_preset(const std::string& name);

@@ -310,6 +310,7 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
     c.a = a;
     c.b = b;
     LATTICE_ASSIGN_OR_RETURN(c.model, link_for(l, ranks[a].machine, ranks[b].machine));
+    if (l.provider == cluster::LinkProvider::kVerbs && prof.verbs_staged) c.model = with_verbs_staging(c.model);
     if (c.model.uses_tb5_port) {
       for (auto [end, ctl] : {std::pair{a, &c.controller_a}, std::pair{b, &c.controller_b}}) {
         const Machine& m = ranks[end].machine;
@@ -344,9 +345,11 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
     const double eff = o.decode_efficiency > 0 ? o.decode_efficiency
                        : m.decode_efficiency > 0 ? m.decode_efficiency : prof.decode_efficiency;
     const double sus = o.sustained && m.throttles ? m.sustained_factor : 1.0;
-    k.read_gbs = m.read_gbs(o.threads, share) * eff * sus;
+    // A CPU's threads are limited by their own kernels (the efficiency) while they hold a core,
+    // and together by the memory's streaming rate; ranks beyond the cores take turns on them.
+    k.read_gbs = m.engine_read_gbs(o.threads, share, eff) * sus;
     double cf = 1.0 / share;
-    if (m.cores > 0) cf = std::min(1.0, double(std::min(o.threads, std::max(1, m.cores / share))) / m.cores);
+    if (m.cores > 0) cf = std::min(1.0, m.cores_held(o.threads, share) / m.cores);
     const double ceff = o.prefill_efficiency > 0 ? o.prefill_efficiency
                         : m.prefill_efficiency > 0 ? m.prefill_efficiency : prof.compute_efficiency;
     k.flops = m.compute_tflops * 1e12 * ceff * sus * cf;
@@ -392,7 +395,10 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
 
   // Prefill: the prompt in steps of the engine's batch rows (micro-batches through a pipeline).
   Des pre(W, cables);
-  const uint32_t rows = std::min(o.prompt, prof.prefill_batch);
+  const uint32_t batch = W == 1 && prof.solo_prefill_batch ? prof.solo_prefill_batch
+                         : L.mode == Mode::kPipeline && prof.pp_micro_batch ? prof.pp_micro_batch
+                                                                             : prof.prefill_batch;
+  const uint32_t rows = std::min(o.prompt, batch);
   const uint32_t n_steps = (o.prompt + rows - 1) / rows;
   if (L.mode == Mode::kPipeline) {
     for (uint32_t i = 0; i < n_steps; ++i) {
@@ -452,14 +458,15 @@ namespace {
 // result to reach tok_s at fit_hosts hosts.
 template <typename Set, typename Measure>
 Result<double> fit_efficiency(const ModelShape& shape, const cluster::Topology& topo, SimOptions o, int fit_hosts,
-                              double tok_s, const char* what, Set set, Measure measure) {
+                              double tok_s, const char* what, Set set, Measure measure, double most = 1.0) {
   if (tok_s <= 0) return InvalidArgument("sim: the figure to fit must be positive");
   o.hosts = fit_hosts;
-  double lo = 1e-3, hi = 1.0;
+  double lo = 1e-3, hi = most;
   set(o, hi);
   LATTICE_ASSIGN_OR_RETURN(SimResult top, simulate(shape, topo, o));
   if (measure(top) < tok_s)
-    return InvalidArgument(std::string("sim: even at full ") + what + " the model predicts " +
+    return InvalidArgument(std::string("sim: even at ") + (most > 1 ? std::to_string(most) + " x " : "full ") + what +
+                           " the model predicts " +
                            std::to_string(measure(top)) + " tok/s at " + std::to_string(fit_hosts) + " hosts, below " +
                            std::to_string(tok_s));
   for (int i = 0; i < 40; ++i) {
@@ -474,17 +481,40 @@ Result<double> fit_efficiency(const ModelShape& shape, const cluster::Topology& 
 }  // namespace
 
 Result<double> fit_decode_efficiency(const ModelShape& shape, const cluster::Topology& topo, SimOptions o,
-                                     int fit_hosts, double tok_s) {
+                                     int fit_hosts, double tok_s, double top) {
   return fit_efficiency(
       shape, topo, o, fit_hosts, tok_s, "bandwidth", [](SimOptions& x, double e) { x.decode_efficiency = e; },
-      [](const SimResult& r) { return r.decode_tok_s; });
+      [](const SimResult& r) { return r.decode_tok_s; }, top);
 }
 
 Result<double> fit_prefill_efficiency(const ModelShape& shape, const cluster::Topology& topo, SimOptions o,
-                                      int fit_hosts, double tok_s) {
+                                      int fit_hosts, double tok_s, double top) {
   return fit_efficiency(
       shape, topo, o, fit_hosts, tok_s, "compute", [](SimOptions& x, double e) { x.prefill_efficiency = e; },
-      [](const SimResult& r) { return r.prefill_tok_s; });
+      [](const SimResult& r) { return r.prefill_tok_s; }, top);
+}
+
+Result<SimOptions> calibrate_one_node(const ModelShape& shape, const cluster::Topology& topo, SimOptions o,
+                                      const OneNodeFigures& f) {
+  if (f.decode_tok_s <= 0) return InvalidArgument("sim: the one-node figures have no decode rate");
+  if (f.threads < 1) return InvalidArgument("sim: the one-node figures need a thread count");
+  SimOptions one = o;
+  one.threads = f.threads;
+  one.batch = 1;
+  one.prompt = std::max<uint32_t>(1, f.decode_pos);
+  // Above 1 when the run read faster than the machine file's streaming figure (measured while
+  // other work held the machine): the fit still reproduces the run, the caller says so.
+  LATTICE_ASSIGN_OR_RETURN(double d, fit_decode_efficiency(shape, topo, one, 1, f.decode_tok_s, kMaxCalibratedEfficiency));
+  o.decode_efficiency = d;
+  if (f.prefill_tok_s > 0) {
+    if (f.prefill_tokens < 1) return InvalidArgument("sim: the one-node prefill figure has no prompt length");
+    one.decode_efficiency = d;
+    one.prompt = f.prefill_tokens;
+    auto p = fit_prefill_efficiency(shape, topo, one, 1, f.prefill_tok_s, kMaxCalibratedEfficiency);
+    if (!p.ok()) return p.status().with_context("the one-node prefill figure");
+    o.prefill_efficiency = *p;
+  }
+  return o;
 }
 
 }  // namespace lattice::sim

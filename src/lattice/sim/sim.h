@@ -72,16 +72,37 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
 
 // The decode efficiency (shared by every node) with which `simulate` at `fit_hosts` hosts predicts
 // `tok_s`: calibrating a model's engine on its smallest published node count. Bisection over
-// (0, 1]; kInvalidArgument when even 1.0 falls short.
+// (0, top]; kInvalidArgument when even `top` falls short.
 Result<double> fit_decode_efficiency(const ModelShape& shape, const cluster::Topology& topo, SimOptions options,
-                                     int fit_hosts, double tok_s);
+                                     int fit_hosts, double tok_s, double top = 1.0);
 
 // The prefill efficiency (fraction of compute_tflops, shared by every node) with which `simulate`
 // at `fit_hosts` hosts predicts `tok_s` of prefill over options.prompt tokens: calibrating prefill
 // on a measured one-node figure. kInvalidArgument when even 1.0 falls short (prefill bound by
 // reads or links there).
 Result<double> fit_prefill_efficiency(const ModelShape& shape, const cluster::Topology& topo, SimOptions options,
-                                      int fit_hosts, double tok_s);
+                                      int fit_hosts, double tok_s, double top = 1.0);
+
+// The largest efficiency calibrate_one_node fits: a run can beat the machine file's figures when
+// those were measured on a loaded machine, never by this much on a sound one.
+constexpr double kMaxCalibratedEfficiency = 4.0;
+
+// One node's measured figures of the model being predicted (`lattice bench engine --json` or
+// `lattice run --json` on it).
+struct OneNodeFigures {
+  double decode_tok_s = 0;
+  uint32_t decode_pos = 0;      // the cache's average length while it decoded
+  double prefill_tok_s = 0;     // 0: not measured (prefill keeps the machine's or engine's figure)
+  uint32_t prefill_tokens = 0;  // the prompt it prefilled
+  int threads = 1;
+};
+
+// The decode efficiency, then the prefill efficiency, with which the first host of `topo` alone
+// reproduces `f` (fit_decode_efficiency, fit_prefill_efficiency at that host's position and
+// prompt), written into the returned options: each model calibrated on its own one-node run, so
+// larger node counts come from the link, schedule and placement models only.
+Result<SimOptions> calibrate_one_node(const ModelShape& shape, const cluster::Topology& topo, SimOptions options,
+                                      const OneNodeFigures& f);
 
 nlohmann::json to_json(const SimResult& r);
 std::string render_text(const SimResult& r);

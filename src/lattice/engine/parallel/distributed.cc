@@ -5,6 +5,7 @@
 #include <fstream>
 #include <string>
 
+#include "lattice/coll/coll.h"
 #include "lattice/engine/parallel/recovery.h"
 
 namespace lattice::engine::parallel {
@@ -185,6 +186,15 @@ Result<DistResult> generate_distributed(cluster::Cluster& c, const DistOptions& 
   CollStats decode_cs;  // collectives of decode steps only, summed over placements
   ExpertLoad load0;     // the expert load before a decode step
   double first_prefill_s = -1;
+  if (c.world_size() > 1) {
+    // The first step times the prompt's prefill: begin it once every rank has loaded its part.
+    // Ranks finish loading seconds apart, and the first collective would otherwise charge the
+    // last one's load to the prefill. A failure here (a lost rank) shows again in the step,
+    // which recovers from it.
+    coll::CollOptions bo;
+    bo.timeout = a.coll_timeout;
+    (void)coll::barrier(*comm, bo);
+  }
   Clock::time_point t_start = Clock::now(), t_first{};
   bool have_first = false;
   for (;;) {
