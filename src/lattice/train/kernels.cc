@@ -8,8 +8,9 @@
 #include "lattice/engine/ops/ops.h"
 #include "lattice/train/gemm.h"
 
-// As in engine/ops: the loops are compiled for AVX-512, AVX2 and the baseline, chosen at load.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// As in engine/ops: the loops are compiled for AVX-512, AVX2 and the baseline, chosen at load
+// (not under ThreadSanitizer, whose instrumented resolver would run before its runtime is up).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define LATTICE_TRAIN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define LATTICE_TRAIN_CLONES

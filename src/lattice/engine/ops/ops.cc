@@ -8,7 +8,9 @@
 // The hot loops keep independent partial sums in a small array so the compiler can put them
 // in vector registers without reassociating a single sum (we do not build with fast-math);
 // target_clones compiles them for AVX-512, AVX2 and the baseline, picked at load time.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Not under ThreadSanitizer: the clones' resolver is instrumented and runs while the dynamic
+// linker relocates the binary, before TSan's runtime is up, and the binary crashes at load.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define LATTICE_OPS_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define LATTICE_OPS_CLONES

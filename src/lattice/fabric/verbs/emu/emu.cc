@@ -1,5 +1,6 @@
 #include "lattice/fabric/verbs/emu/emu.h"
 
+#include "lattice/fabric/tsan_sync.h"
 #include "lattice/fabric/verbs/wire.h"  // tamper= fixes up the provider's chunk checksum
 
 #include <fcntl.h>
@@ -165,6 +166,10 @@ struct Qp {
   int memfd = -1;
   Segment* mine = nullptr;
   Segment* peer = nullptr;
+  // ThreadSanitizer's keys for the two segments (tsan_sync.h): a peer in this process maps
+  // `mine` at another address, so the counters' edges are announced on these as well.
+  const void* mine_key = nullptr;
+  const void* peer_key = nullptr;
   uint8_t port = 0;
   std::deque<PendingSend> sq;
   std::deque<PostedRecv> rq;
@@ -250,6 +255,7 @@ bool publish(Qp* qp, const PendingSend& s, int copies, uint32_t* flags_out) {
   uint64_t head = peer->frames_head.load(std::memory_order_relaxed);
   uint64_t tail = peer->frames_tail.load(std::memory_order_acquire);
   if (head + static_cast<uint64_t>(nf) * copies - tail > kRingFrames) return false;
+  tsan::acquire(qp->peer_key);
   const Profile& p = *qp->ctx->profile;
   uint32_t flags = 0;
   for (int c = 0; c < copies; ++c) {
@@ -286,6 +292,7 @@ void flush_held(Qp* qp) {
   uint32_t flags = 0;
   if (!publish(qp, h, 1, &flags)) return;  // no receive posted yet: next time
   Segment* peer = qp->peer;
+  tsan::release(qp->peer_key);
   peer->frames_head.store(peer->frames_head.load(std::memory_order_relaxed) + frames_for(h), std::memory_order_relaxed);
   peer->msgs_written.store(peer->msgs_written.load(std::memory_order_relaxed) + 1, std::memory_order_release);
   qp->held.clear();
@@ -362,6 +369,7 @@ void progress_sends(Qp* qp) {
         ctx->stats.delayed++;
       }
       if (copies == 2) ctx->stats.duplicated++;
+      tsan::release(qp->peer_key);
       peer->frames_head.store(peer->frames_head.load(std::memory_order_relaxed) + static_cast<uint64_t>(nf) * copies,
                               std::memory_order_relaxed);
       peer->msgs_written.store(written + copies, std::memory_order_release);
@@ -410,6 +418,7 @@ bool serve_request(Qp* qp, const Desc& d) {
   if (written + 1 - peer->msgs_read.load(std::memory_order_acquire) >= kDescRing) return false;
   uint64_t head = peer->frames_head.load(std::memory_order_relaxed);
   if (head + nf - peer->frames_tail.load(std::memory_order_acquire) > kRingFrames) return false;
+  tsan::acquire(qp->peer_key);
   Mr* mr = nullptr;
   for (Mr* m : qp->ctx->mrs)
     if (m->base.rkey == d.rkey && m->base.pd == qp->base.pd) mr = m;
@@ -448,6 +457,7 @@ bool serve_request(Qp* qp, const Desc& d) {
   r.op = kOpResponse;
   r.req_id = d.req_id;
   r.status = st;
+  tsan::release(qp->peer_key);
   peer->frames_head.store(head + nf, std::memory_order_relaxed);
   peer->msgs_written.store(written + 1, std::memory_order_release);
   return true;
@@ -461,6 +471,7 @@ void progress_recvs(Qp* qp) {
   while (true) {
     uint64_t read = seg->msgs_read.load(std::memory_order_relaxed);
     if (read == seg->msgs_written.load(std::memory_order_acquire)) return;
+    tsan::acquire(qp->mine_key);
     const Desc& d = seg->desc[read % kDescRing];
     if (d.deliver_after_ns != 0 && now_ns() < d.deliver_after_ns) return;
     if (d.op == kOpSend) {
@@ -487,6 +498,7 @@ void progress_recvs(Qp* qp) {
     } else if (qp->base.qp_type == IBV_QPT_RC) {
       if (!serve_request(qp, d)) return;  // response ring full: later
     }
+    tsan::release(qp->mine_key);
     seg->frames_tail.store(seg->frames_tail.load(std::memory_order_relaxed) + d.n_frames, std::memory_order_release);
     seg->msgs_read.store(read + 1, std::memory_order_release);
   }
@@ -719,18 +731,20 @@ ibv_qp* emu_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   qp->max_recv_wr = attr->cap.max_recv_wr;
   qp->memfd = fd;
   qp->mine = seg;
+  qp->mine_key = tsan::segment_key(fd);
   qp->scq->qps.push_back(qp);
   if (qp->rcq != qp->scq) qp->rcq->qps.push_back(qp);
   ctx->n_qp++;
   return &qp->base;
 }
 
-Segment* attach_peer(const ibv_gid& dgid, uint32_t qpn) {
+Segment* attach_peer(const ibv_gid& dgid, uint32_t qpn, const void** key) {
   uint32_t pid = (uint32_t{dgid.raw[13]} << 16) | (uint32_t{dgid.raw[14]} << 8) | dgid.raw[15];
   std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(qpn);
   int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return nullptr;
   void* mem = mmap(nullptr, kSegBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  *key = tsan::segment_key(fd);
   close(fd);
   if (mem == MAP_FAILED) return nullptr;
   auto* seg = static_cast<Segment*>(mem);
@@ -759,9 +773,11 @@ int emu_modify_qp(ibv_qp* q, ibv_qp_attr* attr, int mask) {
       if (q->state != IBV_QPS_INIT || !(mask & IBV_QP_AV) || !(mask & IBV_QP_DEST_QPN)) return EINVAL;
       if (ctx->stats.wedged) return EIO;
       if (!attr->ah_attr.is_global) return EINVAL;  // RoCE-like: the GID is the address
-      Segment* peer = attach_peer(attr->ah_attr.grh.dgid, attr->dest_qp_num);
+      const void* key = nullptr;
+      Segment* peer = attach_peer(attr->ah_attr.grh.dgid, attr->dest_qp_num, &key);
       if (peer == nullptr) return ENOENT;
       qp->peer = peer;
+      qp->peer_key = key;
       break;
     }
     case IBV_QPS_RTS:
@@ -848,6 +864,7 @@ int emu_post_recv(ibv_qp* q, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     qp->rq.push_back({wr->wr_id, wr->num_sge ? reinterpret_cast<std::byte*>(wr->sg_list[0].addr) : nullptr, len});
     uint64_t posted = qp->mine->recv_posted.load(std::memory_order_relaxed);
     qp->mine->recv_bytes[posted % kDescRing] = len;
+    tsan::release(qp->mine_key);
     qp->mine->recv_posted.store(posted + 1, std::memory_order_release);
   }
   *bad = nullptr;
