@@ -325,12 +325,12 @@ NetnsJob netns_job(Netns& net, const std::string& tag) {
   return j;
 }
 
-class LauncherStopped : public ::testing::TestWithParam<int> {};
+class LauncherStoppedFault : public ::testing::TestWithParam<int> {};
 
 // Every rank runs in a namespace through `ip netns exec` (the remote command), streaming for a
 // minute; the launcher is then stopped by SIGTERM or killed by SIGKILL (which it cannot
 // handle): every rank must be gone soon after, none orphaned.
-TEST_P(LauncherStopped, NoRankOutlivesTheLauncher) {
+TEST_P(LauncherStoppedFault, NoRankOutlivesTheLauncher) {
   Netns net(3, GetParam() == SIGKILL ? "s" : "t");
   if (!net.skip_reason().empty()) LATTICE_SKIP_OR_FAIL("netns", net.skip_reason());
   NetnsJob j = netns_job(net, "orphans");
@@ -358,7 +358,7 @@ TEST_P(LauncherStopped, NoRankOutlivesTheLauncher) {
   std::filesystem::remove_all(j.dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(Signals, LauncherStopped, ::testing::Values(SIGTERM, SIGKILL));
+INSTANTIATE_TEST_SUITE_P(Signals, LauncherStoppedFault, ::testing::Values(SIGTERM, SIGKILL));
 
 TEST(LaunchNetns, TheJobDeadlineStopsRanksThatNeitherProgressNorExit) {
   Netns net(2, "d");
