@@ -63,9 +63,16 @@ nlohmann::json run_json(const std::string& extra) {
                                       (extra.empty() ? "" : "--deadline-s 120 ") + extra,
                                   &code, true);
   EXPECT_EQ(code, 0) << extra << ": " << out;
-  // The JSON object is the last line (stderr may come before it).
-  const size_t brace = out.rfind("\n{");
-  auto j = nlohmann::json::parse(brace == std::string::npos ? out : out.substr(brace + 1), nullptr, false);
+  // The JSON object is one line of its own; stderr's lines may come before it, and a rank's
+  // late log line (a peer leaving as the run ends) after it.
+  nlohmann::json j;
+  for (size_t end = out.size(); end > 0 && !j.is_object();) {
+    const size_t nl = out.rfind('\n', end - 1);
+    const size_t begin = nl == std::string::npos ? 0 : nl + 1;
+    if (out.compare(begin, 1, "{") == 0) j = nlohmann::json::parse(out.substr(begin, end - begin), nullptr, false);
+    if (nl == std::string::npos) break;
+    end = nl;
+  }
   EXPECT_TRUE(j.is_object()) << extra << ": " << out;
   return j.is_object() ? j : nlohmann::json::object();
 }
