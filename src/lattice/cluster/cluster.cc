@@ -285,6 +285,22 @@ Result<fabric::Provider*> Cluster::cable_provider(int rank, int peer, bool first
   const int ha = host_of(rank), hb = host_of(peer);
   const std::string pair = "rank " + std::to_string(rank) + " - rank " + std::to_string(peer) + " (" +
                            (size_t(peer) < names_.size() ? names_[size_t(peer)] : "?") + ")";
+  // One provider per cable end (a local address, or an RDMA device), made once and kept across
+  // epochs; one that cannot be made fails the pair, said now: the peers notice this rank leaving
+  // and may stop the job before it returns.
+  auto keep = [&](const std::string& key, auto make, const std::string& context) -> Result<fabric::Provider*> {
+    for (auto& [k, prov] : cable_providers_)
+      if (k == key) return prov.get();
+    auto made = make();
+    if (!made.ok()) {
+      Status why = made.status().with_context(context);
+      LATTICE_LOG_ERROR("{}", why.to_string());
+      return why;
+    }
+    cable_providers_.emplace_back(key, std::move(*made));
+    provider_list_.push_back(cable_providers_.back().second.get());
+    return cable_providers_.back().second.get();
+  };
   auto [my_dev, their_dev] =
       ha >= 0 && hb >= 0 && opt_.link_devices ? opt_.link_devices(ha, hb) : std::pair<std::string, std::string>{};
   if (!my_dev.empty()) {
@@ -293,22 +309,16 @@ Result<fabric::Provider*> Cluster::cable_provider(int rank, int peer, bool first
     const std::string uri = verbs_device_uri(my_dev);
     LATTICE_LOG_INFO("{}: data over the topology's verbs cable, device {} ({}) here to {} there", pair, my_dev, uri,
                      their_dev);
-    const std::string key = "device " + my_dev;
-    for (auto& [k, prov] : cable_providers_)
-      if (k == key) return prov.get();
-    fabric::ProviderOptions po;
-    if (opt_.secret && !opt_.insecure) po.secret = opt_.secret->bytes();
-    auto made = fabric::make_provider(uri, po);
-    if (!made.ok()) {
-      Status why = made.status().with_context(pair + ": the topology puts this end of their cable on RDMA device " +
-                                              my_dev + " (" + uri + "), which this host cannot open (`lattice doctor` "
-                                              "checks it; else fix a_device/b_device, or make the link tcp)");
-      LATTICE_LOG_ERROR("{}", why.to_string());
-      return why;
-    }
-    cable_providers_.emplace_back(key, std::move(*made));
-    provider_list_.push_back(cable_providers_.back().second.get());
-    return cable_providers_.back().second.get();
+    return keep(
+        "device " + my_dev,
+        [&] {
+          fabric::ProviderOptions po;
+          if (opt_.secret && !opt_.insecure) po.secret = opt_.secret->bytes();
+          return fabric::make_provider(uri, po);
+        },
+        pair + ": the topology puts this end of their cable on RDMA device " + my_dev + " (" + uri +
+            "), which this host cannot open (`lattice doctor` checks it; else fix a_device/b_device, or make the "
+            "link tcp)");
   }
   auto [mine, theirs] = ha >= 0 && hb >= 0 ? opt_.link_addrs(ha, hb) : std::pair<std::string, std::string>{};
   if (mine.empty()) {
@@ -320,20 +330,10 @@ Result<fabric::Provider*> Cluster::cable_provider(int rank, int peer, bool first
   LATTICE_LOG_INFO("{}: data over the topology's cable, {} here to {} there", pair, mine,
                    theirs.empty() ? std::string("the peer's default address") : theirs);
   if (mine == default_host_) return provider_.get();
-  for (auto& [host, prov] : cable_providers_)
-    if (host == mine) return prov.get();
-  auto made = make_fabric(mine);
-  if (!made.ok()) {
-    Status why = made.status().with_context(pair + ": the topology puts this end of their cable on " + mine +
-                                            ", but this host cannot listen there (is the interface up with that "
-                                            "address? else fix a_addr/b_addr in the topology file)");
-    // Said now: the peers notice this rank leaving and may stop the job before it returns.
-    LATTICE_LOG_ERROR("{}", why.to_string());
-    return why;
-  }
-  cable_providers_.emplace_back(mine, std::move(*made));
-  provider_list_.push_back(cable_providers_.back().second.get());
-  return cable_providers_.back().second.get();
+  return keep(mine, [&] { return make_fabric(mine); },
+              pair + ": the topology puts this end of their cable on " + mine +
+                  ", but this host cannot listen there (is the interface up with that address? else fix "
+                  "a_addr/b_addr in the topology file)");
 }
 
 Status Cluster::build_epoch(const json& plan, Deadline deadline) {
