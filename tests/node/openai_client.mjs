@@ -98,6 +98,11 @@ async function abort() {
 }
 
 async function streams(n, tokens) {
+  // Once every stream has its first piece, stderr says so: a test that kills a rank waits for
+  // this line, so each stream has text from before the kill (a slot can be busy on its prompt
+  // while no piece has reached the client yet).
+  let started = 0;
+  const first = () => { if (++started === n) process.stderr.write("every stream decodes\n"); };
   const one = async (i) => {
     const stream = await client.chat.completions.create({
       model, messages: [{ role: "user", content: `stream ${i} goes on` }], stream: true, temperature: 0,
@@ -115,6 +120,7 @@ async function streams(n, tokens) {
           last = now;
           pieces++;
           at_ms.push(now);
+          if (pieces === 1) first();
           text += c.delta.content;
         }
         if (c.finish_reason) finish = c.finish_reason;

@@ -95,7 +95,10 @@ Result<KilledRun> streams_through_a_kill(ServeProc& server, int victim, int n, i
   if (!streams.ok()) return streams.status();
   // The rank goes as soon as every stream decodes (no fixed nap: on a fast machine a short
   // generation could end inside it, and then nothing was lost mid-stream).
-  if (!wait_decoding(server.base_url(), n)) return Internal("not every stream started; stderr: " + streams->err());
+  // The client's word that each stream has a piece, then the server's that all n still decode.
+  auto started = streams->wait_err_line("every stream decodes", Deadline::after(std::chrono::seconds(60)));
+  if (!started.ok()) return Internal("not every stream started: " + started.status().to_string() + "; stderr: " + streams->err());
+  if (!wait_decoding(server.base_url(), n)) return Internal("not every stream decodes; stderr: " + streams->err());
   const pid_t pid = rank_pid(server.proc().pid(), victim);
   if (pid <= 0) return Internal("no rank " + std::to_string(victim) + " under the server's launcher");
   KilledRun run;
