@@ -23,9 +23,11 @@
 //                fabric endpoint address (at most 4096 bytes). The server opens the device
 //                (verbs_device_uri, sealed with the cluster secret) and answers a reply as
 //                op 3's (ok, or the error), then, when ok, a frame with its endpoint's address;
-//                both connect. Then over verbs, each message u32 tag | payload: tag 1 (64
-//                bytes) is echoed back, tag 2 (256 KiB) is counted, tag 3 ends: the server
-//                answers over TCP with a reply whose `bytes` is what it counted (or the error)
+//                both connect. Then over verbs, each message u32 tag | payload: tag 4 (256
+//                KiB, the warm-up) is sent back whole, tag 1 (64 bytes) is echoed back, tag 2
+//                (256 KiB) is counted, tag 3 ends: the server acknowledges it over verbs (16
+//                bytes: u32 3 | u32 0 | u64 bytes counted), then answers over TCP with a reply
+//                whose `bytes` is what it counted (or the error)
 // Every read and write has a deadline; a server connection idle for kProbeIdle is closed.
 //
 // Thread safety: ProbeServer runs its own threads; the free functions are independent calls.
