@@ -53,7 +53,8 @@ case "$kind" in
     exit $rc
     ;;
   tsan)
-    # LATTICE_TSAN_LAYERS picks layers (default all five). Arguments after `tsan` go to each
+    # LATTICE_TSAN_LAYERS picks layers (default the five above; engine, whose parallel tests run
+    # ranks as threads and whose kernels run on its ThreadPool, is one more that can be named). Arguments after `tsan` go to each
     # executable after the default filter, so a --gtest_filter there replaces it (GoogleTest
     # keeps the last one), e.g. scripts/sanitize.sh tsan --gtest_filter='*Shm*'.
     t0=$SECONDS
@@ -63,8 +64,8 @@ case "$kind" in
     for layer in "${layers[@]}"; do
       case "$layer" in
         fabric|coll|cluster) peers+=("${layer}_peer") ;;
-        serve|train) ;;
-        *) echo "scripts/sanitize.sh: unknown tsan layer '$layer' (fabric coll cluster serve train)" >&2; exit 2 ;;
+        serve|train|engine) ;;
+        *) echo "scripts/sanitize.sh: unknown tsan layer '$layer' (fabric coll cluster serve train engine)" >&2; exit 2 ;;
       esac
     done
     # The peers are the process tests' programs (built with their executable anyway); cluster,
