@@ -74,6 +74,33 @@ TEST(LaunchProcess, PlainPingIsAOneCellMatrix) {
   EXPECT_NE(r.out.find("1 rank(s)"), std::string::npos) << r.out;
 }
 
+// An emulated link is a provider like the others: given as --provider, or exported as
+// LATTICE_PROVIDER (which launch sets for its ranks, so it must not replace the user's).
+TEST(LaunchProcess, EmulatedVerbsByFlagOrEnvironment) {
+  const std::vector<std::string> ping = {lattice_bin(), "ping", "--iters", "30", "--bw-seconds", "0.01"};
+  std::vector<std::string> by_flag = {lattice_bin(), "launch", "-n", "2", "--provider", "verbs-emu://apple-tb5", "--"};
+  by_flag.insert(by_flag.end(), ping.begin(), ping.end());
+  std::vector<std::string> by_env = {lattice_bin(), "launch", "-n", "2", "--"};
+  by_env.insert(by_env.end(), ping.begin(), ping.end());
+  for (const auto& [argv, env] : {std::pair{by_flag, std::vector<std::pair<std::string, std::string>>{}},
+                                  std::pair{by_env, std::vector<std::pair<std::string, std::string>>{
+                                                        {"LATTICE_PROVIDER", "verbs-emu://apple-tb5"}}}}) {
+    auto r = run_cmd(argv, env, Deadline::after(kRun));
+    ASSERT_TRUE(exited_with(r.status, 0)) << "status " << r.status << "\n" << r.out << r.err;
+    EXPECT_NE(r.out.find("[rank 0] lattice ping: 2 rank(s), epoch 0, provider verbs-emu"), std::string::npos) << r.out;
+    expect_full_matrices(r.out, 2);
+  }
+}
+
+TEST(LaunchProcess, AnUnknownProviderIsRefusedByName) {
+  auto r = run_cmd({lattice_bin(), "launch", "-n", "2", "--provider", "infiniband", "--", "true"}, {}, Deadline::after(kRun));
+  EXPECT_TRUE(exited_with(r.status, 2)) << r.status;
+  EXPECT_NE(r.err.find("provider 'infiniband'"), std::string::npos) << r.err;
+  r = run_cmd({lattice_bin(), "launch", "-n", "2", "--", "true"}, {{"LATTICE_PROVIDER", "ucx"}}, Deadline::after(kRun));
+  EXPECT_TRUE(exited_with(r.status, 2)) << r.status;
+  EXPECT_NE(r.err.find("provider 'ucx' (from LATTICE_PROVIDER)"), std::string::npos) << r.err;
+}
+
 TEST(LaunchProcess, OutputIsPrefixedWithTheRank) {
   auto r = run_cmd({lattice_bin(), "launch", "-n", "2", "--", "sh", "-c",
                     "echo out $LATTICE_RANK of $LATTICE_WORLD_SIZE; echo err $LATTICE_RANK >&2; printf partial"},

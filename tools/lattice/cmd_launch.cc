@@ -1,13 +1,15 @@
 // `lattice launch`: start the ranks of a cluster and supervise them (src/lattice/cluster/launcher.h).
 //
-//   lattice launch -n 3 [--provider shm|tcp] [--secret-file F] [--insecure] -- lattice ping
+//   lattice launch -n 3 [--provider shm|tcp|verbs-emu://...] [--secret-file F] [--insecure] -- lattice ping
 //   lattice launch --hostfile hosts.json --secret-file F [--remote "ssh {ssh} {cmd}"] -- CMD...
 //   lattice launch --discover [--expect N] --secret-file F [--remote ...] -- CMD...
 //     (the hostfile measured on the fly: cluster/discover_topology.h, as `lattice topo --discover`)
 //
 // Each rank gets the rank environment (cluster/rank_env.h): rank, world size, coordinator,
 // provider and the secret (LATTICE_SECRET_FILE, or for local runs without --secret-file an
-// ephemeral LATTICE_SECRET generated here, which never leaves this machine).
+// ephemeral LATTICE_SECRET generated here, which never leaves this machine). Without --provider,
+// a LATTICE_PROVIDER already in launch's environment is the ranks' provider (launch sets the
+// variable for every rank, so ignoring it would silently replace the user's choice).
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,6 +24,7 @@
 #include "command.h"
 #include "discover_flags.h"
 #include "lattice/cluster/bootstrap.h"
+#include "lattice/cluster/cluster.h"
 #include "lattice/cluster/control.h"
 #include "lattice/cluster/hostfile_job.h"
 #include "lattice/cluster/launcher.h"
@@ -63,6 +66,11 @@ int run_launch(const LaunchArgs& a) {
   if (a.command.empty()) return fail("no command (lattice launch -n 2 -- CMD ARGS...)");
   if (a.insecure)
     std::fprintf(stderr, "lattice launch: WARNING: --insecure: ranks authenticate but do NOT encrypt their traffic\n");
+  std::string provider = a.provider;
+  if (const char* env = std::getenv(env::kProvider); provider.empty() && env && *env) provider = env;
+  if (!provider.empty() && !cluster_provider_ok(provider))
+    return fail("provider '" + provider + "'" + (a.provider.empty() ? " (from LATTICE_PROVIDER)" : "") +
+                ": use shm or tcp, or an emulated link: tcp?latency_us=L&gbytes_s=R, verbs-emu://apple-tb5?...");
   auto bind = parse_bind(a.bind);
   if (!bind.ok()) return fail(bind.status().message());
   LaunchOptions lo;
@@ -79,7 +87,7 @@ int run_launch(const LaunchArgs& a) {
     LocalJob job;
     job.world_size = a.n;
     job.argv = a.command;
-    job.provider = a.provider.empty() ? "shm" : a.provider;
+    job.provider = provider.empty() ? "shm" : provider;
     job.bind = *bind;
     job.coordinator = a.coordinator;
     // Jobs that survive lost ranks: the launcher (which outlives them all) hosts the
@@ -99,7 +107,7 @@ int run_launch(const LaunchArgs& a) {
   job.insecure = a.insecure;
   job.remote = a.discover.remote;
   job.coordinator = a.coordinator;
-  job.provider = a.provider.empty() ? "tcp" : a.provider;
+  job.provider = provider.empty() ? "tcp" : provider;
   job.heartbeat_ms = heartbeat_ms;
   job.failure_timeout_ms = failure_timeout_ms;
   job.argv = a.command;
@@ -122,8 +130,9 @@ const Registrar kLaunch{{"launch", "start the ranks of a cluster (locally or ove
                            auto a = std::make_shared<LaunchArgs>();
                            app.add_option("-n", a->n, "number of local ranks");
                            app.add_option("--hostfile", a->hostfile, "topology file or MLX hostfile: one rank per host");
-                           app.add_option("--provider", a->provider, "fabric provider: shm|tcp (default: shm local, tcp hosts)")
-                               ->check(CLI::IsMember({"shm", "tcp"}));
+                           app.add_option("--provider", a->provider,
+                                          "fabric provider: shm | tcp | tcp?latency_us=L&gbytes_s=R | verbs-emu://apple-tb5?... "
+                                          "(default: $LATTICE_PROVIDER, else shm local, tcp hosts)");
                            app.add_option("--secret-file", a->discover.secret_file, "cluster secret (lattice keygen); local runs without it use a fresh one");
                            app.add_flag("--insecure", a->insecure, "authenticate but do not encrypt (trusted links only)");
                            app.add_option("--remote", a->discover.remote, "remote command template: {host} {ssh} {rank} {cmd}")
