@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <atomic>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -47,10 +48,18 @@ struct Server::Impl {
   std::unique_ptr<engine::Forward> forward;
   std::unique_ptr<EngineLoop> loop;
   std::unique_ptr<HttpServer> http;
+  // What health() reads, on the HTTP thread: `http` itself is assigned after HttpServer::start
+  // has its thread answering, so the thread may not read the unique_ptr. Published once start
+  // returns, withdrawn before the server is destroyed (its destructor joins that thread).
+  std::atomic<const HttpServer*> http_live{nullptr};
   std::mt19937_64 rng{std::random_device{}()};  // the HTTP thread's only
   mutable HostReadings host;  // one node: this machine's readings
 
   std::optional<HttpReply> screen(const HttpRequest& head) const;
+  size_t connections() const {
+    const HttpServer* h = http_live.load(std::memory_order_acquire);
+    return h ? h->n_connections() : 0;
+  }
   void handle(HttpRequest req, std::shared_ptr<Responder> out);
   void complete(Endpoint endpoint, const std::string& body, std::shared_ptr<Responder> out);
   std::string health() const;
@@ -160,7 +169,7 @@ std::string Server::Impl::health() const {
                         {"requests_cancelled", s.cancelled},
                         {"requests_failed", s.failed},
                         {"tokens_generated", s.tokens_generated},
-                        {"connections", http ? http->n_connections() : 0}}
+                        {"connections", connections()}}
       .dump();
 }
 
@@ -382,6 +391,7 @@ Status Server::Impl::finish_start(Impl& im, EngineLoop::MakeGenerator make) {
     return error_reply(status, message);
   };
   LATTICE_ASSIGN_OR_RETURN(im.http, HttpServer::start(ho, std::move(h)));
+  im.http_live.store(im.http.get(), std::memory_order_release);
   return Status::Ok();
 }
 
@@ -389,6 +399,7 @@ Server::~Server() {
   if (!impl_) return;
   // The engine first: its jobs answer and drop their responders while the HTTP server runs.
   if (impl_->loop) impl_->loop->stop();
+  impl_->http_live.store(nullptr, std::memory_order_release);
   impl_->http.reset();
   impl_->loop.reset();
 }
