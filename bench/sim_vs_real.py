@@ -88,14 +88,14 @@ def measure(lattice, target, prompt, n, mode, prov, a, reps=None):
     """Best of --reps runs: (decode tok/s, prefill tok/s, the best decode run's JSON)."""
     best = best_pp = None
     for _ in range(reps or a.reps):
-        cmd = [lattice, "run", "-m", target, "-p", prompt, "-n", str(a.n), "-t", "1", "--ignore-eos", "--temp", "0",
-               "--json"]
+        cmd = one_rank_cmd(lattice, target, prompt, a)[:-4]
         if n > 1:
             cmd += ["--nodes", str(n), "--provider", run_provider(prov, a), "--parallel", mode]
         else:
-            # One rank through the distributed rows' own path (generate_distributed): the
-            # single-node `run` decodes the MoE bench model 2.6x slower (15.6 against 40.4 tok/s,
-            # quiet, session 10), which every row calibrated on it inherited.
+            # One rank through the distributed rows' own path (generate_distributed), which
+            # reports the forward steps' share of a token (ranks[].step_ms_per_token). (Session
+            # 10 read the single-node `run` 2.6x slower on the MoE bench model; session 13, quiet,
+            # read both at 15.9 / 15.3 tok/s on one thread: not reproduced.)
             cmd += ["--nodes", "1", "--provider", "shm"]
         j = json.loads(sh(cmd))
         if best is None or j["decode_tok_s"] > best["decode_tok_s"]:
@@ -120,6 +120,42 @@ def one(lattice, work, target, label, machine, prompt, n, mode, prov, a, one_ran
             "decode_efficiency": s.get("fitted_decode_efficiency"),
             "prefill_efficiency": s.get("fitted_prefill_efficiency"),
             "bound": None if n == 1 else 0.10 if n <= 2 else 0.20}
+
+
+def one_rank_cmd(lattice, target, prompt, a):
+    return [lattice, "run", "-m", target, "-p", prompt, "-n", str(a.n), "-t", "1", "--ignore-eos", "--temp", "0",
+            "--json", "--nodes", "1", "--provider", "shm"]
+
+
+def co_run_scaling(lattice, work, target, prompt, machine, alone, a):
+    """How this model's own decode step scales when both cores run it at once: two one-rank runs
+    started together, their forward step's time a token (best pair of --reps) against one run's
+    alone. The calibration's kernel_scaling comes from one large matmul; the model's matrices
+    (k and v a few hundred rows a rank, an expert's 512) scale worse (docs/SIM.md, session 10).
+    Written into a copy of the machine file; returns (machine file, scaling or None)."""
+    m = json.load(open(machine))
+    step1 = alone["ranks"][0].get("step_ms_per_token", 0) if alone.get("ranks") else 0
+    if m.get("cores", 0) < 2 or step1 <= 0:
+        return machine, None
+    best = None
+    for _ in range(max(2, a.reps)):
+        procs = [subprocess.Popen(one_rank_cmd(lattice, target, prompt, a), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(min(2, m["cores"]))]
+        steps = []
+        for p in procs:
+            out, err = p.communicate(timeout=900)
+            if p.returncode != 0:
+                sys.exit(f"co-run of two one-rank runs failed ({p.returncode}):\n{err[-2000:]}")
+            steps.append(json.loads(out)["ranks"][0]["step_ms_per_token"])
+        mean = sum(steps) / len(steps)
+        best = mean if best is None else min(best, mean)
+    scaling = max(0.05, min(1.0, step1 / best))
+    m["kernel_scaling"] = scaling
+    m["source"] = m.get("source", "") + f"; kernel_scaling {scaling:.3f} from this model's decode on both cores at once"
+    out = os.path.join(work, "this-machine-corun.json")
+    with open(out, "w") as f:
+        json.dump(m, f, indent=2)
+    return out, scaling
 
 
 def raise_machine(lattice, work, target, machine, tok_s):
@@ -183,6 +219,9 @@ def main():
     with open(one_rank, "w") as f:
         json.dump(dict(m1[2], prefill_tok_s=m1[1]), f)
     machine, raised = raise_machine(lattice, work, target, machine, m1[0])
+    scaling = None
+    if "tp" in a.modes.split(",") and any(int(x) > 1 for x in a.ranks.split(",")):
+        machine, scaling = co_run_scaling(lattice, work, target, prompt, machine, m1[2], a)
     for n in [int(x) for x in a.ranks.split(",")]:
         for mode in a.modes.split(","):
             for prov in a.providers.split(","):
@@ -198,12 +237,14 @@ def main():
                 rows.append(row)
     if a.json:
         print(json.dumps({"shape": label, "machine": json.load(open(machine)), "machine_raised_to_gbs": raised,
-                          "rows": rows}, indent=2))
+                          "model_kernel_scaling": scaling, "rows": rows}, indent=2))
         return
     eff = next((r for r in rows if "decode_efficiency" in r), {})
     print(f"model {label}; machine file {machine}; emulated links {a.link_latency_us:g} us, {a.link_gbytes_s:g} GB/s; "
           f"calibrated on one rank ({one_rank}): decode efficiency {eff.get('decode_efficiency') or 0:.3f}, "
           f"prefill {eff.get('prefill_efficiency') or 0:.3f} of compute")
+    if scaling:
+        print(f"this model's decode step on both cores at once: {scaling:.3f} of alone (kernel_scaling of the machine copy)")
     if raised:
         print(f"(the machine file read slower than the one-rank run: its read rates raised to the {raised:.1f} GB/s "
               "that run read; a loaded machine)")

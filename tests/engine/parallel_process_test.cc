@@ -88,6 +88,11 @@ TEST_F(ParallelProcess, RunNodesMatchesSingleNodeOverShmAndTcp) {
         // Two all-reduces of n_embd floats per layer plus the argmax gather, per token.
         EXPECT_GE(r["bytes_sent_per_token"].get<double>(), 2.0 * 2 * 256 * 4);
         EXPECT_GT(r["shard_bytes"].get<double>(), 0);
+        // The forward steps' share of a decoded token is within it (the chosen token's gather,
+        // a collective too, is outside the step).
+        const double step = r["step_ms_per_token"].get<double>(), tok = r["decode_ms_per_token"].get<double>();
+        EXPECT_GT(step, 0);
+        EXPECT_LE(step, tok);
       }
     }
 }

@@ -93,6 +93,17 @@ TEST(SimCliProcess, CalibrateFromAOneNodeRun) {
                                           .dump();
   o = lattice("sim --preset llama-1.1b-q4 --json --hostfile " + topo + " --calibrate-from " + dir + "/run.json");
   ASSERT_EQ(o.code, 0) << o.text;
+  EXPECT_FALSE(nlohmann::json::parse(o.text, nullptr, false).contains("token_overhead_ms")) << o.text;
+  // `run --nodes 1 --json` reports its forward steps' share of a token: the rest is kept whole.
+  std::ofstream(dir + "/run1.json") << nlohmann::json{{"n_prompt", 8}, {"n_gen", 16}, {"threads", 1}, {"nodes", 1},
+                                                      {"decode_tok_s", 100.0}, {"prefill_tok_s", 500.0},
+                                                      {"ranks", {{{"decode_ms_per_token", 10.0}, {"step_ms_per_token", 9.4}}}}}
+                                           .dump();
+  o = lattice("sim --preset llama-1.1b-q4 --json --hostfile " + topo + " --calibrate-from " + dir + "/run1.json");
+  ASSERT_EQ(o.code, 0) << o.text;
+  j = nlohmann::json::parse(o.text, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << o.text;
+  EXPECT_NEAR(j["token_overhead_ms"].get<double>(), 0.6, 1e-9);
   // Errors: the figures of another model, two thread counts, a run of several ranks, no file.
   o = lattice("make-model --arch llama --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 --vocab 512 --type q4_0 -o " +
               dir + "/other.gguf");

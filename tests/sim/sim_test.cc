@@ -224,6 +224,45 @@ TEST(Sim, OneNodeCalibrationReproducesTheMeasuredFigures) {
   EXPECT_FALSE(calibrate_one_node(s, t, fresh, f).ok());
 }
 
+TEST(Sim, TheTimeOutsideTheStepIsKeptWholeOnEveryRank) {
+  // A token's time outside the forward step (sampling, the generator) does not shrink with the
+  // ranks: it adds the same to one node's token as to four's, and calibrating on a one-node run
+  // that reports it finds the step's efficiency alone.
+  auto s = *shape_preset("llama-1.1b-q4");
+  for (int W : {1, 4}) {
+    auto t = mesh(W, "m4-pro", "tcp", "10gbe");
+    SimOptions o;
+    o.mode = Mode::kTensor;
+    o.decode_efficiency = 0.45;
+    auto base = simulate(s, t, o);
+    o.token_overhead_ms = 0.6;
+    auto more = simulate(s, t, o);
+    ASSERT_TRUE(base.ok() && more.ok()) << W;
+    EXPECT_NEAR(more->token_ms - base->token_ms, 0.6, 0.01) << W << " nodes";
+  }
+  auto t = mesh(2, "m4-pro", "tcp", "10gbe");
+  SimOptions o;
+  o.mode = Mode::kTensor;
+  o.hosts = 1;
+  o.decode_efficiency = 0.45;
+  o.token_overhead_ms = 0.6;
+  o.prompt = 40;
+  auto one = simulate(s, t, o);
+  ASSERT_TRUE(one.ok());
+  OneNodeFigures f;
+  f.decode_tok_s = one->decode_tok_s;
+  f.decode_pos = 40;
+  f.outside_ms = 0.6;
+  SimOptions fresh;
+  fresh.mode = Mode::kTensor;
+  auto c = calibrate_one_node(s, t, fresh, f);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_NEAR(c->decode_efficiency, 0.45, 1e-3);
+  EXPECT_DOUBLE_EQ(c->token_overhead_ms, 0.6);
+  f.outside_ms = -1;
+  EXPECT_FALSE(calibrate_one_node(s, t, fresh, f).ok());
+}
+
 TEST(Sim, JsonHasTheDocumentedKeys) {
   auto r = sim("llama-1.1b-q4", mesh(2, "m4-pro", "verbs", "tb5"));
   auto j = to_json(r);

@@ -180,6 +180,7 @@ int run_sim(const SimArgs& a) {
                    o.decode_efficiency, o.prefill_efficiency);
     if (!a.json) {
       std::printf("calibrated on one node: %.1f tok/s decode -> efficiency %.3f", fig->decode_tok_s, o.decode_efficiency);
+      if (o.token_overhead_ms > 0) std::printf(" (%.2f ms a token outside the forward step, kept whole)", o.token_overhead_ms);
       if (o.prefill_efficiency > 0)
         std::printf(", %.1f tok/s prefill of %u -> %.3f of compute", fig->prefill_tok_s, fig->prefill_tokens,
                     o.prefill_efficiency);
@@ -192,6 +193,7 @@ int run_sim(const SimArgs& a) {
     auto j = sim::to_json(*r);
     if (o.decode_efficiency > 0) j["fitted_decode_efficiency"] = o.decode_efficiency;
     if (o.prefill_efficiency > 0) j["fitted_prefill_efficiency"] = o.prefill_efficiency;
+    if (o.token_overhead_ms > 0) j["token_overhead_ms"] = o.token_overhead_ms;
     std::printf("%s\n", j.dump(2).c_str());
   }
   else std::printf("%s", sim::render_text(*r).c_str());

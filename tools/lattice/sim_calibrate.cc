@@ -132,6 +132,14 @@ Result<sim::OneNodeFigures> read_bench_figures(const std::string& path, const st
       fig.prefill_tokens = static_cast<uint32_t>(n_prompt);
     }
     if (fig.decode_tok_s <= 0) return InvalidArgument(path + ": the run decoded nothing");
+    // `run --nodes 1` reports its forward steps' share of a token; what is left of the token is
+    // kept whole on every rank of a prediction.
+    if (j.contains("ranks") && j["ranks"].is_array() && j["ranks"].size() == 1 && j["ranks"][0].is_object()) {
+      const auto& r = j["ranks"][0];
+      const auto num = [&](const char* k) { return r.contains(k) && r[k].is_number() ? r[k].get<double>() : -1.0; };
+      const double tok = num("decode_ms_per_token"), step = num("step_ms_per_token");
+      if (tok > 0 && step > 0 && step <= tok) fig.outside_ms = tok - step;
+    }
     return fig;
   }
   if (j.is_discarded() || !j.is_array() || j.empty())

@@ -389,6 +389,11 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   } else {
     LATTICE_RETURN_IF_ERROR(run.tensor_step(dec, ds, &R.allreduce));
   }
+  if (o.token_overhead_ms > 0) {
+    // After the step, on every rank at once: the next token waits for it on each of them.
+    dec.barrier();
+    for (int r = 0; r < W; ++r) dec.work(r, o.token_overhead_ms * 1e3, false);
+  }
   const double token_us = dec.now();
   R.token_ms = token_us / 1e3;
   R.decode_tok_s = o.batch * 1e6 / token_us;
@@ -498,6 +503,8 @@ Result<SimOptions> calibrate_one_node(const ModelShape& shape, const cluster::To
                                       const OneNodeFigures& f) {
   if (f.decode_tok_s <= 0) return InvalidArgument("sim: the one-node figures have no decode rate");
   if (f.threads < 1) return InvalidArgument("sim: the one-node figures need a thread count");
+  if (f.outside_ms < 0) return InvalidArgument("sim: the one-node figures' time outside the step is negative");
+  o.token_overhead_ms = f.outside_ms;
   SimOptions one = o;
   one.threads = f.threads;
   one.batch = 1;

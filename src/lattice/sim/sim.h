@@ -35,6 +35,9 @@ struct SimOptions {
   std::string base_dir;        // where relative machine files are looked up
   double decode_efficiency = 0;  // > 0: overrides every machine's and the engine's figure
   double prefill_efficiency = 0; // > 0: the same for the fraction of compute prefill reaches
+  // Per decode step, on every rank: the time outside the forward step (sampling, the generator),
+  // which does not shrink with the ranks (measured on one rank: calibrate_one_node).
+  double token_overhead_ms = 0;
 };
 
 struct NodeResult {
@@ -95,11 +98,13 @@ struct OneNodeFigures {
   double prefill_tok_s = 0;     // 0: not measured (prefill keeps the machine's or engine's figure)
   uint32_t prefill_tokens = 0;  // the prompt it prefilled
   int threads = 1;
+  double outside_ms = 0;        // a decoded token's time outside the forward step (`run --json`'s ranks)
 };
 
 // The decode efficiency, then the prefill efficiency, with which the first host of `topo` alone
 // reproduces `f` (fit_decode_efficiency, fit_prefill_efficiency at that host's position and
-// prompt), written into the returned options: each model calibrated on its own one-node run, so
+// prompt), written into the returned options with f.outside_ms as token_overhead_ms (set before the
+// fit, so the efficiency is the forward step's alone): each model calibrated on its own one-node run, so
 // larger node counts come from the link, schedule and placement models only.
 Result<SimOptions> calibrate_one_node(const ModelShape& shape, const cluster::Topology& topo, SimOptions options,
                                       const OneNodeFigures& f);

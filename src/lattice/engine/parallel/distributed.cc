@@ -68,6 +68,29 @@ nlohmann::json expert_load_json(const Model& m, const ExpertLoad& load) {
           {"per_rank", ranks},
           {"balance", m.expert_parallel() ? load.balance() : 1.0}};
 }
+
+// A placement's stepper with a clock around its forward steps: what a decoded token spends
+// outside them (sampling, the generator's bookkeeping, the chosen token's agreement) is the
+// decode time less this. The simulator keeps that part whole on every rank (docs/SIM.md).
+class TimedStepper final : public Stepper {
+ public:
+  explicit TimedStepper(Stepper& s) : s_(s) {}
+  Result<std::unique_ptr<Sequence>> new_sequence(uint32_t n_ctx) const override { return s_.new_sequence(n_ctx); }
+  Status step(std::span<const StepItem> items) override {
+    const auto t0 = Clock::now();
+    Status st = s_.step(items);
+    seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    return st;
+  }
+  Result<std::vector<int32_t>> choose(std::span<Sampler* const> samplers) override { return s_.choose(samplers); }
+  uint32_t max_items() const override { return s_.max_items(); }
+  uint32_t max_rows() const override { return s_.max_rows(); }
+  const Model& model() const override { return s_.model(); }
+  double seconds = 0;  // inside step()
+
+ private:
+  Stepper& s_;
+};
 }  // namespace
 
 nlohmann::json RecoveryEvent::to_json() const {
@@ -180,7 +203,8 @@ Result<DistResult> generate_distributed(cluster::Cluster& c, const DistOptions& 
   auto on_piece = [&](int, std::string_view piece) {
     if (c.rank() == 0 && hooks.on_text) hooks.on_text(piece);
   };
-  LATTICE_ASSIGN_OR_RETURN(auto gen, Generator::create(pl->stepper(), tok, go));
+  auto timed = std::make_unique<TimedStepper>(pl->stepper());
+  LATTICE_ASSIGN_OR_RETURN(auto gen, Generator::create(*timed, tok, go));
   LATTICE_ASSIGN_OR_RETURN(int id, gen->submit(request, on_piece));
 
   CollStats decode_cs;  // collectives of decode steps only, summed over placements
@@ -205,6 +229,7 @@ Result<DistResult> generate_distributed(cluster::Cluster& c, const DistOptions& 
     const CollStats cs0 = pl->coll_stats();
     const bool decoding = before > 0;
     if (decoding && pl->forward) load0 = pl->forward->expert_load();
+    const double step_s0 = timed->seconds;
     Status st = gen->step();
     if (st.ok()) {
       LATTICE_ASSIGN_OR_RETURN(const size_t after, gen->n_generated(id));
@@ -231,6 +256,7 @@ Result<DistResult> generate_distributed(cluster::Cluster& c, const DistOptions& 
         decode_cs.calls += cs1.calls - cs0.calls;
         decode_cs.bytes += cs1.bytes - cs0.bytes;
         decode_cs.seconds += cs1.seconds - cs0.seconds;
+        R.decode_step_s += timed->seconds - step_s0;
         if (pl->forward) add_diff(R.decode_load, load0, pl->forward->expert_load());
         ++R.steps;
       }
@@ -246,6 +272,7 @@ Result<DistResult> generate_distributed(cluster::Cluster& c, const DistOptions& 
     LATTICE_ASSIGN_OR_RETURN(auto before_loss, gen->progress(id));
     Progress mine{std::move(before_loss.tokens), before_loss.draws};
     gen.reset();
+    timed.reset();
     pl.reset();
     R.decode_load = {};  // the load is reported for the last placement (its owners)
     LATTICE_ASSIGN_OR_RETURN(auto shrunk, shrink_and_agree(c, members, mine, a.recovery_timeout));
@@ -254,7 +281,8 @@ Result<DistResult> generate_distributed(cluster::Cluster& c, const DistOptions& 
     LATTICE_ASSIGN_OR_RETURN(pl, place(a, c, *comm, shares(), n_ctx));
     const double place_ms = ms_since(t_place);
     go.prefill_chunk = pl->stepper().max_rows();
-    LATTICE_ASSIGN_OR_RETURN(gen, Generator::create(pl->stepper(), tok, go));
+    timed = std::make_unique<TimedStepper>(pl->stepper());
+    LATTICE_ASSIGN_OR_RETURN(gen, Generator::create(*timed, tok, go));
     GenerationRequest resumed = request;
     resumed.resume_tokens = shrunk.best.tokens;
     resumed.resume_draws = shrunk.best.draws;
@@ -303,7 +331,8 @@ Result<DistResult> generate_distributed(cluster::Cluster& c, const DistOptions& 
                          {"bytes_sent_per_token", decode_cs.bytes / denom},
                          {"coll_ms_per_token", decode_cs.seconds * 1e3 / denom},
                          {"coll_calls_per_token", decode_cs.calls / denom},
-                         {"decode_ms_per_token", R.decode_s * 1e3 / denom}};
+                         {"decode_ms_per_token", R.decode_s * 1e3 / denom},
+                         {"step_ms_per_token", R.decode_step_s * 1e3 / denom}};
   auto all = c.allgather(mine.dump(), Deadline::after(a.recovery_timeout));
   if (!all.ok()) return all.status().with_context("report");
   R.ranks = nlohmann::json::array();

@@ -106,6 +106,8 @@ struct DistResult {
   int rank = 0;                  // this rank, now
   double decode_s = 0;           // first chosen token to the last
   uint32_t steps = 0;            // decode steps in decode_s
+  double decode_step_s = 0;      // of decode_s, inside the stepper's forward steps (their collectives included; the
+                                 // chosen token's gather is outside)
   ExpertLoad decode_load;        // mixture of experts: the decode steps' expert load (last placement)
   nlohmann::json ranks;          // every rank's report, by current rank (on every rank)
   // Mixture of experts: tokens per expert (summed over layers) per rank that owns it, the
