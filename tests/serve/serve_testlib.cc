@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -70,7 +71,11 @@ HttpResult curl(const std::string& url, const std::vector<std::string>& args) {
   std::vector<std::string> argv = {"curl", "-s", "--max-time", "30", "-o", "-", "-w", "\n%{http_code}"};
   argv.insert(argv.end(), args.begin(), args.end());
   argv.push_back(url);
-  auto r = cluster::testing::run_cmd(argv, {}, Deadline::after(std::chrono::seconds(40)));
+  // curl keeps the last --max-time; the process gets 10 s beyond it.
+  int max_time = 30;
+  for (size_t i = 0; i + 1 < argv.size(); ++i)
+    if (argv[i] == "--max-time") max_time = std::max(1, std::atoi(argv[i + 1].c_str()));
+  auto r = cluster::testing::run_cmd(argv, {}, Deadline::after(std::chrono::seconds(max_time + 10)));
   HttpResult h;
   const auto nl = r.out.rfind('\n');
   if (nl == std::string::npos) return h;
