@@ -147,7 +147,8 @@ TEST(Sim, FitFindsTheEfficiency) {
   EXPECT_FALSE(fit_decode_efficiency(s, t, o, 1, 1000).ok());
 }
 
-TEST(Sim, MlxRanksWaitForTheSlowestOfTheirSynchronisations) {
+// (Not "...Slowest...": a test name holding "Slow" is labelled slow and left out of the default run.)
+TEST(Sim, MlxRanksWaitForTheLastOfTheirSynchronisations) {
   // Qwen3: 94 layers, two all-reduces each and the token's gather: 189 collectives a token. Each
   // rank's own cost is an exponential draw of mean 58 / 1.5 us; every rank waits for the largest
   // of W: 58 us on average at two ranks, 58 / 1.5 x (1 + 1/2 + 1/3 + 1/4) = 80.6 us at four.
@@ -164,9 +165,13 @@ TEST(Sim, MlxRanksWaitForTheSlowestOfTheirSynchronisations) {
   EXPECT_NEAR(two, 58, 58 * 0.15);
   EXPECT_NEAR(four, 80.6, 80.6 * 0.15);
   EXPECT_NEAR(four / two, 80.6 / 58, 0.15);
-  // The lattice engine has no such cost.
+  // The lattice engine has no such cost: what its ranks wait for is the staged verbs protocol's
+  // acks (whole slots, link.h), a fraction of MLX's draws.
+  ASSERT_TRUE(engine_profile("lattice").ok());
+  EXPECT_EQ(engine_profile("lattice")->sync_us, 0);
   o.engine = "lattice";
-  EXPECT_LT(per_collective(4), 10);
+  const double lattice_four = per_collective(4);
+  EXPECT_LT(lattice_four, four / 3) << lattice_four;
 }
 
 TEST(Sim, PrefillFitRecoversTheComputeEfficiency) {
@@ -323,6 +328,11 @@ TEST(Machine, EngineKernelsLimitEachThreadAndTheMemoryAllOfThem) {
   EXPECT_DOUBLE_EQ(m.cores_held(1, 4), 0.5);
   EXPECT_DOUBLE_EQ(m.engine_read_gbs(1, 4, 0.6), 7.5);
   EXPECT_DOUBLE_EQ(m.cores_held(2, 1), 2);
+  // Three on two cores: two rounds a step (the third rank runs alone in the second), half a core
+  // each, and a quarter of the bus each (two share it while they run, for half the time).
+  EXPECT_DOUBLE_EQ(m.cores_held(1, 3), 0.5);
+  EXPECT_DOUBLE_EQ(m.engine_read_gbs(1, 3, 0.6), 7.5);
+  EXPECT_DOUBLE_EQ(m.engine_read_gbs(1, 3, 2.0), 10);
   // Kernels that keep 70% of their rate when both cores run them (measured by sim --calibrate):
   // two ranks each get 0.7 of one alone; one stage of a pipeline its whole rate.
   m.kernel_scaling = 0.7;
