@@ -12,14 +12,24 @@ double Machine::read_gbs(int threads, int sharers) const {
   return share;
 }
 
+namespace {
+// Rounds in which `all` threads in lockstep get through one step of their work on `cores` cores:
+// a thread runs its part to the next synchronisation whole, since that part is shorter than the
+// scheduler's time slice (a layer's share is well under a millisecond).
+int waves(int all, int cores) { return (all + cores - 1) / cores; }
+}  // namespace
+
 double Machine::cores_held(int threads, int sharers) const {
-  const double t = std::max(1, threads);
-  if (cores <= 0) return t;
-  return std::min(t, double(cores) / std::max(1, sharers));
+  const int t = std::max(1, threads), all = t * std::max(1, sharers);
+  if (cores <= 0 || all <= cores) return t;
+  return double(t) / waves(all, cores);
 }
 
 double Machine::engine_read_gbs(int threads, int sharers, double efficiency) const {
-  const double bus = mem_bw_gbs / std::max(1, sharers);
+  const int t = std::max(1, threads), all = t * std::max(1, sharers);
+  // The bus among the threads running at once, for the rounds this process's threads run in.
+  const double bus = cores <= 0 || all <= cores ? mem_bw_gbs / std::max(1, sharers)
+                                                : mem_bw_gbs * t / cores / waves(all, cores);
   if (core_bw_gbs <= 0) return bus * efficiency;
   double scale = 1;
   if (cores > 1) {

@@ -50,7 +50,10 @@ struct Machine {
   // machine (each with its own threads).
   double read_gbs(int threads, int sharers) const;
   // How many cores' worth of time one of `sharers` processes of `threads` threads holds while they
-  // all run (threads, or less when they outnumber the cores; threads when cores is unknown).
+  // all run in lockstep (tensor parallel ranks, a rank's threads): threads while they fit the
+  // cores (or cores is unknown), else threads / the rounds the cores need to run every thread's
+  // part once (3 ranks on 2 cores: two rounds, half a core each; the fluid share, 2/3, would
+  // need the scheduler to slice parts shorter than its time slice).
   double cores_held(int threads, int sharers) const;
   // What an engine whose kernels stream at `efficiency` of a thread's read rate reaches in one of
   // `sharers` processes working at once: on a CPU (core_bw_gbs known) its threads' own rate for
