@@ -330,7 +330,8 @@ Result<fabric::Provider*> Cluster::cable_provider(int rank, int peer, bool first
   LATTICE_LOG_INFO("{}: data over the topology's cable, {} here to {} there", pair, mine,
                    theirs.empty() ? std::string("the peer's default address") : theirs);
   if (mine == default_host_) return provider_.get();
-  return keep(mine, [&] { return make_fabric(mine); },
+  // (A copy: clang before 16 cannot capture a structured binding, and the fuzz preset is clang.)
+  return keep(mine, [&, addr = mine] { return make_fabric(addr); },
               pair + ": the topology puts this end of their cable on " + mine +
                   ", but this host cannot listen there (is the interface up with that address? else fix "
                   "a_addr/b_addr in the topology file)");
