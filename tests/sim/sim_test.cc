@@ -191,17 +191,23 @@ TEST(Sim, PrefillFitRecoversTheComputeEfficiency) {
   EXPECT_FALSE(fit_prefill_efficiency(s, t, o, 1, 1e9).ok());
 }
 
+// Tensor parallel on the first host alone at a known decode efficiency, decoding at position 40.
+SimOptions one_node(double decode_efficiency) {
+  SimOptions o;
+  o.mode = Mode::kTensor;
+  o.hosts = 1;
+  o.decode_efficiency = decode_efficiency;
+  o.prompt = 40;  // the decode's average position
+  return o;
+}
+
 TEST(Sim, OneNodeCalibrationReproducesTheMeasuredFigures) {
   // Figures of one node at known efficiencies; calibrating on them finds those efficiencies, and
   // the two-node prediction is what the simulator gives at them.
   auto t = mesh(2, "m4-pro", "tcp", "10gbe");
   auto s = *shape_preset("llama-1.1b-q4");
-  SimOptions o;
-  o.mode = Mode::kTensor;
-  o.hosts = 1;
-  o.decode_efficiency = 0.45;
+  SimOptions o = one_node(0.45);
   o.prefill_efficiency = 0.2;
-  o.prompt = 40;  // the decode's average position
   auto dec = simulate(s, t, o);
   ASSERT_TRUE(dec.ok()) << dec.status().to_string();
   o.prompt = 64;
@@ -246,12 +252,8 @@ TEST(Sim, TheTimeOutsideTheStepIsKeptWholeOnEveryRank) {
     EXPECT_NEAR(more->token_ms - base->token_ms, 0.6, 0.01) << W << " nodes";
   }
   auto t = mesh(2, "m4-pro", "tcp", "10gbe");
-  SimOptions o;
-  o.mode = Mode::kTensor;
-  o.hosts = 1;
-  o.decode_efficiency = 0.45;
+  SimOptions o = one_node(0.45);
   o.token_overhead_ms = 0.6;
-  o.prompt = 40;
   auto one = simulate(s, t, o);
   ASSERT_TRUE(one.ok());
   OneNodeFigures f;
