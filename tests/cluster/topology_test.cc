@@ -353,6 +353,18 @@ TEST(MlxHostfile, ConvertedFileWithSharedMachineParsesBack) {
              "duplicate address '10.0.0.2'");
 }
 
+// Found by fuzz/topology_fuzz.cc (session 14, corpus/topology/regression-mlx-address-two-ssh):
+// two MLX hosts at one address under different ssh names were read, and their conversion was a
+// file our reader refuses (duplicate address).
+TEST(MlxHostfile, OneAddressUnderTwoSshNamesIsAnError) {
+  EXPECT_HAS(parse_err(R"([{"ssh": "lhost", "ips": ["127.0.0.1"]}, {"ssh": "localhost", "ips": ["127.0.0.1"]}])"),
+             "t.json:1: host 1 (localhost) has the address '127.0.0.1' of host 0 (lhost): ranks at one address must "
+             "name the same ssh destination");
+  // Without ips the address is the ssh host name: "a@m" and "b@m" are one machine reached as two users.
+  EXPECT_HAS(parse_err(R"([{"ssh": "a@m"}, {"ssh": "b@m"}])"), "has the address 'm' of host 0 (a@m)");
+  EXPECT_EQ(parse_ok(R"([{"ssh": "m"}, {"ssh": "m"}])").hosts.size(), 2u);
+}
+
 // Found by fuzz/topology_fuzz.cc under ASan (corpus/topology/regression-mlx-without-hosts): an
 // MLX-shaped object without "hosts" was read through const json::operator[] past its end.
 TEST(MlxHostfile, ObjectWithoutHostsIsAnError) {

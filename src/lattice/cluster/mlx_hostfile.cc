@@ -92,6 +92,7 @@ void read_mlx_hostfile(const json& doc, ParseContext& ctx, Topology& topo) {
   bool any_rdma = false;
   std::map<std::string, int> base_count;
   std::vector<std::string> base(n);
+  std::map<std::string, size_t> at_address;  // address -> the first host there
   for (size_t i = 0; i < n; ++i) {
     const json& h = (*hosts)[i];
     std::string ptr = hosts_ptr + "/" + std::to_string(i);
@@ -117,7 +118,16 @@ void read_mlx_hostfile(const json& doc, ParseContext& ctx, Topology& topo) {
       }
     }
     if (host.address.empty()) host.address = host_name_from_ssh(host.ssh);
-    if (std::string e = check_address(host.address, false); !e.empty()) ctx.error(ptr + "/ips", e);
+    if (std::string e = check_address(host.address, false); !e.empty()) {
+      ctx.error(ptr + "/ips", e);
+    } else if (auto [it, fresh] = at_address.emplace(host.address, i);
+               !fresh && topo.hosts[it->second].ssh != host.ssh) {
+      // Ranks of one machine share its address and its ssh destination (as our own format has
+      // it, so the converted file reads back); two destinations at one address are two machines.
+      ctx.error(ptr + "/ips", "host " + std::to_string(i) + " (" + host.ssh + ") has the address '" + host.address +
+                                  "' of host " + std::to_string(it->second) + " (" + topo.hosts[it->second].ssh +
+                                  "): ranks at one address must name the same ssh destination");
+    }
     if (auto r = h.find("rdma"); r != h.end() && !r->is_null()) {
       if (!r->is_array()) {
         ctx.error(ptr + "/rdma", "\"rdma\" must be a list with one entry per host");
