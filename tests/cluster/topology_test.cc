@@ -365,6 +365,24 @@ TEST(MlxHostfile, OneAddressUnderTwoSshNamesIsAnError) {
   EXPECT_EQ(parse_ok(R"([{"ssh": "m"}, {"ssh": "m"}])").hosts.size(), 2u);
 }
 
+// Found by fuzz/topology_fuzz.cc (session 14, corpus/topology/regression-number-overflow): a number
+// beyond a double made nlohmann throw out_of_range, which parse_topology did not catch.
+TEST(Topology, ANumberBeyondADoubleIsAnError) {
+  EXPECT_HAS(parse_err(R"({"version": 1, "hosts": [{"name": "a", "address": "10.0.0.1", "memory_gb": 666666e666}]})"),
+             "t.json: invalid JSON: number overflow parsing '666666e666'");
+  EXPECT_HAS(parse_err(R"([{"ssh": "a", "ips": [1e999]}])"), "number overflow");
+}
+
+// Found by fuzz/topology_fuzz.cc (session 14, corpus/topology/regression-mlx-device-slash): an
+// MLX hostfile's RDMA device names were not held to our format's rule, so "rdm/a_en5" was read
+// and its conversion refused.
+TEST(MlxHostfile, DeviceNamesFollowOurRule) {
+  EXPECT_HAS(parse_err(R"({"hosts": [{"ssh": "m1", "rdma": [null, "rdm/a_en5"]}, {"ssh": "m2", "rdma": ["rdma_en3", null]}]})"),
+             "device name 'rdm/a_en5' is empty or has a space or slash");
+  EXPECT_HAS(parse_err(R"({"hosts": [{"ssh": "m1", "rdma": [null, ["rdma en5"]]}, {"ssh": "m2", "rdma": ["rdma_en3", null]}]})"),
+             "device name 'rdma en5'");
+}
+
 // Found by fuzz/topology_fuzz.cc under ASan (corpus/topology/regression-mlx-without-hosts): an
 // MLX-shaped object without "hosts" was read through const json::operator[] past its end.
 TEST(MlxHostfile, ObjectWithoutHostsIsAnError) {

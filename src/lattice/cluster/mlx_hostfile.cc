@@ -35,7 +35,10 @@ std::vector<std::string> devices(const json& entry, const std::string& ptr, Pars
   std::vector<std::string> out;
   if (entry.is_null()) return out;
   if (entry.is_string()) {
-    if (!entry.get<std::string>().empty()) out.push_back(entry.get<std::string>());
+    const std::string& d = entry.get<std::string>();
+    if (d.empty()) return out;
+    if (std::string e = check_device_name(d); !e.empty()) ctx.error(ptr, e);
+    out.push_back(d);
     return out;
   }
   if (entry.is_array()) {
@@ -44,6 +47,7 @@ std::vector<std::string> devices(const json& entry, const std::string& ptr, Pars
         ctx.error(ptr + "/" + std::to_string(k), "an RDMA device must be a non-empty string, not " + json_type_name(entry[k]));
         continue;
       }
+      if (std::string e = check_device_name(entry[k].get<std::string>()); !e.empty()) ctx.error(ptr + "/" + std::to_string(k), e);
       out.push_back(entry[k].get<std::string>());
     }
     return out;

@@ -154,6 +154,12 @@ std::optional<int64_t> ParseContext::get_int(const json& obj, const std::string&
   return it->get<int64_t>();
 }
 
+std::string check_device_name(std::string_view name) {
+  if (name.empty() || name.find_first_of(" \t/") != std::string_view::npos)
+    return "device name '" + std::string(name) + "' is empty or has a space or slash";
+  return {};
+}
+
 std::string check_host_name(std::string_view name) {
   if (name.empty()) return "a host name cannot be empty";
   if (name.size() > 64) return "host name '" + std::string(name) + "' is longer than 64 characters";
@@ -382,8 +388,7 @@ void read_lattice_topology(const json& doc, ParseContext& ctx, Topology& topo) {
       }
       for (const char* key : {"a_device", "b_device"}) {
         if (auto dev = ctx.get_string(l, ptr, key, false, "a link")) {
-          if (dev->empty() || dev->find_first_of(" \t/") != std::string::npos)
-            ctx.error(ptr + "/" + key, "device name '" + *dev + "' is empty or has a space or slash");
+          if (std::string e = check_device_name(*dev); !e.empty()) ctx.error(ptr + "/" + key, e);
           if (good && link.provider != LinkProvider::kVerbs)
             ctx.error(ptr + "/" + key, std::string("\"") + key + "\" names an RDMA device: only verbs links have one");
           (key[0] == 'a' ? link.a_device : link.b_device) = *dev;
@@ -459,6 +464,11 @@ Result<Topology> parse_topology(std::string_view text, std::string_view source) 
       if (size_t colon = what.find(": ", c); colon != std::string::npos) what = what.substr(colon + 2);
     }
     return InvalidArgument(src + ":" + std::to_string(line) + ":" + std::to_string(col) + ": invalid JSON: " + what);
+  } catch (const json::exception& e) {
+    // A number beyond a double ("1e999": out_of_range 406) is not a parse_error.
+    std::string what = e.what();
+    if (size_t b = what.find("] "); b != std::string::npos) what = what.substr(b + 2);
+    return InvalidArgument(src + ": invalid JSON: " + what);
   }
   // Topology files nest 3 deep; refuse pathological nesting before the recursive scanner.
   if (detail::json_max_depth(text) > 32) return InvalidArgument(src + ": JSON nested deeper than 32 levels; not a topology file");

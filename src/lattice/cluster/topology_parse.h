@@ -57,6 +57,8 @@ std::string json_type_name(const json& v);
 // Empty if fine, else what is wrong with it.
 std::string check_host_name(std::string_view name);
 std::string check_address(std::string_view address, bool port_required);
+// An RDMA device name: not empty, no space, tab or slash (it becomes part of a path and a URI).
+std::string check_device_name(std::string_view name);
 // The host part of an address ("10.0.0.1:5000" -> "10.0.0.1", "[::1]:5" -> "::1").
 std::string address_host(std::string_view address);
 
