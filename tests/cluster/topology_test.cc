@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <set>
 #include <string>
 
 namespace lattice::cluster {
@@ -363,6 +364,18 @@ TEST(MlxHostfile, OneAddressUnderTwoSshNamesIsAnError) {
   // Without ips the address is the ssh host name: "a@m" and "b@m" are one machine reached as two users.
   EXPECT_HAS(parse_err(R"([{"ssh": "a@m"}, {"ssh": "b@m"}])"), "has the address 'm' of host 0 (a@m)");
   EXPECT_EQ(parse_ok(R"([{"ssh": "m"}, {"ssh": "m"}])").hosts.size(), 2u);
+}
+
+// Found by fuzz/topology_fuzz.cc (session 14, corpus/topology/regression-mlx-name-taken): a shared
+// machine's "-<rank>" names could be the name of another host ("m-1" in the file), and the
+// converted topology named one host twice.
+TEST(MlxHostfile, DerivedNamesNeverCollide) {
+  auto t = parse_ok(R"([{"ssh": "m"}, {"ssh": "m"}, {"ssh": "m-1"}, {"ssh": "a@n", "ips": ["10.0.0.1"]},
+                      {"ssh": "b@n", "ips": ["10.0.0.2"]}, {"ssh": "n-4"}])");
+  std::vector<std::string> want = {"m-0", "m-1-2", "m-1", "n-3", "n-4-2", "n-4"};
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(t.hosts[i].name, want[i]) << i;
+  auto again = parse_topology(render_json(t), "converted.json");
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
 }
 
 // Found by fuzz/topology_fuzz.cc (session 14, corpus/topology/regression-number-overflow): a number

@@ -10,6 +10,7 @@
 // which is how MLX's ring backend connects them. Keys MLX may add later are warnings, not
 // errors: the file belongs to another tool.
 #include <map>
+#include <set>
 
 #include "lattice/cluster/topology_parse.h"
 
@@ -143,8 +144,18 @@ void read_mlx_hostfile(const json& doc, ParseContext& ctx, Topology& topo) {
     ++base_count[base[i]];
     topo.hosts.push_back(std::move(host));
   }
+  // Names are unique: a machine named once keeps its name, a shared machine's ranks get
+  // "-<rank>", and a name another host has already (an ssh name that itself ends in "-3", or two
+  // that clean up alike) gets a further "-<k>" until it is free (a base is at most 56 characters).
+  std::set<std::string> taken;
   for (size_t i = 0; i < n; ++i)
-    topo.hosts[i].name = base_count[base[i]] > 1 ? base[i] + "-" + std::to_string(i) : base[i];
+    if (base_count[base[i]] == 1) taken.insert(topo.hosts[i].name = base[i]);
+  for (size_t i = 0; i < n; ++i) {
+    if (base_count[base[i]] == 1) continue;
+    std::string name = base[i] + "-" + std::to_string(i);
+    for (int k = 2; taken.count(name); ++k) name = base[i] + "-" + std::to_string(i) + "-" + std::to_string(k);
+    taken.insert(topo.hosts[i].name = name);
+  }
   if (!ctx.ok()) return;
 
   // Links.
