@@ -364,6 +364,8 @@ TEST(MlxHostfile, OneAddressUnderTwoSshNamesIsAnError) {
   // Without ips the address is the ssh host name: "a@m" and "b@m" are one machine reached as two users.
   EXPECT_HAS(parse_err(R"([{"ssh": "a@m"}, {"ssh": "b@m"}])"), "has the address 'm' of host 0 (a@m)");
   EXPECT_EQ(parse_ok(R"([{"ssh": "m"}, {"ssh": "m"}])").hosts.size(), 2u);
+  // An empty ssh is no destination (two of them were "one machine" at the address "host").
+  EXPECT_HAS(parse_err(R"([{"ssh": ""}, {"ssh": ""}])"), "t.json:1: an MLX host's \"ssh\" must name a destination");
 }
 
 // Found by fuzz/topology_fuzz.cc (session 14, corpus/topology/regression-mlx-name-taken): a shared

@@ -110,7 +110,10 @@ void read_mlx_hostfile(const json& doc, ParseContext& ctx, Topology& topo) {
       continue;
     }
     ctx.check_keys(h, ptr, {"ssh", "ips", "rdma"}, "an MLX host", /*unknown_is_error=*/false);
-    if (auto ssh = ctx.get_string(h, ptr, "ssh", true, "an MLX host")) host.ssh = *ssh;
+    if (auto ssh = ctx.get_string(h, ptr, "ssh", true, "an MLX host")) {
+      host.ssh = *ssh;
+      if (ssh->empty()) ctx.error(ptr + "/ssh", "an MLX host's \"ssh\" must name a destination, not \"\"");
+    }
     if (auto ips = h.find("ips"); ips != h.end()) {
       if (!ips->is_array()) {
         ctx.error(ptr + "/ips", "\"ips\" must be a list of addresses");
