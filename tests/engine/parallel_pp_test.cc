@@ -101,6 +101,45 @@ TEST(ParallelPp, F32BitIdentical2StagesTcp) { expect_bit_identical("f32", 2, "tc
 namespace lattice::engine::parallel {
 namespace {
 
+// The model file with its layer `from`'s tensors renamed to layer `to` and block_count set to
+// `layers` (the tensor data a hole: only the table is read).
+std::string relabelled(uint32_t from, uint32_t to, uint32_t layers, const std::string& name) {
+  auto f = GgufFile::open(model_file("q8_0"));
+  EXPECT_TRUE(f.ok());
+  GgufWriter w;
+  w.metadata() = (*f)->metadata();
+  w.metadata().set("llama.block_count", layers);
+  const std::string a = "blk." + std::to_string(from) + ".", b = "blk." + std::to_string(to) + ".";
+  for (const TensorInfo& t : (*f)->tensors()) {
+    std::string n = t.name.rfind(a, 0) == 0 ? b + t.name.substr(a.size()) : t.name;
+    EXPECT_TRUE(w.add_tensor(n, t.type, std::vector<uint64_t>(t.ne.begin(), t.ne.begin() + t.n_dims)).ok());
+  }
+  WriteOptions o;
+  o.sparse_data = true;
+  EXPECT_TRUE(w.write(temp.file(name), {}, o).ok());
+  return temp.file(name);
+}
+
+// Found by fuzz/gguf_fuzz.cc (session 14, corpus/gguf/regression-layer-index-timeout.gguf): a
+// file whose block_count matched a tensor "blk.150994944." (and so passed the check of its last
+// layer) kept a pipeline plan looping over 1.5 x 10^8 layers x its tensors. Every layer must hold
+// tensors, so block_count is at most the tensor count.
+TEST(ParallelPlan, EveryLayerHoldsTensors) {
+  const std::vector<NodeSpec> two = {{"a", 1ull << 30}, {"b", 1ull << 30}};
+  auto gap = GgufFile::open(relabelled(2, 7, 8, "gap.gguf"));  // layers 0,1,3,4,7 of 8
+  ASSERT_TRUE(gap.ok()) << gap.status().to_string();
+  auto p = plan_placement(**gap, two, ParallelMode::kPipeline, 64);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("block_count is 8 but the file has no tensors of layer 2"), std::string::npos)
+      << p.status().to_string();
+  auto far = GgufFile::open(relabelled(4, 150994944, 150994945, "far.gguf"));
+  ASSERT_TRUE(far.ok()) << far.status().to_string();
+  p = plan_placement(**far, two, ParallelMode::kPipeline, 64);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("block_count is 150994945 but the file has only"), std::string::npos)
+      << p.status().to_string();
+}
+
 TEST(ParallelPlan, BytesAddUpAndTooLittleMemoryIsRefused) {
   const std::string path = model_file("q8_0");
   auto f = GgufFile::open(path);

@@ -1,6 +1,7 @@
 #include "lattice/engine/parallel/plan.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "lattice/engine/model/arch.h"
 #include "lattice/engine/parallel/pp.h"
@@ -49,11 +50,29 @@ Result<Placement> plan_placement(const GgufFile& file, const std::vector<NodeSpe
   const ArchInfo* arch = find_arch(*arch_name);
   if (!arch) return Unavailable("architecture '" + *arch_name + "' is not supported");
   LATTICE_ASSIGN_OR_RETURN(Hparams hp, read_hparams(file.metadata(), *arch));
-  // block_count against the tensors present: the loops below run over every layer (a file
-  // claiming 2^31 layers kept a plan busy for minutes; found by fuzz/gguf_fuzz.cc).
-  if (hp.n_layer > 0 && file.tensors_with_prefix("blk." + std::to_string(hp.n_layer - 1) + ".").empty())
-    return Corrupt("block_count is " + std::to_string(hp.n_layer) + " but the file has no tensors of layer " +
-                   std::to_string(hp.n_layer - 1));
+  // block_count against the tensors present, before anything is sized by it: every layer holds
+  // tensors, so a file has at least as many tensors as layers, and each layer's bytes come from
+  // one pass over the table (found by fuzz/gguf_fuzz.cc: a file claiming 2^31 layers kept a plan
+  // busy for minutes; then one with a tensor "blk.150994944." and as many layers did, through a
+  // loop over layers x tensors).
+  if (hp.n_layer > file.tensors().size())
+    return Corrupt("block_count is " + std::to_string(hp.n_layer) + " but the file has only " +
+                   std::to_string(file.tensors().size()) + " tensors");
+  std::vector<uint64_t> layer_bytes(hp.n_layer, 0);
+  std::vector<char> layer_seen(hp.n_layer, 0);
+  for (const auto& t : file.tensors()) {
+    if (t.name.rfind("blk.", 0) != 0) continue;
+    uint64_t l = 0;
+    size_t i = 4;
+    for (; i < t.name.size() && i < 14 && t.name[i] >= '0' && t.name[i] <= '9'; ++i) l = l * 10 + uint64_t(t.name[i] - '0');
+    if (i == 4 || i >= t.name.size() || t.name[i] != '.' || l >= hp.n_layer) continue;
+    layer_bytes[l] += t.n_bytes;
+    layer_seen[l] = 1;
+  }
+  for (uint32_t l = 0; l < hp.n_layer; ++l)
+    if (!layer_seen[l])
+      return Corrupt("block_count is " + std::to_string(hp.n_layer) + " but the file has no tensors of layer " +
+                     std::to_string(l));
   const TensorInfo* emb = file.find_tensor("token_embd.weight");
   if (!emb || emb->n_dims != 2) return NotFound("tensor 'token_embd.weight' is missing");
   hp.n_vocab = static_cast<uint32_t>(emb->ne[1]);
@@ -110,9 +129,7 @@ Result<Placement> plan_placement(const GgufFile& file, const std::vector<NodeSpe
       n.name = nodes[i].name;
       n.memory_bytes = nodes[i].memory_bytes;
       uint64_t w = 0;
-      for (uint32_t l = (*layers)[i].begin; l < (*layers)[i].end; ++l)
-        for (const auto& t : file.tensors())
-          if (t.name.rfind("blk." + std::to_string(l) + ".", 0) == 0) w += t.n_bytes;
+      for (uint32_t l = (*layers)[i].begin; l < (*layers)[i].end; ++l) w += layer_bytes[l];
       if (i == W - 1) w += tensor_bytes(file, "output.weight") + tensor_bytes(file, "output_norm.weight");
       n.weight_bytes = w;
       n.kv_bytes = hp.kv_lora_rank ? node_kv_bytes(hp, {}, i, p.n_ctx, (*layers)[i].size())
