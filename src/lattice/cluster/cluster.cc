@@ -240,6 +240,14 @@ void Cluster::on_internal_event(const MembershipEvent& e) {
     return;
   }
   if (e.kind != EventKind::kPeerLost || state_->epoch != e.epoch) return;
+  // Said here, once per event (the endpoints to those ranks fail quietly): a rank that said bye
+  // left, which is how every run ends; anything else is a loss.
+  std::string ranks;
+  for (int r : e.ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+  if (e.reason.ends_with("left the cluster"))
+    LATTICE_LOG_INFO("cluster: rank {} left (epoch {})", ranks, e.epoch);
+  else
+    LATTICE_LOG_WARN("cluster: lost rank {} in epoch {}: {}", ranks, e.epoch, e.reason);
   for (int r : e.ranks)
     if (r >= 0 && r < state_->world) state_->lost[r].store(true, std::memory_order_release);
 }

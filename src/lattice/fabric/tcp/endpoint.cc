@@ -254,7 +254,7 @@ void Conn::complete_recv_side(WorkId id, Opcode op, Status s, size_t bytes, uint
   recv_cq_->push(std::move(c));
 }
 
-void Conn::fail(Status s, bool tell_peer, bool clean_eof) {
+void Conn::fail(Status s, bool tell_peer, bool routine) {
   if (!error_.ok()) return;
   error_ = s;
   failed_.store(true);
@@ -263,8 +263,9 @@ void Conn::fail(Status s, bool tell_peer, bool clean_eof) {
     rx_stream_ = false;
     std::memset(sink_ - (sink_len_ - sink_left_), 0, sink_len_ - sink_left_);
   }
-  // A peer closing its endpoint (EOF) is how every run ends: not worth a warning.
-  if (clean_eof) {
+  // A peer closing its endpoint (EOF) is how every run ends, and a loss the cluster declared is
+  // the cluster's to report: neither is worth a warning here.
+  if (routine) {
     LATTICE_LOG_INFO("tcp endpoint: {}", s.to_string());
   } else if (s.code() != ErrorCode::kCancelled) {
     LATTICE_LOG_WARN("tcp endpoint: {}", s.to_string());
@@ -343,7 +344,9 @@ void Conn::check_liveness(Clock::time_point now) {
 void Conn::progress_locked(Clock::time_point now) {
   if (!connected_ || rx_ == Rx::kDead) return;
   if (options_.declared_lost && options_.declared_lost->load(std::memory_order_acquire)) {
-    fail(PeerLost(peer_text() + " was declared lost by the cluster", options_.peer_rank), /*tell_peer=*/true);
+    // The cluster logs the loss (or the rank's leaving) itself.
+    fail(PeerLost(peer_text() + " was declared lost by the cluster", options_.peer_rank), /*tell_peer=*/true,
+         /*routine=*/true);
     return;
   }
   if (!tx_.empty()) flush_tx();
@@ -371,7 +374,7 @@ bool Conn::progress_from_background(uint32_t events) {
     char c;
     ssize_t r = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
     if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-      fail(PeerLost(peer_text() + " closed the connection", options_.peer_rank), false, /*clean_eof=*/true);
+      fail(PeerLost(peer_text() + " closed the connection", options_.peer_rank), false, /*routine=*/true);
     } else {
       return false;  // data still queued behind the stall: look again later, don't spin
     }

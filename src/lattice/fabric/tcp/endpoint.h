@@ -204,7 +204,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void match_unexpected();
   void enqueue(TxOp&& op);
   void enqueue_response(FrameHeader h, const std::byte* payload, size_t len);
-  void fail(Status s, bool tell_peer, bool clean_eof = false);
+  void fail(Status s, bool tell_peer, bool routine = false);
   void complete_send_side(WorkId id, Opcode op, Status s, size_t bytes);
   void complete_recv_side(WorkId id, Opcode op, Status s, size_t bytes, uint32_t imm);
   void check_liveness(Clock::time_point now);

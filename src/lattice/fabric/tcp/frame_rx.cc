@@ -75,7 +75,7 @@ void Conn::read_rx() {
       }
     }
     if (r == 0) {
-      fail(PeerLost(peer_text() + " closed the connection", options_.peer_rank), false, /*clean_eof=*/true);
+      fail(PeerLost(peer_text() + " closed the connection", options_.peer_rank), false, /*routine=*/true);
       return;
     }
     if (errno == EINTR) continue;
