@@ -273,7 +273,11 @@ int run(const Args& a) {
   if (!sl.ok()) return bad("--slice: " + sl.status().message() + " (0: whole buffers)");
   if (a.factor < 2) return bad("--factor must be at least 2");
   if (a.iters < 1 || a.warmup < 0) return bad("--iters must be >= 1 and --warmup >= 0");
-  if (a.provider != "shm" && a.provider != "tcp") return bad("--provider must be shm or tcp");
+  // Threads share one process: shm or plain tcp. Rank processes take every word a cluster
+  // does, the emulated links too (a collective over tcp?latency_us=50 is not a ping-pong).
+  if (a.provider != "shm" && a.provider != "tcp" && !((a.procs || std::getenv(cluster::env::kWorldSize) != nullptr) && cluster::cluster_provider_ok(a.provider)))
+    return bad(a.procs ? "--provider must be shm or tcp (emulated links: tcp?latency_us=L&gbytes_s=R, verbs-emu://apple-tb5?...)"
+                       : "--provider must be shm or tcp (emulated links need --procs)");
   c = Config{*op, *algo, *dt, *ro, *mn, *mx, *ch, a.provider, *tc, *dc, *sl};
   if (c.algo != Algorithm::kAuto) {
     auto algs = plan::algorithms_for(c.op);
@@ -316,7 +320,7 @@ const Registrar kBenchColl{
     {"bench coll", "collective latency and bandwidth sweeps (nccl-tests style)", [](CLI::App& app) -> std::function<int()> {
        auto a = std::make_shared<Args>();
        app.add_option("--ranks,-n", a->ranks, "ranks (threads, or processes with --procs)")->capture_default_str();
-       app.add_option("--provider", a->provider, "shm | tcp")->capture_default_str();
+       app.add_option("--provider", a->provider, "shm | tcp (with --procs also tcp?latency_us=L&gbytes_s=R, verbs-emu://...)")->capture_default_str();
        app.add_option("--op", a->op, "all_reduce | all_gather | reduce_scatter | broadcast | reduce | all_to_all | barrier")
            ->capture_default_str();
        app.add_option("--min,-b", a->min, "smallest size (bytes; K/M/G suffixes)")->capture_default_str();
