@@ -160,7 +160,8 @@ TEST(Calibrate, MeasurementsAreSaneAndCheckTheirArguments) {
   EXPECT_FALSE(measure_decode_kernel_gbs(1, 1000, 1).ok());
 }
 
-// Calibration runs bench fabric twice and streams a 256 MiB buffer: tens of seconds.
+// Calibration runs bench fabric twice, bench coll at 2-4 ranks twice and streams a 256 MiB
+// buffer: tens of seconds.
 TEST(SimSlow, CalibrateWritesAUsableMachineFile) {
   const std::string dir = testing::scratch_dir("cal");
   auto o = lattice("sim --calibrate --quick -o " + dir + "/here.json");
@@ -171,6 +172,13 @@ TEST(SimSlow, CalibrateWritesAUsableMachineFile) {
   EXPECT_GT(m->compute_tflops, 0);
   EXPECT_EQ(m->links.count("shm"), 1u);
   EXPECT_EQ(m->links.count("tcp"), 1u);
+  // The all-reduce of 2 to 2x cores (at least 4) rank processes, over both providers.
+  for (const char* prov : {"shm", "tcp"})
+    for (int k : {2, 3, 4}) {
+      ASSERT_EQ(m->links.at(prov).allreduce_us.count(k), 1u) << prov << " " << k;
+      EXPECT_GT(m->links.at(prov).allreduce_us.at(k), 0.1) << prov << " " << k;
+      EXPECT_LT(m->links.at(prov).allreduce_us.at(k), 1e5) << prov << " " << k;
+    }
   std::ofstream(dir + "/t.json") << R"({"version": 1, "hosts": [
       {"name": "r0", "address": "127.0.0.1:7100", "machine": "here.json"},
       {"name": "r1", "address": "127.0.0.1:7101", "machine": "here.json"}],
@@ -180,6 +188,7 @@ TEST(SimSlow, CalibrateWritesAUsableMachineFile) {
   auto j = nlohmann::json::parse(o.text, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << o.text;
   EXPECT_EQ(j["links"][0]["medium"], "tcp (measured)");
+  EXPECT_EQ(j["colocated_allreduce_us"], m->links.at("tcp").allreduce_us.at(2));
 }
 
 }  // namespace

@@ -284,7 +284,7 @@ TEST(Sim, JsonHasTheDocumentedKeys) {
 TEST(Machine, FileRoundTripAndErrors) {
   auto m = machine_preset("m3-ultra");
   ASSERT_TRUE(m.ok());
-  m->links["tcp"] = {12, 2.5};
+  m->links["tcp"] = {12, 2.5, {}};
   auto back = machine_from_json(machine_to_json(*m), "x.json");
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   EXPECT_EQ(back->mem_bw_gbs, 819);
@@ -392,7 +392,7 @@ TEST(Sim, RanksOnOneMachineShareItsBandwidthWhenTheyWorkAtOnce) {
   m.compute_tflops = 0.5;
   m.memory_gb = 16;
   m.decode_efficiency = 0.9;
-  m.links["shm"] = {0.5, 8};
+  m.links["shm"] = {0.5, 8, {}};
   const std::string dir = testing::scratch_dir("local");
   std::ofstream(dir + "/cpu.json") << machine_to_json(m).dump();
   auto t = cluster::parse_topology(R"({"version": 1, "hosts": [
@@ -412,6 +412,100 @@ TEST(Sim, RanksOnOneMachineShareItsBandwidthWhenTheyWorkAtOnce) {
   auto pp = simulate(*shape_preset("llama-1.1b-q4"), *t, o);
   ASSERT_TRUE(pp.ok());
   EXPECT_DOUBLE_EQ(pp->nodes[0].read_gbs, 25 * 0.9);  // one stage at a time: one thread's kernels
+}
+
+}  // namespace
+}  // namespace lattice::sim
+
+namespace lattice::sim {
+namespace {
+
+TEST(Machine, MeasuredAllReduceOfColocatedRanks) {
+  Machine m;
+  m.name = "cpu";
+  m.mem_bw_gbs = 40;
+  m.compute_tflops = 0.5;
+  m.memory_gb = 16;
+  m.links["shm"] = {0.5, 8, {{2, 3.0}, {4, 30.0}}};
+  auto back = machine_from_json(machine_to_json(m), "m.json");
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->links.at("shm").allreduce_us, (std::map<int, double>{{2, 3.0}, {4, 30.0}}));
+  auto bad = [&](nlohmann::json ar) {
+    nlohmann::json j = machine_to_json(m);
+    j["links"]["shm"]["allreduce_8k_us"] = std::move(ar);
+    auto r = machine_from_json(j, "m.json");
+    EXPECT_FALSE(r.ok()) << j.dump();
+    return r.ok() ? std::string() : r.status().message();
+  };
+  EXPECT_NE(bad({{"1", 3.0}}).find("allreduce_8k_us: key '1' is not a rank count"), std::string::npos);
+  EXPECT_NE(bad({{"2x", 3.0}}).find("key '2x'"), std::string::npos);
+  EXPECT_NE(bad({{"2", -1.0}}).find("allreduce_8k_us.2 must be microseconds"), std::string::npos);
+  EXPECT_NE(bad({{"2", "fast"}}).find("allreduce_8k_us.2 must be microseconds"), std::string::npos);
+  EXPECT_NE(bad(nlohmann::json::array({3.0})).find("maps a rank count"), std::string::npos);
+}
+
+// Four ranks at one address whose machine measured their all-reduce: each collective costs the
+// measured call less the wire model's, in sync, for lattice's engine only and only when they
+// share the machine.
+TEST(Sim, ColocatedRanksPayTheirMeasuredAllReduce) {
+  Machine m;
+  m.name = "cpu";
+  m.mem_bw_gbs = 40;
+  m.core_bw_gbs = 25;
+  m.cores = 2;
+  m.compute_tflops = 0.5;
+  m.memory_gb = 16;
+  m.decode_efficiency = 0.9;
+  m.links["shm"] = {0.5, 8, {{2, 3.0}, {4, 40.0}}};
+  const std::string dir = testing::scratch_dir("colocated");
+  std::ofstream(dir + "/cpu.json") << machine_to_json(m).dump();
+  Machine bare = m;
+  bare.links["shm"].allreduce_us.clear();
+  std::ofstream(dir + "/bare.json") << machine_to_json(bare).dump();
+  auto topo = [&](const char* machine, bool apart, int n) {
+    nlohmann::json j = {{"version", 1}, {"hosts", nlohmann::json::array()}, {"links", nlohmann::json::array()}};
+    for (int i = 0; i < n; ++i)
+      j["hosts"].push_back({{"name", "r" + std::to_string(i)},
+                            {"address", (apart ? "10.0.0." + std::to_string(i + 1) : std::string("127.0.0.1")) + ":" +
+                                            std::to_string(7100 + i)},
+                            {"machine", machine}});
+    for (int i = 0; i < n; ++i)
+      for (int k = i + 1; k < n; ++k)
+        j["links"].push_back({{"a", "r" + std::to_string(i)}, {"b", "r" + std::to_string(k)}, {"provider", "shm"}});
+    auto t = cluster::parse_topology(j.dump(), "t.json");
+    EXPECT_TRUE(t.ok()) << t.status().to_string();
+    return *t;
+  };
+  SimOptions o;
+  o.base_dir = dir;
+  o.mode = Mode::kTensor;
+  const auto shape = *shape_preset("llama-1.1b-q4");
+  auto with = simulate(shape, topo("cpu.json", false, 4), o);
+  auto without = simulate(shape, topo("bare.json", false, 4), o);
+  ASSERT_TRUE(with.ok()) << with.status().to_string();
+  ASSERT_TRUE(without.ok()) << without.status().to_string();
+  EXPECT_DOUBLE_EQ(with->colocated_allreduce_us, 40.0);
+  EXPECT_GT(with->colocated_sync_us, 30.0);  // 40 less a few microseconds of wire
+  EXPECT_LT(with->colocated_sync_us, 40.0);
+  EXPECT_EQ(without->colocated_sync_us, 0.0);
+  // Every all-reduce of the token pays it (two a layer, and the output's): the token's sync grows
+  // by that many times the cost, and nothing else moves.
+  const double calls = 2.0 * shape.n_layer;
+  EXPECT_GE(with->token.sync_us - without->token.sync_us, calls * with->colocated_sync_us * 0.99);
+  EXPECT_NEAR(with->token.weights_us, without->token.weights_us, 1e-6);
+  EXPECT_GT(with->token_ms, without->token_ms);
+  // Three ranks: not measured at that count, so nothing is added.
+  auto three = simulate(shape, topo("cpu.json", false, 3), o);
+  ASSERT_TRUE(three.ok());
+  EXPECT_EQ(three->colocated_sync_us, 0.0);
+  // Apart (one machine each), or another engine's profile: the measurement does not apply.
+  auto apart = simulate(shape, topo("cpu.json", true, 4), o);
+  ASSERT_TRUE(apart.ok());
+  EXPECT_EQ(apart->colocated_sync_us, 0.0);
+  o.engine = "mlx";
+  auto mlx = simulate(shape, topo("cpu.json", false, 4), o);
+  ASSERT_TRUE(mlx.ok()) << mlx.status().to_string();
+  EXPECT_EQ(mlx->colocated_sync_us, 0.0);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // `lattice sim --calibrate -o FILE [-m MODEL]`: this machine as a machine file. Read bandwidth
 // (1 thread and all) and the engine's Q4_0 matmul throughput come from lattice/sim/calibrate;
-// the fabric figures from `lattice bench fabric` over shm and tcp (two processes of this binary);
+// the fabric figures from `lattice bench fabric` over shm and tcp (two processes of this binary)
+// and `lattice bench coll --procs` (a small all-reduce among 2 to 2x cores rank processes);
 // with -m, the engine's decode efficiency from `lattice bench engine` on that model with one
 // thread (tok/s x bytes read per token / one thread's read bandwidth) and its prefill efficiency:
 // the fraction of the measured matmul throughput with which the simulator, on this machine, predicts
@@ -105,6 +106,28 @@ Result<sim::MeasuredLink> measure_link(const std::string& provider, bool quick) 
   if (m.latency_us <= 0 || m.gbytes_s <= 0)
     return IoError("bench fabric --provider " + provider + " gave no 8 B latency or 64 KiB+ bandwidth");
   return m;
+}
+
+// A small all-reduce (8 KiB of f32) among `ranks` rank processes of this binary over `provider`,
+// back to back: bench coll's median microseconds a call.
+Result<double> measure_allreduce(const std::string& provider, int ranks, bool quick) {
+  LATTICE_ASSIGN_OR_RETURN(std::string out,
+                           run_capture({cluster::self_exe(), "bench", "coll", "--procs", "-n", std::to_string(ranks),
+                                        "--provider", provider, "--op", "all_reduce", "-b", "8K", "-e", "8K", "--iters",
+                                        quick ? "100" : "300", "--timeout", "30", "--json"},
+                                       90));
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t brace = line.find('{');  // after the launcher's "[rank 0] "
+    if (brace == std::string::npos) continue;
+    auto j = nlohmann::json::parse(line.substr(brace), nullptr, false);
+    if (j.is_discarded() || !j.is_object() || j.value("bytes", 0.0) != 8192) continue;
+    const double us = j.value("time_us_median", 0.0);
+    if (us > 0) return us;
+  }
+  return IoError("bench coll --procs -n " + std::to_string(ranks) + " --provider " + provider +
+                 " gave no 8 KiB all-reduce time");
 }
 
 std::string base_name(const std::string& p) { return std::filesystem::path(p).filename().string(); }
@@ -214,6 +237,29 @@ int run_calibrate(const CalibrateArgs& a) {
     if (!l.ok()) return fail(l.status().to_string());
     m.links[prov] = *l;
     std::printf("%s: %.2f us one way, %.2f GB/s\n", prov, l->latency_us, l->gbytes_s);
+  }
+  // Ranks sharing this machine, up to twice its cores (at least 4): what a collective among them
+  // costs, turns on shared cores included, which no ping-pong shows.
+  const int most_ranks = std::min(8, std::max(4, 2 * cores));
+  for (const char* prov : {"shm", "tcp"}) {
+    std::string line = std::string(prov) + ": 8 KiB all-reduce,";
+    for (int k = 2; k <= most_ranks; ++k) {
+      // Beyond the cores the scheduler's placement of the ranks decides, and it differs from one
+      // start to the next (4 ranks on 2 cores over shm: 17 or 30 us): the median of 3 starts.
+      std::vector<double> runs;
+      for (int i = 0; i < (k > cores && !a.quick ? 3 : 1); ++i) {
+        auto us = measure_allreduce(prov, k, a.quick);
+        if (!us.ok()) return fail(us.status().to_string());
+        runs.push_back(*us);
+      }
+      std::sort(runs.begin(), runs.end());
+      const double us = runs[runs.size() / 2];
+      m.links[prov].allreduce_us[k] = us;
+      char part[64];
+      std::snprintf(part, sizeof part, " %.1f us (%d ranks)", us, k);
+      line += part;
+    }
+    std::printf("%s\n", line.c_str());
   }
   std::string src = "lattice sim --calibrate";
   auto write = [&]() -> bool {

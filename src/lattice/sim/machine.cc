@@ -1,6 +1,7 @@
 #include "lattice/sim/machine.h"
 
 #include <algorithm>
+#include <charconv>
 #include <fstream>
 #include <sstream>
 
@@ -97,7 +98,23 @@ Result<Machine> machine_from_json(const nlohmann::json& j, const std::string& so
       LATTICE_ASSIGN_OR_RETURN(double lat, num(*l, "latency_us", true, 0, source + " links." + l.key()));
       LATTICE_ASSIGN_OR_RETURN(double bw, num(*l, "gbytes_s", true, 0, source + " links." + l.key()));
       if (lat <= 0 || bw <= 0) return InvalidArgument(source + ": links." + l.key() + " needs positive figures");
-      m.links[l.key()] = {lat, bw};
+      MeasuredLink& ml = m.links[l.key()];
+      ml.latency_us = lat;
+      ml.gbytes_s = bw;
+      if (auto ar = l->find("allreduce_8k_us"); ar != l->end()) {
+        const std::string where = source + ": links." + l.key() + ".allreduce_8k_us";
+        if (!ar->is_object()) return InvalidArgument(where + " maps a rank count (\"2\") to microseconds");
+        for (auto k = ar->begin(); k != ar->end(); ++k) {
+          int ranks = 0;
+          const std::string& key = k.key();
+          const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), ranks);
+          if (ec != std::errc() || end != key.data() + key.size() || ranks < 2 || ranks > 4096)
+            return InvalidArgument(where + ": key '" + key + "' is not a rank count in 2..4096");
+          if (!k->is_number() || k->get<double>() <= 0 || k->get<double>() > 1e6)
+            return InvalidArgument(where + "." + key + " must be microseconds in (0, 1e6]");
+          ml.allreduce_us[ranks] = k->get<double>();
+        }
+      }
     }
   }
   return m;
@@ -120,7 +137,10 @@ nlohmann::json machine_to_json(const Machine& m) {
                       {"sustained_factor", m.sustained_factor},
                       {"tb5_ports", m.tb5_ports},
                       {"tb5_controllers", m.tb5_controllers}};
-  for (const auto& [k, l] : m.links) j["links"][k] = {{"latency_us", l.latency_us}, {"gbytes_s", l.gbytes_s}};
+  for (const auto& [k, l] : m.links) {
+    j["links"][k] = {{"latency_us", l.latency_us}, {"gbytes_s", l.gbytes_s}};
+    for (const auto& [ranks, us] : l.allreduce_us) j["links"][k]["allreduce_8k_us"][std::to_string(ranks)] = us;
+  }
   return j;
 }
 

@@ -18,6 +18,11 @@ namespace lattice::sim {
 struct MeasuredLink {
   double latency_us = 0;  // one way, small messages
   double gbytes_s = 0;    // large messages, GB/s (1e9 bytes)
+  // A small all-reduce (8 KiB of f32) among K rank processes of this machine over this
+  // provider, back to back (`lattice bench coll --procs -n K`), microseconds a call: what ranks
+  // sharing the machine pay a collective beyond the wire (their turns on shared cores, the
+  // provider's software), which a ping-pong does not show. Keyed by K; empty when not measured.
+  std::map<int, double> allreduce_us;
 };
 
 struct Machine {

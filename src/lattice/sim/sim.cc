@@ -33,6 +33,7 @@ struct Collectives {
   const EngineProfile* profile = nullptr;
   bool rma = false;  // every cable has passive one-sided writes (shm): lattice's landing zones
   std::mt19937* rng = nullptr;  // the engine's synchronisation draws (a fixed seed per simulation)
+  double colocated_us = 0;      // every call's cost beyond the wire when the ranks share a machine
 
   // The plans of one collective (one per rank), how many times they run (sliced all-reduce), and
   // the name of the choice.
@@ -110,7 +111,7 @@ struct Collectives {
         for (int r = 0; r < des.world(); ++r) des.wait(r, d(*rng));
         sync = 0;
       }
-      LATTICE_RETURN_IF_ERROR(des.run(s.plans, elem_bytes, sync, 10.0));
+      LATTICE_RETURN_IF_ERROR(des.run(s.plans, elem_bytes, sync + colocated_us, 10.0));
     }
     return Status::Ok();
   }
@@ -269,6 +270,52 @@ class Runner {
   const Collectives& coll_;
 };
 
+// Ranks of lattice's engine all on one machine, joined by one provider whose all-reduce among
+// that many ranks the machine file measured (MeasuredLink::allreduce_us): the measured call less
+// what the wire model gives the same call over the provider's measured figures (the carrier, not
+// an emulated link's setting: the emulator delays bytes the carrier still has to move). Zero
+// otherwise, and never negative.
+struct Colocated {
+  double measured_us = 0, extra_us = 0;
+};
+
+Result<Colocated> colocated_cost(const EngineProfile& prof, const std::vector<Rank>& ranks,
+                                 const std::vector<const cluster::Link*>& chosen, const std::vector<int>& rank_of,
+                                 const Collectives& coll) {
+  Colocated out;
+  const int W = static_cast<int>(ranks.size());
+  if (prof.comm != CommStyle::kLattice || W < 2 || chosen.empty()) return out;
+  for (const Rank& k : ranks)
+    if (k.phys != ranks[0].phys || k.machine.name != ranks[0].machine.name) return out;
+  const cluster::LinkProvider provider = chosen[0]->provider;
+  for (const cluster::Link* l : chosen)
+    if (l->provider != provider) return out;
+  if (provider != cluster::LinkProvider::kShm && provider != cluster::LinkProvider::kTcp) return out;
+  const auto link = ranks[0].machine.links.find(std::string(cluster::to_string(provider)));
+  if (link == ranks[0].machine.links.end()) return out;
+  const auto at = link->second.allreduce_us.find(W);
+  if (at == link->second.allreduce_us.end()) return out;
+  std::vector<Cable> carrier;
+  for (const cluster::Link* l : chosen) {
+    cluster::Link plain = *l;
+    plain.medium.clear();
+    plain.gbps.reset();
+    plain.latency_us.reset();
+    Cable c;
+    c.a = rank_of[l->a];
+    c.b = rank_of[l->b];
+    LATTICE_ASSIGN_OR_RETURN(c.model, link_for(plain, ranks[c.a].machine, ranks[c.b].machine));
+    carrier.push_back(std::move(c));
+  }
+  Des probe(W, carrier);
+  Collectives bare = coll;
+  bare.colocated_us = 0;
+  LATTICE_RETURN_IF_ERROR(bare.run(probe, CollOp::kAllReduce, 2048, 4.0));
+  out.measured_us = at->second;
+  out.extra_us = std::max(0.0, at->second - probe.now());
+  return out;
+}
+
 }  // namespace
 
 Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& topo, const SimOptions& o) {
@@ -301,11 +348,13 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   }
   // Cables between the chosen ranks.
   std::vector<Cable> cables;
+  std::vector<const cluster::Link*> chosen;  // the topology's link of each cable
   std::vector<int> ports_used(W, 0);
   bool all_rma = true;
   for (const cluster::Link& l : topo.links) {
     const int a = rank_of[l.a], b = rank_of[l.b];
     if (a < 0 || b < 0) continue;
+    chosen.push_back(&l);
     Cable c;
     c.a = a;
     c.b = b;
@@ -356,6 +405,8 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   }
   std::mt19937 sync_rng(2026);
   Collectives coll{&prof, all_rma && !cables.empty(), &sync_rng};
+  LATTICE_ASSIGN_OR_RETURN(Colocated colo, colocated_cost(prof, ranks, chosen, rank_of, coll));
+  coll.colocated_us = colo.extra_us;
   Runner run(shape, L, ranks, prof, coll);
 
   // Pipeline stages follow the route through the cables, as `run --parallel pp` places them.
@@ -369,6 +420,8 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   }
 
   SimResult R;
+  R.colocated_allreduce_us = colo.measured_us;
+  R.colocated_sync_us = colo.extra_us;
   R.model = shape.name;
   R.engine = prof.name;
   R.why = L.why;

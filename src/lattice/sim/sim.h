@@ -61,6 +61,9 @@ struct SimResult {
   Mode mode = Mode::kTensor;
   int world = 1, tp = 1, pp = 1;
   std::string allreduce;       // the algorithm (and path) of the per-layer all-reduce
+  // Ranks sharing one machine whose file measured their all-reduce (Machine::links[..]
+  // .allreduce_us): that 8 KiB call, and what each collective costs beyond the wire model.
+  double colocated_allreduce_us = 0, colocated_sync_us = 0;
   double decode_tok_s = 0, prefill_tok_s = 0, ttft_ms = 0, token_ms = 0;
   double model_bytes = 0, bytes_per_token = 0;
   double energy_j_per_token = 0;

@@ -31,6 +31,8 @@ nlohmann::json to_json(const SimResult& r) {
                       {"tp", r.tp},
                       {"pp", r.pp},
                       {"allreduce", r.allreduce},
+                      {"colocated_allreduce_us", r.colocated_allreduce_us},
+                      {"colocated_sync_us", r.colocated_sync_us},
                       {"decode_tok_s", r.decode_tok_s},
                       {"prefill_tok_s", r.prefill_tok_s},
                       {"ttft_ms", r.ttft_ms},
@@ -74,6 +76,9 @@ std::string render_text(const SimResult& r) {
   s += "layout: " + std::string(to_string(r.mode)) + " over " + std::to_string(r.world) + " nodes (" + r.why + ")";
   if (!r.allreduce.empty()) s += "; all-reduce " + r.allreduce;
   s += "\n";
+  if (r.colocated_allreduce_us > 0)
+    s += fmt("ranks on one machine: its measured %.1f us a small all-reduce", r.colocated_allreduce_us) +
+         fmt(" adds %.1f us a collective to the wire model (sync)\n", r.colocated_sync_us);
   s += fmt("decode  %.1f tok/s", r.decode_tok_s) + fmt(" (%.2f ms a token)", r.token_ms) +
        fmt("   prefill %.0f tok/s", r.prefill_tok_s) + fmt("   time to first token %.0f ms", r.ttft_ms) +
        fmt("   %.2f J/token\n", r.energy_j_per_token);
