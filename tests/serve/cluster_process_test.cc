@@ -268,6 +268,39 @@ TEST_F(ServeClusterProcess, AFollowerKilledDuringEightStreamsOnThreeRanks) {
   RecordProperty("diverged_at_near_ties", diverged);
 }
 
+// The whole job stopped and resumed (^Z and fg, a laptop asleep, a VM descheduled): every
+// process saw the same gap, so no one is lost. Before each detector forgave the time its own
+// process did not run, the coordinator declared both ranks dead after a 2 s stop. Six seconds
+// here: twice the server's failure timeout (3 s) and three times the links' peer timeout (2 s).
+TEST_F(ServeClusterProcess, AWholeJobStoppedAndResumedLosesNoRank) {
+  const json req{{"prompt", "abc def"}, {"max_tokens", 16}, {"temperature", 0}, {"ignore_eos", true}};
+  for (const char* provider : {"shm", "tcp"}) {
+    SCOPED_TRACE(provider);
+    testing::ServeProc two;
+    ASSERT_TRUE(
+        two.start(model_.path(), {"--nodes", "2", "-t", "1", "--slots", "1", "--ctx", "256", "--provider", provider}).ok())
+        << two.proc().err();
+    auto before = curl(two.base_url() + "/v1/completions", {"-d", req.dump()});
+    ASSERT_EQ(before.status, 200) << before.body;
+    std::vector<pid_t> job = {two.proc().pid(), rank_pid(two.proc().pid(), 0), rank_pid(two.proc().pid(), 1)};
+    ASSERT_GT(job[1], 0);
+    ASSERT_GT(job[2], 0);
+    for (pid_t p : job) ASSERT_EQ(::kill(p, SIGSTOP), 0);
+    std::this_thread::sleep_for(std::chrono::seconds(6));
+    for (pid_t p : job) ASSERT_EQ(::kill(p, SIGCONT), 0);
+    // Long enough for every detector to look again (heartbeats every 100-500 ms).
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    auto after = curl(two.base_url() + "/v1/completions", {"-d", req.dump()});
+    ASSERT_EQ(after.status, 200) << after.body << "\n" << two.proc().err();
+    EXPECT_EQ(json::parse(after.body)["choices"][0]["text"], json::parse(before.body)["choices"][0]["text"]);
+    auto m = curl(two.base_url() + "/metrics");
+    EXPECT_EQ(metric(m.body, "lattice_recoveries_total"), 0) << two.proc().err();
+    EXPECT_EQ(metric(m.body, "lattice_world_size"), 2) << two.proc().err();
+    EXPECT_EQ(two.proc().err().find("declared dead"), std::string::npos) << two.proc().err();
+    ASSERT_TRUE(two.stop().ok());
+  }
+}
+
 TEST_F(ServeClusterProcess, LosingRankZeroEndsTheJobWithAnError) {
   testing::ServeProc two;
   ASSERT_TRUE(two.start(model_.path(), {"--nodes", "2", "-t", "1", "--slots", "1", "--ctx", "256"}).ok());

@@ -318,11 +318,18 @@ int run_rank(RunArgs a) {
   hooks.on_recovery = [&](const engine::parallel::RecoveryEvent& ev) {
     std::string lost;
     for (int m : ev.lost_ranks) lost += (lost.empty() ? "" : ",") + std::to_string(m);
-    std::fprintf(stderr,
-                 "\nlattice run: lost rank %s at token %zu (%s); re-placed the model on %d rank(s), epoch %llu, "
-                 "in %.0f ms; continuing\n",
-                 lost.empty() ? "?" : lost.c_str(), ev.at_token, ev.cause.c_str(), ev.world_after,
-                 static_cast<unsigned long long>(ev.epoch), ev.recover_ms);
+    if (lost.empty())  // every rank answered when the survivors regrouped: a stall, not a loss
+      std::fprintf(stderr,
+                   "\nlattice run: a step failed at token %zu (%s) but every rank answered; re-formed on %d rank(s), "
+                   "epoch %llu, in %.0f ms; continuing\n",
+                   ev.at_token, ev.cause.c_str(), ev.world_after, static_cast<unsigned long long>(ev.epoch),
+                   ev.recover_ms);
+    else
+      std::fprintf(stderr,
+                   "\nlattice run: lost rank %s at token %zu (%s); re-placed the model on %d rank(s), epoch %llu, "
+                   "in %.0f ms; continuing\n",
+                   lost.c_str(), ev.at_token, ev.cause.c_str(), ev.world_after, static_cast<unsigned long long>(ev.epoch),
+                   ev.recover_ms);
   };
   // The prompt, then the text as it is generated (to a terminal or a pipe alike), then the
   // report.

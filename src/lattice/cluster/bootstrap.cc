@@ -133,7 +133,7 @@ struct Coordinator::Impl {
     }
     int r = c->rank;
     dead[r] = true;
-    if (reason == "left the cluster")
+    if (reason == kLeftTheCluster)
       LATTICE_LOG_INFO("coordinator: rank {} ({}) left epoch {}", r, c->name, epoch);
     else
       LATTICE_LOG_WARN("coordinator: rank {} ({}) declared dead in epoch {}: {}", r, c->name, epoch, reason);
@@ -234,7 +234,7 @@ struct Coordinator::Impl {
       return;
     }
     if (t == "bye") {
-      declare_dead(c, "left the cluster");
+      declare_dead(c, std::string(kLeftTheCluster));
       return;
     }
     LATTICE_LOG_DEBUG("coordinator: ignoring '{}' from {}", t, c->name);
@@ -351,6 +351,7 @@ struct Coordinator::Impl {
   }
 
   void loop() {
+    Clock::time_point last_check{};  // the members' silence was last judged then
     while (true) {
       std::vector<pollfd> fds;
       fds.push_back({wake_fd, POLLIN, 0});
@@ -408,6 +409,16 @@ struct Coordinator::Impl {
         }
       }
       now = Clock::now();
+      // This thread did not run for a while (the whole job stopped and resumed, a laptop asleep,
+      // a VM descheduled): the members' silence over that time is not theirs to answer for. The
+      // checks come every poll timeout (heartbeat / 2); only an overrun of that past a quarter of
+      // the failure timeout counts (a loaded host's scheduling delay is not a stop), and only the
+      // overrun is forgiven.
+      if (last_check != Clock::time_point{})
+        if (auto over = now - last_check - std::chrono::milliseconds(std::max(timeout_ms, 1));
+            over > opt.failure_timeout / 4)
+          for (auto& c : conns) c->last_seen += over;
+      last_check = now;
       for (auto& c : conns) {
         if (c->dead) continue;
         auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - c->last_seen);

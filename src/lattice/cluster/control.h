@@ -20,6 +20,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -36,6 +37,9 @@ inline constexpr const char* kControlContext = "lattice control v1";
 inline constexpr size_t kMaxControlPayload = size_t{1} << 20;
 inline constexpr size_t kControlHeaderBytes = 4;
 inline constexpr uint16_t kDefaultCoordinatorPort = 7470;
+// The reason the coordinator gives a rank that said bye; the views it broadcasts end with it,
+// and a cluster tells a rank's leaving (info) from its loss (a warning) by it.
+inline constexpr std::string_view kLeftTheCluster = "left the cluster";
 
 class ControlChannel {
  public:

@@ -162,6 +162,7 @@ Result<MembershipEvent> MemberLink::next_event(Deadline deadline) {
 
 void MemberLink::run() {
   auto last_rx = Clock::now();
+  auto last_check = last_rx;  // the coordinator's silence was last judged then
   auto last_tx = Clock::time_point{};
   bool lost = false;
   auto lose = [&](EventKind kind, const std::string& reason) {
@@ -203,7 +204,7 @@ void MemberLink::run() {
       (void)!::read(wake_fd_, &drained, sizeof drained);
     }
     if (lost || paused) {
-      if (paused) last_rx = Clock::now();  // a stopped process does not judge time it did not see
+      if (paused) last_rx = last_check = Clock::now();  // a stopped process does not judge time it did not see
       continue;
     }
     for (;;) {
@@ -262,6 +263,12 @@ void MemberLink::run() {
         break;
       }
     }
+    // This thread did not run for a while (the job stopped and resumed, the machine asleep):
+    // the coordinator's silence then is not the coordinator's. Checks come every heartbeat
+    // interval; an overrun of that past a quarter of the failure timeout is forgiven.
+    const auto checked = Clock::now();
+    if (auto over = checked - last_check - opt_.heartbeat_interval; over > opt_.failure_timeout / 4) last_rx += over;
+    last_check = checked;
     if (!lost && Clock::now() - last_rx > opt_.failure_timeout) {
       auto ms_silent = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - last_rx).count();
       lose(EventKind::kCoordinatorLost,

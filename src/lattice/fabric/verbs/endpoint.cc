@@ -370,6 +370,11 @@ bool VerbsEndpoint::step_locked(Clock::time_point now) {
       work = true;
     }
   }
+  // Stopped with its job and resumed, or the machine asleep: the time this process did not see
+  // is not the peer's silence.
+  if (last_liveness_check_ != Clock::time_point{} && now - last_liveness_check_ > opts_.peer_timeout / 4)
+    last_heard_ += now - last_liveness_check_;
+  last_liveness_check_ = now;
   if (now - last_heard_ > opts_.peer_timeout) {
     fail_locked(PeerLost(
         "verbs: nothing heard from the peer for " +
