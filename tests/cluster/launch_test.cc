@@ -441,6 +441,57 @@ TEST(LaunchProcess, CtrlCStopsEveryRank) {
   std::filesystem::remove_all(dir);
 }
 
+// ^Z and fg: the terminal's SIGTSTP reaches the launcher alone (the ranks have process groups
+// of their own); the whole job stops with it and resumes with it, and finishes.
+TEST(LaunchProcess, CtrlZStopsEveryRankAndFgResumesThem) {
+  auto dir = std::filesystem::temp_directory_path() / ("lattice_launch_tstp_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string go = (dir / "go").string();
+  // Each rank waits (bounded) for the test's go, then ends: a stopped rank cannot see it.
+  auto p = Proc::spawn({lattice_bin(), "launch", "-n", "2", "--grace-ms", "500", "--", "sh", "-c",
+                        "echo $$ > " + dir.string() + "/pid.$LATTICE_RANK; echo started; i=0; while [ ! -e " + go +
+                            " ] && [ $i -lt 1200 ]; do i=$((i+1)); sleep 0.05; done; echo finished"},
+                       {});
+  ASSERT_TRUE(p.ok());
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(p->wait_line("started", Deadline::after(kRun)).ok());
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    std::ifstream f(dir / ("pid." + std::to_string(r)));
+    pid_t pid = 0;
+    f >> pid;
+    ASSERT_GT(pid, 0);
+    pids.push_back(pid);
+  }
+  auto state = [](pid_t pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const size_t close = all.rfind(')');
+    return close == std::string::npos || close + 2 >= all.size() ? '?' : all[close + 2];
+  };
+  auto all_in = [&](char want) {
+    for (int i = 0; i < 400; ++i) {  // up to 20 s
+      bool every = state(p->pid()) == want;
+      for (pid_t pid : pids) every = every && state(pid) == want;
+      if (every) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  };
+  p->signal(SIGTSTP);
+  EXPECT_TRUE(all_in('T')) << "launcher " << state(p->pid()) << ", ranks " << state(pids[0]) << state(pids[1]);
+  std::ofstream(go) << "go";  // seen only once they run again
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(state(pids[0]), 'T');
+  p->signal(SIGCONT);
+  auto st = p->wait(Deadline::after(kRun));
+  ASSERT_TRUE(st.ok()) << st.status().to_string();
+  EXPECT_TRUE(exited_with(*st, 0)) << *st << p->err();
+  size_t finished = 0;
+  for (size_t at = 0; (at = p->out().find("finished", at)) != std::string::npos; ++at) ++finished;
+  EXPECT_EQ(finished, 2u) << p->out();
+  std::filesystem::remove_all(dir);
+}
+
 TEST(LaunchProcess, NoCommandOrBothModesIsAUsageError) {
   auto r = run_cmd({lattice_bin(), "launch", "-n", "2"}, {}, Deadline::after(kRun));
   EXPECT_TRUE(exited_with(r.status, 2)) << r.err;

@@ -120,7 +120,7 @@ class Supervisor {
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGTSTP}) {
       struct sigaction old {};
       ::sigaction(sig, &sa, &old);
       old_actions_[sig] = old;
@@ -240,6 +240,20 @@ class Supervisor {
     if (!out.empty()) write_fully(s.out, out);
   }
 
+  // ^Z and fg: the ranks run in process groups of their own (setpgid above), so the terminal's
+  // SIGTSTP reaches only us. The whole job stops and resumes together (its failure detectors
+  // forgive a stop every process saw), and the job deadline does not count the stopped time. A
+  // rank stopped already (a fault injected, one the cluster evicted) stays as it was.
+  void stop_job() {
+    std::vector<pid_t> stopped;
+    for (auto& c : children_)
+      if (!c->exited && !process_stopped(c->pid) && ::kill(-c->pid, SIGSTOP) == 0) stopped.push_back(c->pid);
+    const auto stopped_at = Clock::now();
+    ::raise(SIGSTOP);  // here until SIGCONT (fg, bg)
+    started_ += Clock::now() - stopped_at;
+    for (pid_t pid : stopped) ::kill(-pid, SIGCONT);
+  }
+
   void stop_all(int sig) {
     for (auto& c : children_)
       if (!c->exited) {
@@ -308,6 +322,10 @@ class Supervisor {
         for (ssize_t i = 0; i < n; ++i) {
           int sig = sigs[i];
           if (sig == SIGCHLD) continue;
+          if (sig == SIGTSTP) {
+            stop_job();
+            continue;
+          }
           if (interrupted_ == 0) interrupted_ = sig;
           begin_stop(std::string("interrupted by ") + strsignal(sig));
         }
