@@ -9,12 +9,14 @@
 # model: measured decode and prefill tok/s (best of REPS), predicted, error, and the issue's bound
 # (+-10% at 2 ranks, +-20% at 3-4). The default models are written by `lattice make-model` when
 # missing (the shapes of bench/engine_vs_llamacpp.sh and bench/ep_vs_single.sh, seed 1).
-# Not a timed test: run it on a quiet machine (the lead does). The machine file is kept in
+# Each row is calibrated beside it (ADJACENT=1, the default: a one-rank run alternating with the
+# row's runs, and the co-run scaling again), since a VM's speed drifts within minutes; ADJACENT=0
+# calibrates once at the start. Not a timed test: run it on a quiet machine (the lead does). The machine file is kept in
 # BUILD_DIR/sim-validation/this-machine.json and reused: delete it to calibrate again (one
 # measured on a loaded machine is wrong for a quiet run).
 #
 #   bench/sim_vs_local.sh [BUILD_DIR]     env: RANKS=1,2,3,4 MODES=tp,pp N=32 REPS=2
-#       PROVIDERS=shm,tcp,tcp-emu,verbs-emu LAT_US=50 GBYTES_S=1 MODELS="a.gguf b.gguf" JSON=1
+#       PROVIDERS=shm,tcp,tcp-emu,verbs-emu LAT_US=50 GBYTES_S=1 MODELS="a.gguf b.gguf" JSON=1 ADJACENT=1
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-build}
@@ -42,6 +44,6 @@ for m in $models; do
   python3 "$here/sim_vs_real.py" --build "$build" --model "$m" --machine "$machine" \
     --ranks "${RANKS:-1,2,3,4}" --modes "${MODES:-tp,pp}" --providers "${PROVIDERS:-shm,tcp,tcp-emu,verbs-emu}" \
     --reps "${REPS:-2}" --n "${N:-32}" --link-latency-us "${LAT_US:-50}" --link-gbytes-s "${GBYTES_S:-1}" \
-    ${JSON:+--json}
+    $( [ "${ADJACENT:-1}" = 1 ] && echo --adjacent ) ${JSON:+--json}
   echo
 done

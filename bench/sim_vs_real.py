@@ -104,8 +104,38 @@ def measure(lattice, target, prompt, n, mode, prov, a, reps=None):
     return best["decode_tok_s"], best_pp, best
 
 
+def adjacent(lattice, work, target, label, machine, prompt, n, mode, prov, a):
+    """--adjacent: the row's own calibration point, measured beside it. The one-rank run and the
+    row alternate --reps times (best of each), then, for tensor parallel, the co-run scaling is
+    taken again: a host whose speed drifts within minutes (docs/SIM.md, session 15: one rank at
+    32-46 tok/s minutes apart) leaves a calibration from the table's start stale by its row.
+    Returns (measured row, one-rank JSON file, machine file)."""
+    one_best = row_best = None
+    for _ in range(a.reps):
+        m1 = measure(lattice, target, prompt, 1, "-", "-", a, reps=1)
+        mr = measure(lattice, target, prompt, n, mode, prov, a, reps=1)
+        if one_best is None or m1[0] > one_best[0]:
+            one_best = (m1[0], max(m1[1], one_best[1]) if one_best else m1[1], m1[2])
+        elif m1[1] > one_best[1]:
+            one_best = (one_best[0], m1[1], one_best[2])
+        if row_best is None or mr[0] > row_best[0]:
+            row_best = (mr[0], max(mr[1], row_best[1]) if row_best else mr[1], mr[2])
+        elif mr[1] > row_best[1]:
+            row_best = (row_best[0], mr[1], row_best[2])
+    tag = f"{label}-{n}-{mode}-{prov}"
+    one_rank = os.path.join(work, f"one-rank-{tag}.json")
+    with open(one_rank, "w") as f:
+        json.dump(dict(one_best[2], prefill_tok_s=one_best[1]), f)
+    machine, _ = raise_machine(lattice, work, target, machine, one_best[0], f"this-machine-raised-{tag}.json")
+    if mode == "tp":
+        machine, _ = co_run_scaling(lattice, work, target, prompt, machine, one_best[2], a, f"this-machine-corun-{tag}.json")
+    return row_best, one_rank, machine
+
+
 def one(lattice, work, target, label, machine, prompt, n, mode, prov, a, one_rank, measured=None):
     """Measures (unless given) and predicts one configuration; a row of the table."""
+    if measured is None and a.adjacent and n > 1:
+        measured, one_rank, machine = adjacent(lattice, work, target, label, machine, prompt, n, mode, prov, a)
     tg, pp, j = measured or measure(lattice, target, prompt, n, mode, prov, a)
     n_prompt = j["n_prompt"]
     topo = topology(work, n, prov, machine, a)
@@ -119,7 +149,9 @@ def one(lattice, work, target, label, machine, prompt, n, mode, prov, a, one_ran
             "prefill_error": sp["prefill_tok_s"] / pp - 1,
             "decode_efficiency": s.get("fitted_decode_efficiency"),
             "prefill_efficiency": s.get("fitted_prefill_efficiency"),
-            "bound": None if n == 1 else 0.10 if n <= 2 else 0.20}
+            "bound": None if n == 1 else 0.10 if n <= 2 else 0.20,
+            "one_rank_tok_s": json.load(open(one_rank))["decode_tok_s"],
+            "kernel_scaling": json.load(open(machine)).get("kernel_scaling")}
 
 
 def one_rank_cmd(lattice, target, prompt, a):
@@ -127,7 +159,7 @@ def one_rank_cmd(lattice, target, prompt, a):
             "--json", "--nodes", "1", "--provider", "shm"]
 
 
-def co_run_scaling(lattice, work, target, prompt, machine, alone, a):
+def co_run_scaling(lattice, work, target, prompt, machine, alone, a, name="this-machine-corun.json"):
     """How this model's own decode step scales when both cores run it at once: two one-rank runs
     started together, their forward step's time a token (best pair of --reps) against one run's
     alone. The calibration's kernel_scaling comes from one large matmul; the model's matrices
@@ -152,13 +184,13 @@ def co_run_scaling(lattice, work, target, prompt, machine, alone, a):
     scaling = max(0.05, min(1.0, step1 / best))
     m["kernel_scaling"] = scaling
     m["source"] = m.get("source", "") + f"; kernel_scaling {scaling:.3f} from this model's decode on both cores at once"
-    out = os.path.join(work, "this-machine-corun.json")
+    out = os.path.join(work, name)
     with open(out, "w") as f:
         json.dump(m, f, indent=2)
     return out, scaling
 
 
-def raise_machine(lattice, work, target, machine, tok_s):
+def raise_machine(lattice, work, target, machine, tok_s, name="this-machine-raised.json"):
     """A machine file measured while other work loaded the machine can read slower than the run
     just did; then no efficiency fits. What the one-rank run read (tok/s x the model's bytes a token)
     is a lower bound of one thread's and of the memory's streaming rate: a copy of the machine file
@@ -177,7 +209,7 @@ def raise_machine(lattice, work, target, machine, tok_s):
     m["core_bw_gbs"] = max(m["core_bw_gbs"], read)
     m["mem_bw_gbs"] = max(m["mem_bw_gbs"], read)
     m["source"] = m.get("source", "") + f"; read rates raised to the {read:.1f} GB/s a one-rank run read"
-    raised = os.path.join(work, "this-machine-raised.json")
+    raised = os.path.join(work, name)
     with open(raised, "w") as f:
         json.dump(m, f, indent=2)
     return raised, read
@@ -197,6 +229,8 @@ def main():
     ap.add_argument("--n", type=int, default=64, help="tokens generated per run")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="quick calibration")
+    ap.add_argument("--adjacent", action="store_true",
+                    help="each row calibrated on a one-rank run (and co-run) measured beside it, not once at the start")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     lattice = os.path.abspath(os.path.join(a.build, "lattice"))
@@ -248,8 +282,11 @@ def main():
     if raised:
         print(f"(the machine file read slower than the one-rank run: its read rates raised to the {raised:.1f} GB/s "
               "that run read; a loaded machine)")
-    print("| model | ranks | parallel | provider | decode measured | predicted | error | bound | prefill measured | predicted | error |")
-    print("| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    if a.adjacent:
+        print("each row calibrated beside it (--adjacent): its one-rank decode tok/s and co-run scaling in the last columns")
+    print("| model | ranks | parallel | provider | decode measured | predicted | error | bound | prefill measured | predicted | error |"
+          + (" one rank | co-run |" if a.adjacent else ""))
+    print("| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if a.adjacent else ""))
     for r in rows:
         if "failed" in r:
             print(f"| {r['model']} | {r['ranks']} | {r['mode']} | {r['provider']} | failed: {r['failed'].splitlines()[-1]} |")
@@ -257,7 +294,8 @@ def main():
         bound = "calibration point" if r["bound"] is None else f"±{100 * r['bound']:.0f}%"
         print(f"| {r['model']} | {r['ranks']} | {r['mode']} | {r['provider']} | {r['measured_tok_s']:.1f} | "
               f"{r['predicted_tok_s']:.1f} | {100 * r['error']:+.1f}% | {bound} | "
-              f"{r['measured_prefill_tok_s']:.1f} | {r['predicted_prefill_tok_s']:.1f} | {100 * r['prefill_error']:+.1f}% |")
+              f"{r['measured_prefill_tok_s']:.1f} | {r['predicted_prefill_tok_s']:.1f} | {100 * r['prefill_error']:+.1f}% |"
+              + (f" {r['one_rank_tok_s']:.1f} | {r['kernel_scaling'] or 1:.3f} |" if a.adjacent else ""))
 
 
 if __name__ == "__main__":
