@@ -416,6 +416,18 @@ TEST(LaunchProcess, ARankIgnoringSigtermIsKilledAfterTheGrace) {
   EXPECT_NE(r.err.find("grace period over"), std::string::npos) << r.err;
 }
 
+// The pids the ranks of a shell job wrote to dir/pid.RANK; shorter when one is missing.
+std::vector<pid_t> rank_pids(const std::filesystem::path& dir, int n) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    std::ifstream f(dir / ("pid." + std::to_string(r)));
+    pid_t pid = 0;
+    if (!(f >> pid) || pid <= 0) break;
+    pids.push_back(pid);
+  }
+  return pids;
+}
+
 TEST(LaunchProcess, CtrlCStopsEveryRank) {
   auto dir = std::filesystem::temp_directory_path() / ("lattice_launch_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -424,14 +436,8 @@ TEST(LaunchProcess, CtrlCStopsEveryRank) {
                        {});
   ASSERT_TRUE(p.ok());
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(p->wait_line("started", Deadline::after(kRun)).ok());
-  std::vector<pid_t> pids;
-  for (int r = 0; r < 3; ++r) {
-    std::ifstream f(dir / ("pid." + std::to_string(r)));
-    pid_t pid = 0;
-    f >> pid;
-    ASSERT_GT(pid, 0);
-    pids.push_back(pid);
-  }
+  const std::vector<pid_t> pids = rank_pids(dir, 3);
+  ASSERT_EQ(pids.size(), 3u);
   p->signal(SIGINT);
   auto st = p->wait(Deadline::after(kRun));
   ASSERT_TRUE(st.ok()) << st.status().to_string();
@@ -454,14 +460,8 @@ TEST(LaunchProcess, CtrlZStopsEveryRankAndFgResumesThem) {
                        {});
   ASSERT_TRUE(p.ok());
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(p->wait_line("started", Deadline::after(kRun)).ok());
-  std::vector<pid_t> pids;
-  for (int r = 0; r < 2; ++r) {
-    std::ifstream f(dir / ("pid." + std::to_string(r)));
-    pid_t pid = 0;
-    f >> pid;
-    ASSERT_GT(pid, 0);
-    pids.push_back(pid);
-  }
+  const std::vector<pid_t> pids = rank_pids(dir, 2);
+  ASSERT_EQ(pids.size(), 2u);
   auto state = [](pid_t pid) {
     std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
     std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());

@@ -383,7 +383,8 @@ TEST(Topology, MachineMediumAndLatencyKeys) {
 namespace lattice::sim {
 namespace {
 
-TEST(Sim, RanksOnOneMachineShareItsBandwidthWhenTheyWorkAtOnce) {
+// A two-core CPU whose shm link was measured (no collectives): the local tests' machine.
+Machine two_core_cpu() {
   Machine m;
   m.name = "cpu";
   m.mem_bw_gbs = 40;
@@ -393,6 +394,11 @@ TEST(Sim, RanksOnOneMachineShareItsBandwidthWhenTheyWorkAtOnce) {
   m.memory_gb = 16;
   m.decode_efficiency = 0.9;
   m.links["shm"] = {0.5, 8, {}};
+  return m;
+}
+
+TEST(Sim, RanksOnOneMachineShareItsBandwidthWhenTheyWorkAtOnce) {
+  const Machine m = two_core_cpu();
   const std::string dir = testing::scratch_dir("local");
   std::ofstream(dir + "/cpu.json") << machine_to_json(m).dump();
   auto t = cluster::parse_topology(R"({"version": 1, "hosts": [
@@ -421,12 +427,8 @@ namespace lattice::sim {
 namespace {
 
 TEST(Machine, MeasuredAllReduceOfColocatedRanks) {
-  Machine m;
-  m.name = "cpu";
-  m.mem_bw_gbs = 40;
-  m.compute_tflops = 0.5;
-  m.memory_gb = 16;
-  m.links["shm"] = {0.5, 8, {{2, 3.0}, {4, 30.0}}};
+  Machine m = two_core_cpu();
+  m.links["shm"].allreduce_us = {{2, 3.0}, {4, 30.0}};
   auto back = machine_from_json(machine_to_json(m), "m.json");
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   EXPECT_EQ(back->links.at("shm").allreduce_us, (std::map<int, double>{{2, 3.0}, {4, 30.0}}));
@@ -448,15 +450,8 @@ TEST(Machine, MeasuredAllReduceOfColocatedRanks) {
 // measured call less the wire model's, in sync, for lattice's engine only and only when they
 // share the machine.
 TEST(Sim, ColocatedRanksPayTheirMeasuredAllReduce) {
-  Machine m;
-  m.name = "cpu";
-  m.mem_bw_gbs = 40;
-  m.core_bw_gbs = 25;
-  m.cores = 2;
-  m.compute_tflops = 0.5;
-  m.memory_gb = 16;
-  m.decode_efficiency = 0.9;
-  m.links["shm"] = {0.5, 8, {{2, 3.0}, {4, 40.0}}};
+  Machine m = two_core_cpu();
+  m.links["shm"].allreduce_us = {{2, 3.0}, {4, 40.0}};
   const std::string dir = testing::scratch_dir("colocated");
   std::ofstream(dir + "/cpu.json") << machine_to_json(m).dump();
   Machine bare = m;

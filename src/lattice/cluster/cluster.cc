@@ -244,7 +244,7 @@ void Cluster::on_internal_event(const MembershipEvent& e) {
   // left, which is how every run ends; anything else is a loss.
   std::string ranks;
   for (int r : e.ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
-  if (e.reason.ends_with("left the cluster"))
+  if (e.reason.ends_with(kLeftTheCluster))
     LATTICE_LOG_INFO("cluster: rank {} left (epoch {})", ranks, e.epoch);
   else
     LATTICE_LOG_WARN("cluster: lost rank {} in epoch {}: {}", ranks, e.epoch, e.reason);
