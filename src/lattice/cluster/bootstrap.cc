@@ -410,14 +410,13 @@ struct Coordinator::Impl {
       }
       now = Clock::now();
       // This thread did not run for a while (the whole job stopped and resumed, a laptop asleep,
-      // a VM descheduled): the members' silence over that time is not theirs to answer for. The
-      // checks come every poll timeout (heartbeat / 2); only an overrun of that past a quarter of
-      // the failure timeout counts (a loaded host's scheduling delay is not a stop), and only the
-      // overrun is forgiven.
+      // a VM descheduled): the members' silence then is not theirs (unseen_stop, deadline.h).
+      // The checks come every poll timeout.
       if (last_check != Clock::time_point{})
-        if (auto over = now - last_check - std::chrono::milliseconds(std::max(timeout_ms, 1));
-            over > opt.failure_timeout / 4)
-          for (auto& c : conns) c->last_seen += over;
+        if (auto unseen = unseen_stop(now - last_check, std::chrono::milliseconds(std::max(timeout_ms, 1)),
+                                      opt.failure_timeout);
+            unseen > Clock::duration::zero())
+          for (auto& c : conns) c->last_seen += unseen;
       last_check = now;
       for (auto& c : conns) {
         if (c->dead) continue;

@@ -264,10 +264,10 @@ void MemberLink::run() {
       }
     }
     // This thread did not run for a while (the job stopped and resumed, the machine asleep):
-    // the coordinator's silence then is not the coordinator's. Checks come every heartbeat
-    // interval; an overrun of that past a quarter of the failure timeout is forgiven.
+    // the coordinator's silence then is not the coordinator's (unseen_stop, deadline.h). Checks
+    // come every heartbeat interval.
     const auto checked = Clock::now();
-    if (auto over = checked - last_check - opt_.heartbeat_interval; over > opt_.failure_timeout / 4) last_rx += over;
+    last_rx += unseen_stop(checked - last_check, opt_.heartbeat_interval, opt_.failure_timeout);
     last_check = checked;
     if (!lost && Clock::now() - last_rx > opt_.failure_timeout) {
       auto ms_silent = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - last_rx).count();

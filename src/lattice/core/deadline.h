@@ -2,6 +2,7 @@
 // takes one; nothing waits forever. Cheap value type, thread-safe to copy.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 
@@ -46,5 +47,16 @@ class Deadline {
   explicit Deadline(Clock::time_point t) : when_(t) {}
   Clock::time_point when_;
 };
+
+// A failure detector's own stop. It checks a peer every `period`; this check came `gap` after
+// the last. When the overrun (gap - period) passes max(timeout / 4, 250 ms) its process did not
+// run (the whole job stopped and resumed, the machine asleep, a VM descheduled), and that overrun
+// is not the peer's silence: the detector adds it to the peer's last sign of life. Shorter
+// overruns (a loaded host's scheduling) count as usual, so a starved detector still detects.
+inline Clock::duration unseen_stop(Clock::duration gap, Clock::duration period, Clock::duration timeout) {
+  const Clock::duration over = gap - period;
+  const Clock::duration floor = std::chrono::milliseconds(250);
+  return over > std::max(timeout / 4, floor) ? over : Clock::duration::zero();
+}
 
 }  // namespace lattice

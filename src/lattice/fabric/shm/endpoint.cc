@@ -709,10 +709,10 @@ void ShmEndpoint::check_peer(Clock::time_point now, bool exited) {
   const auto* prov = reinterpret_cast<const ProviderHeader*>(peer_dir_->base());
   uint64_t hb = load_acquire(prov->heartbeat);
   // Stopped with its job and resumed, or the machine asleep: the time this process did not see
-  // (a gap in these checks, which come every watchdog tick, past a quarter of peer_timeout) is
-  // not the peer's silence; its heartbeat gets that long again to move.
-  if (last_check_ != Clock::time_point{} && now - last_check_ > options_.peer_timeout / 4)
-    peer_seen_ += now - last_check_;
+  // is not the peer's silence (unseen_stop, deadline.h); its heartbeat gets that long again to
+  // move. These checks come every watchdog tick.
+  if (last_check_ != Clock::time_point{} && now > last_check_)
+    peer_seen_ += unseen_stop(now - last_check_, kHeartbeatTick, options_.peer_timeout);
   last_check_ = std::max(last_check_, now);
   if (hb != peer_heartbeat_) {
     peer_heartbeat_ = hb;

@@ -150,7 +150,7 @@ class ShmEndpoint final : public Endpoint {
   // liveness
   uint64_t peer_heartbeat_ = 0;
   Clock::time_point peer_seen_{};
-  Clock::time_point last_check_{};  // the last check_peer: a gap past peer_timeout / 4 was a stop of this process
+  Clock::time_point last_check_{};  // the last check_peer: a much longer gap was a stop of this process (unseen_stop)
 };
 
 }  // namespace lattice::fabric::shm

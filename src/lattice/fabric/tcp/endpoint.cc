@@ -325,14 +325,12 @@ void Conn::fail(Status s, bool tell_peer, bool routine) {
 void Conn::check_liveness(Clock::time_point now) {
   if (!connected_ || rx_ == Rx::kDead) return;
   // This process did not run for a while (stopped with its job and resumed, the machine asleep):
-  // the peer's silence over that time is not the peer's. Checks come every heartbeat interval /
-  // 2 at most (the provider's tick); an overrun of that past a quarter of peer_timeout is a stop,
-  // not a busy host's scheduling, and only the overrun is forgiven (time keeps counting).
+  // the peer's silence then is not the peer's (unseen_stop, deadline.h). Checks come every
+  // heartbeat interval / 2 at most (the provider's tick).
   if (last_check_ != Clock::time_point{}) {
-    if (auto over = now - last_check_ - heartbeat_interval() / 2; over > options_.peer_timeout / 4) {
-      last_rx_ += over;
-      last_tx_progress_ += over;
-    }
+    const Clock::duration unseen = unseen_stop(now - last_check_, heartbeat_interval() / 2, options_.peer_timeout);
+    last_rx_ += unseen;
+    last_tx_progress_ += unseen;
   }
   last_check_ = now;
   const bool paused = rx_ == Rx::kStalled || queued_responses_ >= kMaxQueuedResponses;

@@ -278,7 +278,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   Clock::time_point last_tx_{};
   Clock::time_point last_tx_progress_{};
   // When check_liveness last ran (at least every heartbeat interval / 2, from the provider's
-  // thread): a longer gap means this process did not run, and the peer is not blamed for it.
+  // thread): a much longer gap means this process did not run (unseen_stop).
   Clock::time_point last_check_{};
 };
 

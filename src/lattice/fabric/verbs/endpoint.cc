@@ -371,9 +371,10 @@ bool VerbsEndpoint::step_locked(Clock::time_point now) {
     }
   }
   // Stopped with its job and resumed, or the machine asleep: the time this process did not see
-  // is not the peer's silence.
-  if (last_liveness_check_ != Clock::time_point{} && now - last_liveness_check_ > opts_.peer_timeout / 4)
-    last_heard_ += now - last_liveness_check_;
+  // is not the peer's silence (unseen_stop, deadline.h). The progress loop comes every nap (1 ms
+  // at most).
+  if (last_liveness_check_ != Clock::time_point{})
+    last_heard_ += unseen_stop(now - last_liveness_check_, std::chrono::milliseconds(1), opts_.peer_timeout);
   last_liveness_check_ = now;
   if (now - last_heard_ > opts_.peer_timeout) {
     fail_locked(PeerLost(

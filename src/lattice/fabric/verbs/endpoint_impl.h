@@ -162,8 +162,8 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
   bool bye_posted_ = false, bye_done_ = false;
   int bye_slot_ = -1;
   Clock::time_point last_heard_, last_sent_, last_ack_progress_, last_retransmit_, last_nack_sent_, last_hello_;
-  // The last liveness check (every loop of the progress thread, which naps 1 ms at most): a gap
-  // past a quarter of peer_timeout means this process did not run, not that the peer fell silent.
+  // The last liveness check (every loop of the progress thread, which naps 1 ms at most): a much
+  // longer gap means this process did not run, not that the peer fell silent (unseen_stop).
   Clock::time_point last_liveness_check_{};
   // sender
   std::deque<UserSend> sends_;
