@@ -110,18 +110,16 @@ def adjacent(lattice, work, target, label, machine, prompt, n, mode, prov, a):
     taken again: a host whose speed drifts within minutes (docs/SIM.md, session 15: one rank at
     32-46 tok/s minutes apart) leaves a calibration from the table's start stale by its row.
     Returns (measured row, one-rank JSON file, machine file)."""
-    one_best = row_best = None
+    ones, runs = [], []
     for _ in range(a.reps):
-        m1 = measure(lattice, target, prompt, 1, "-", "-", a, reps=1)
-        mr = measure(lattice, target, prompt, n, mode, prov, a, reps=1)
-        if one_best is None or m1[0] > one_best[0]:
-            one_best = (m1[0], max(m1[1], one_best[1]) if one_best else m1[1], m1[2])
-        elif m1[1] > one_best[1]:
-            one_best = (one_best[0], m1[1], one_best[2])
-        if row_best is None or mr[0] > row_best[0]:
-            row_best = (mr[0], max(mr[1], row_best[1]) if row_best else mr[1], mr[2])
-        elif mr[1] > row_best[1]:
-            row_best = (row_best[0], mr[1], row_best[2])
+        ones.append(measure(lattice, target, prompt, 1, "-", "-", a, reps=1))
+        runs.append(measure(lattice, target, prompt, n, mode, prov, a, reps=1))
+
+    def best(ms):  # as measure(): the best decode (and its JSON), the best prefill
+        top = max(ms, key=lambda m: m[0])
+        return top[0], max(m[1] for m in ms), top[2]
+
+    one_best, row_best = best(ones), best(runs)
     tag = f"{label}-{n}-{mode}-{prov}"
     one_rank = os.path.join(work, f"one-rank-{tag}.json")
     with open(one_rank, "w") as f:

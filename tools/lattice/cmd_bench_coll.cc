@@ -273,11 +273,10 @@ int run(const Args& a) {
   if (!sl.ok()) return bad("--slice: " + sl.status().message() + " (0: whole buffers)");
   if (a.factor < 2) return bad("--factor must be at least 2");
   if (a.iters < 1 || a.warmup < 0) return bad("--iters must be >= 1 and --warmup >= 0");
-  // Threads share one process: shm or plain tcp. Rank processes take every word a cluster
-  // does, the emulated links too (a collective over tcp?latency_us=50 is not a ping-pong).
-  if (a.provider != "shm" && a.provider != "tcp" && !((a.procs || std::getenv(cluster::env::kWorldSize) != nullptr) && cluster::cluster_provider_ok(a.provider)))
-    return bad(a.procs ? "--provider must be shm or tcp (emulated links: tcp?latency_us=L&gbytes_s=R, verbs-emu://apple-tb5?...)"
-                       : "--provider must be shm or tcp (emulated links need --procs)");
+  // Rank processes take every word a cluster does, the emulated links too (a collective over
+  // tcp?latency_us=50 is not a ping-pong); threads in one process, below, shm or plain tcp.
+  if (!cluster::cluster_provider_ok(a.provider))
+    return bad("--provider must be shm or tcp (with --procs also tcp?latency_us=L&gbytes_s=R, verbs-emu://apple-tb5?...)");
   c = Config{*op, *algo, *dt, *ro, *mn, *mx, *ch, a.provider, *tc, *dc, *sl};
   if (c.algo != Algorithm::kAuto) {
     auto algs = plan::algorithms_for(c.op);
@@ -300,6 +299,7 @@ int run(const Args& a) {
   }
   if (a.ranks < 1 || a.ranks > 64) return bad("--ranks must be 1..64");
   if (a.procs) return relaunch(a);
+  if (a.provider != "shm" && a.provider != "tcp") return bad("--provider must be shm or tcp (emulated links need --procs)");
   std::string uri = a.provider == "shm" ? "shm" : "tcp://127.0.0.1:0";
   auto groups = cluster::make_local_groups(a.ranks, uri, setup);
   if (!groups.ok()) return bad(groups.status().to_string());
