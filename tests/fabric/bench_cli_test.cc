@@ -363,5 +363,16 @@ TEST(BenchCliProcess, BenchCollChecksEveryResultOverThreadsAndProcesses) {
   EXPECT_EQ(bad.exit_code, 2) << bad.out;
 }
 
+// Rank processes run the emulated links too; threads in one process cannot, and say so.
+TEST(BenchCliProcess, BenchCollRunsEmulatedLinksAsProcessesOnly) {
+  check_coll("--provider 'tcp?latency_us=20' --procs", "all_reduce", {8192});
+  CliRun threads = run_lattice("bench coll -n 2 --provider 'tcp?latency_us=20'", true);
+  EXPECT_EQ(threads.exit_code, 2) << threads.out;
+  EXPECT_NE(threads.out.find("emulated links need --procs"), std::string::npos) << threads.out;
+  CliRun unknown = run_lattice("bench coll -n 2 --procs --provider ucx", true);
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.out;
+  EXPECT_NE(unknown.out.find("--provider must be shm or tcp"), std::string::npos) << unknown.out;
+}
+
 
 }  // namespace
