@@ -183,7 +183,7 @@ def co_run_scaling(lattice, work, target, prompt, machine, alone, a, name="this-
         best = slower if best is None else min(best, slower)
     scaling = max(0.05, min(1.0, step1 / best))
     m["kernel_scaling"] = scaling
-    m["source"] = m.get("source", "") + f"; kernel_scaling {scaling:.3f} from this model's decode on both cores at once"
+    m["source"] = m.get("source", "") + f"; kernel_scaling {scaling:.3f} from the slower of two copies of this model's decode on both cores at once"
     out = os.path.join(work, name)
     with open(out, "w") as f:
         json.dump(m, f, indent=2)
