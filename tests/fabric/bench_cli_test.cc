@@ -363,6 +363,28 @@ TEST(BenchCliProcess, BenchCollChecksEveryResultOverThreadsAndProcesses) {
   EXPECT_EQ(bad.exit_code, 2) << bad.out;
 }
 
+// --work: each rank runs decode's kernel before every call; the row then also carries the
+// kernel's time alone and in lockstep and the step's (kernel + call), which holds the kernel.
+TEST(BenchCliProcess, BenchCollWorkTimesTheKernelBetweenCalls) {
+  CliRun r = run_lattice("bench coll -n 2 --procs --provider shm -b 8K -e 8K --iters 40 --work 1M --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const size_t at = r.out.find("[rank 0] {");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  auto j = nlohmann::json::parse(r.out.substr(at + 9, r.out.find('\n', at) - at - 9), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  EXPECT_GT(j.at("work_bytes").get<double>(), 0.9e6);
+  EXPECT_GT(j.at("solo_us_mean").get<double>(), 0.0);
+  EXPECT_GT(j.at("work_us_mean").get<double>(), 0.0);
+  EXPECT_GT(j.at("step_us_mean").get<double>(), j.at("work_us_mean").get<double>());
+  EXPECT_EQ(j.at("iters").get<int>(), 40);
+  CliRun bad = run_lattice("bench coll -n 2 --work 100", true);
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--work: at least 4K"), std::string::npos) << bad.out;
+  CliRun junk = run_lattice("bench coll -n 2 --work lots", true);
+  EXPECT_EQ(junk.exit_code, 2) << junk.out;
+  EXPECT_NE(junk.out.find("--work"), std::string::npos) << junk.out;
+}
+
 // Rank processes run the emulated links too; threads in one process cannot, and say so.
 TEST(BenchCliProcess, BenchCollRunsEmulatedLinksAsProcessesOnly) {
   check_coll("--provider 'tcp?latency_us=20' --procs", "all_reduce", {8192});

@@ -158,6 +158,17 @@ TEST(Calibrate, MeasurementsAreSaneAndCheckTheirArguments) {
   EXPECT_LT(*k, 1000);
   EXPECT_FALSE(measure_decode_kernel_gbs(0, 8u << 20, 1).ok());
   EXPECT_FALSE(measure_decode_kernel_gbs(1, 1000, 1).ok());
+  // A rank's share between two collectives: rows of a larger weight in turn.
+  auto d = DecodeKernel::make(1u << 20, 8u << 20);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_GT((*d)->weight_bytes(), 0.9 * (1u << 20));
+  EXPECT_LE((*d)->weight_bytes(), 1.0 * (1u << 20));
+  for (int i = 0; i < 12; ++i) (*d)->run();  // wraps past the end of the 8 MiB
+  auto c = (*d)->copy();
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ((*c)->weight_bytes(), (*d)->weight_bytes());
+  EXPECT_FALSE(DecodeKernel::make(100).ok());
+  EXPECT_FALSE(DecodeKernel::make(1u << 20, size_t{1} << 40).ok());
 }
 
 // Calibration runs bench fabric twice, bench coll at 2-4 ranks twice and streams a 256 MiB
@@ -189,6 +200,12 @@ TEST(SimSlow, CalibrateWritesAUsableMachineFile) {
   ASSERT_FALSE(j.is_discarded()) << o.text;
   EXPECT_EQ(j["links"][0]["medium"], "tcp (measured)");
   EXPECT_EQ(j["colocated_allreduce_us"], m->links.at("tcp").allreduce_us.at(2));
+  // Ranks in lockstep, up to the cores (two or more here).
+  ASSERT_EQ(m->lockstep_scaling.count(2), 1u);
+  EXPECT_GT(m->lockstep_scaling.at(2), 0.05);
+  EXPECT_LE(m->lockstep_scaling.at(2), 1.0);
+  EXPECT_EQ(m->lockstep_scaling.count(m->cores + 1), 0u);
+  EXPECT_DOUBLE_EQ(j["lockstep_scaling"].get<double>(), m->lockstep_scaling.at(2));
 }
 
 }  // namespace

@@ -446,6 +446,79 @@ TEST(Machine, MeasuredAllReduceOfColocatedRanks) {
   EXPECT_NE(bad(nlohmann::json::array({3.0})).find("maps a rank count"), std::string::npos);
 }
 
+TEST(Machine, LockstepScalingRoundTripsAndRejectsWhatIsNotAFraction) {
+  Machine m = two_core_cpu();
+  m.lockstep_scaling = {{2, 0.9}};
+  auto back = machine_from_json(machine_to_json(m), "m.json");
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->lockstep_scaling, (std::map<int, double>{{2, 0.9}}));
+  auto bad = [&](nlohmann::json v) {
+    nlohmann::json j = machine_to_json(m);
+    j["lockstep_scaling"] = std::move(v);
+    auto r = machine_from_json(j, "m.json");
+    EXPECT_FALSE(r.ok()) << j.dump();
+    return r.ok() ? std::string() : r.status().message();
+  };
+  EXPECT_NE(bad({{"2", 1.5}}).find("lockstep_scaling.2 must be a fraction in (0, 1]"), std::string::npos);
+  EXPECT_NE(bad({{"2", 0.0}}).find("lockstep_scaling.2 must be a fraction"), std::string::npos);
+  EXPECT_NE(bad({{"1", 0.9}}).find("lockstep_scaling: key '1' is not a rank count"), std::string::npos);
+  EXPECT_NE(bad(0.9).find("maps a rank count"), std::string::npos);
+}
+
+// Two ranks in lockstep on the cores of one machine that measured 0.8: every collective first
+// waits a quarter (1 / 0.8 - 1) of the work since the previous one, as synchronisation; nothing
+// else moves. Pipeline stages, ranks on machines of their own, and counts not measured: nothing.
+TEST(Sim, LockstepRanksWaitForEachSegmentsSlowest) {
+  Machine m = two_core_cpu();
+  m.lockstep_scaling = {{2, 0.8}};
+  const std::string dir = testing::scratch_dir("lockstep");
+  std::ofstream(dir + "/cpu.json") << machine_to_json(m).dump();
+  std::ofstream(dir + "/bare.json") << machine_to_json(two_core_cpu()).dump();
+  auto topo = [&](const char* machine, bool apart, int n) {
+    nlohmann::json j = {{"version", 1}, {"hosts", nlohmann::json::array()}, {"links", nlohmann::json::array()}};
+    for (int i = 0; i < n; ++i)
+      j["hosts"].push_back({{"name", "r" + std::to_string(i)},
+                            {"address", (apart ? "10.0.0." + std::to_string(i + 1) : std::string("127.0.0.1")) + ":" +
+                                            std::to_string(7100 + i)},
+                            {"machine", machine}});
+    for (int i = 0; i < n; ++i)
+      for (int k = i + 1; k < n; ++k)
+        j["links"].push_back({{"a", "r" + std::to_string(i)}, {"b", "r" + std::to_string(k)}, {"provider", "shm"}});
+    auto t = cluster::parse_topology(j.dump(), "t.json");
+    EXPECT_TRUE(t.ok()) << t.status().to_string();
+    return *t;
+  };
+  SimOptions o;
+  o.base_dir = dir;
+  o.mode = Mode::kTensor;
+  const auto shape = *shape_preset("llama-1.1b-q4");
+  auto with = simulate(shape, topo("cpu.json", false, 2), o);
+  auto without = simulate(shape, topo("bare.json", false, 2), o);
+  ASSERT_TRUE(with.ok()) << with.status().to_string();
+  ASSERT_TRUE(without.ok()) << without.status().to_string();
+  EXPECT_DOUBLE_EQ(with->lockstep_scaling, 0.8);
+  EXPECT_DOUBLE_EQ(without->lockstep_scaling, 1.0);
+  EXPECT_NEAR(with->token.weights_us, without->token.weights_us, 1e-6);
+  // The work before the token's last collective is charged; what follows it (the output's
+  // sampling side) is not, so the charge is at most a quarter of all the work.
+  const double work = without->token.weights_us + without->token.compute_us;
+  const double charged = with->token.sync_us - without->token.sync_us;
+  EXPECT_GT(charged, 0.2 * work);
+  EXPECT_LE(charged, 0.25 * work * 1.0001);
+  EXPECT_GT(with->token_ms, without->token_ms * 1.15);
+  o.mode = Mode::kPipeline;
+  auto pp = simulate(shape, topo("cpu.json", false, 2), o);
+  ASSERT_TRUE(pp.ok());
+  EXPECT_DOUBLE_EQ(pp->lockstep_scaling, 1.0);
+  o.mode = Mode::kTensor;
+  auto apart = simulate(shape, topo("cpu.json", true, 2), o);
+  ASSERT_TRUE(apart.ok());
+  EXPECT_DOUBLE_EQ(apart->lockstep_scaling, 1.0);
+  auto four = simulate(shape, topo("cpu.json", false, 4), o);  // beyond the cores, and not measured
+  ASSERT_TRUE(four.ok());
+  EXPECT_DOUBLE_EQ(four->lockstep_scaling, 1.0);
+}
+
 // Four ranks at one address whose machine measured their all-reduce: each collective costs the
 // measured call less the wire model's, in sync, for lattice's engine only and only when they
 // share the machine.

@@ -13,6 +13,14 @@
 // reduce buffer, all_gather's output, reduce_scatter's input, all_to_all's buffer.
 // algbw = bytes / time; busbw = algbw * the op's bus factor (all_reduce 2(n-1)/n, all_gather,
 // reduce_scatter and all_to_all (n-1)/n, broadcast and reduce 1), comparable across ranks.
+// --work BYTES: before every call each rank runs decode's kernel (a one-token Q4_0 matmul over its
+// own weight, about BYTES of rows of a 256 MiB matrix in turn, one thread), as tensor-parallel
+// ranks compute between their all-reduces; the call then also holds the wait for the last rank to
+// arrive. The timed calls come in 8 rounds, each after every rank ran the kernel alone in turn.
+// Each size then reports solo_us_mean (the kernel alone, mean over ranks), work_us_mean (the
+// slowest rank's mean kernel time in lockstep) and step_us_mean (the mean, over iterations, of
+// the slowest rank's kernel + call): ranks that compute between collectives step at
+// solo / (step - the call back to back) of their speed alone.
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,6 +43,7 @@
 #include "lattice/coll/coll.h"
 #include "lattice/coll/reference.h"
 #include "lattice/core/size.h"
+#include "lattice/sim/calibrate.h"
 
 namespace lattice::cli {
 namespace {
@@ -67,6 +76,7 @@ struct Args {
   bool staged = false;
   std::string twoshot_chunk = "64K";
   int twoshot_depth = 4;
+  std::string work = "0";
 };
 
 // Every size flag: the core parser, up to 1 GiB.
@@ -103,6 +113,7 @@ struct Config {
   size_t twoshot_chunk;
   size_t direct_chunk;
   size_t slice;
+  size_t work;
 };
 
 Status call(Communicator& comm, const Config& c, const reference::Case& k, const void* in, void* out,
@@ -132,6 +143,11 @@ Status run_rank(cluster::Group& g, const Args& a, const Config& c) {
   co.twoshot_depth = a.twoshot_depth;
   LATTICE_ASSIGN_OR_RETURN(auto comm, Communicator::create(g, co));
   const size_t esize = dtype_size(c.dtype);
+  std::unique_ptr<sim::DecodeKernel> kernel;
+  if (c.work > 0) {
+    // Rows of a 256 MiB weight in turn: a layer's weights come from memory, not the caches.
+    LATTICE_ASSIGN_OR_RETURN(kernel, sim::DecodeKernel::make(c.work, size_t{256} << 20));
+  }
   const auto step_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(a.timeout_s));
   CollOptions o;
   o.algo = c.algo;
@@ -159,20 +175,61 @@ Status run_rank(cluster::Group& g, const Args& a, const Config& c) {
     // settling after process start, so it gets at least 200 ms).
     const double warm_ms = bytes == std::max(c.min, esize) ? std::max(200.0, a.warmup_ms) : a.warmup_ms;
     for (auto w0 = Clock::now(); a.warmup > 0;) {
-      for (int i = 0; i < a.warmup; ++i) LATTICE_RETURN_IF_ERROR(call(*comm, c, k, in.data(), out.data(), o));
+      for (int i = 0; i < a.warmup; ++i) {
+        if (kernel) kernel->run();
+        LATTICE_RETURN_IF_ERROR(call(*comm, c, k, in.data(), out.data(), o));
+      }
       int64_t more = std::chrono::duration<double, std::milli>(Clock::now() - w0).count() < warm_ms ? 1 : 0;
       LATTICE_RETURN_IF_ERROR(all_reduce(*comm, nullptr, &more, 1, DType::kI64, ReduceOp::kMax, plain));
       if (more == 0) break;
     }
     LATTICE_RETURN_IF_ERROR(barrier(*comm, plain));
-    std::vector<double> t(static_cast<size_t>(iters));
-    for (int i = 0; i < iters; ++i) {
-      auto t0 = Clock::now();
-      LATTICE_RETURN_IF_ERROR(call(*comm, c, k, in.data(), out.data(), o));
-      t[size_t(i)] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    // With a kernel: kRounds rounds, each of every rank's kernel alone in turn (the others wait in
+    // a barrier) and then all of them in lockstep (kernel + call), so that both are measured at
+    // nearly the same moment on a host whose speed drifts.
+    constexpr int kRounds = 8;
+    const int per = kernel ? std::max(1, iters / kRounds) : iters;
+    if (kernel) iters = per * kRounds;
+    std::vector<double> t(static_cast<size_t>(iters)), step(kernel ? t.size() : 0);
+    double work_us = 0, solo[2] = {0, 0};  // this rank's kernel time in lockstep; alone: time, calls
+    auto us_since = [](Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); };
+    for (int round = 0, i = 0; round < (kernel ? kRounds : 1); ++round) {
+      for (int s = 0; kernel && s < world; ++s) {
+        LATTICE_RETURN_IF_ERROR(barrier(*comm, plain));
+        for (int j = 0; rank == s && j < per; ++j) {
+          const auto t0 = Clock::now();
+          kernel->run();
+          solo[0] += us_since(t0);
+          solo[1] += 1;
+        }
+        LATTICE_RETURN_IF_ERROR(barrier(*comm, plain));
+      }
+      for (int j = 0; j < per; ++j, ++i) {
+        const auto t0 = Clock::now();
+        if (kernel) {
+          kernel->run();
+          const auto t1 = Clock::now();
+          work_us += std::chrono::duration<double, std::micro>(t1 - t0).count();
+          LATTICE_RETURN_IF_ERROR(call(*comm, c, k, in.data(), out.data(), o));
+          t[size_t(i)] = us_since(t1);
+          step[size_t(i)] = us_since(t0);
+          continue;
+        }
+        LATTICE_RETURN_IF_ERROR(call(*comm, c, k, in.data(), out.data(), o));
+        t[size_t(i)] = us_since(t0);
+      }
     }
     // Each iteration costs what its slowest rank saw.
     LATTICE_RETURN_IF_ERROR(all_reduce(*comm, nullptr, t.data(), t.size(), DType::kF64, ReduceOp::kMax, plain));
+    double step_mean = 0, solo_mean = 0;
+    if (kernel) {
+      LATTICE_RETURN_IF_ERROR(all_reduce(*comm, nullptr, step.data(), step.size(), DType::kF64, ReduceOp::kMax, plain));
+      LATTICE_RETURN_IF_ERROR(all_reduce(*comm, nullptr, &work_us, 1, DType::kF64, ReduceOp::kMax, plain));
+      LATTICE_RETURN_IF_ERROR(all_reduce(*comm, nullptr, solo, 2, DType::kF64, ReduceOp::kSum, plain));
+      work_us /= iters;
+      solo_mean = solo[0] / std::max(1.0, solo[1]);
+      for (double v : step) step_mean += v / iters;
+    }
     int64_t wrong = -1;
     if (a.check) {
       std::fill(out.begin(), out.end(), std::byte{0});
@@ -196,11 +253,20 @@ Status run_rank(cluster::Group& g, const Args& a, const Config& c) {
                          {"bytes", nbytes}, {"count", k.count}, {"iters", iters}, {"time_us_median", med},
                          {"time_us_min", lo}, {"algbw_gbps", algbw}, {"busbw_gbps", busbw}};
         if (a.check) j["wrong"] = wrong;
+        if (kernel) {
+          j["work_bytes"] = kernel->weight_bytes();
+          j["work_us_mean"] = work_us;
+          j["step_us_mean"] = step_mean;
+          j["solo_us_mean"] = solo_mean;
+        }
         std::printf("%s\n", j.dump().c_str());
       } else {
         std::printf("%12zu %12zu %10s %12.2f %12.2f %12.3f %12.3f %8s\n", nbytes, k.count,
                     std::string(to_string(used)).c_str(), med, lo, algbw, busbw,
                     a.check ? std::to_string(wrong).c_str() : "n/a");
+        if (kernel)
+          std::printf("%12s with %.0f B of decode kernel first: kernel alone %.2f us, in lockstep %.2f us, kernel + call "
+                      "%.2f us (means)\n", "", kernel->weight_bytes(), solo_mean, work_us, step_mean);
       }
       std::fflush(stdout);
     }
@@ -277,7 +343,10 @@ int run(const Args& a) {
   // tcp?latency_us=50 is not a ping-pong); threads in one process, below, shm or plain tcp.
   if (!cluster::cluster_provider_ok(a.provider))
     return bad("--provider must be shm or tcp (with --procs also tcp?latency_us=L&gbytes_s=R, verbs-emu://apple-tb5?...)");
-  c = Config{*op, *algo, *dt, *ro, *mn, *mx, *ch, a.provider, *tc, *dc, *sl};
+  auto wk = parse_bytes(a.work);
+  if (!wk.ok()) return bad("--work: " + wk.status().message());
+  if (*wk > 0 && *wk < 4096) return bad("--work: at least 4K (or 0: no kernel between calls)");
+  c = Config{*op, *algo, *dt, *ro, *mn, *mx, *ch, a.provider, *tc, *dc, *sl, *wk};
   if (c.algo != Algorithm::kAuto) {
     auto algs = plan::algorithms_for(c.op);
     if (std::find(algs.begin(), algs.end(), c.algo) == algs.end())
@@ -343,6 +412,8 @@ const Registrar kBenchColl{
            ->capture_default_str();
        app.add_option("--twoshot-depth", a->twoshot_depth, "two-shot landing slots per peer and phase")->capture_default_str();
        app.add_option("--spin", a->spin, "empty polls before yielding the core (0: automatic)")->capture_default_str();
+       app.add_option("--work", a->work, "decode kernel bytes each rank runs before every call (0: none)")
+           ->capture_default_str();
        app.add_flag("--staged", a->staged, "two-sided transfers through the staging slots even on tcp (no direct transfers)");
        app.add_flag("--check", a->check, "verify every size's result against the scalar reference");
        app.add_flag("--json", a->json, "one JSON object per size");

@@ -1,7 +1,8 @@
 // `lattice sim --calibrate -o FILE [-m MODEL]`: this machine as a machine file. Read bandwidth
 // (1 thread and all) and the engine's Q4_0 matmul throughput come from lattice/sim/calibrate;
 // the fabric figures from `lattice bench fabric` over shm and tcp (two processes of this binary)
-// and `lattice bench coll --procs` (a small all-reduce among 2 to 2x cores rank processes);
+// and `lattice bench coll --procs` (a small all-reduce among 2 to 2x cores rank processes, and
+// with --work the same ranks in lockstep, decode's kernel between the calls);
 // with -m, the engine's decode efficiency from `lattice bench engine` on that model with one
 // thread (tok/s x bytes read per token / one thread's read bandwidth) and its prefill efficiency:
 // the fraction of the measured matmul throughput with which the simulator, on this machine, predicts
@@ -128,6 +129,28 @@ Result<double> measure_allreduce(const std::string& provider, int ranks, bool qu
   }
   return IoError("bench coll --procs -n " + std::to_string(ranks) + " --provider " + provider +
                  " gave no 8 KiB all-reduce time");
+}
+
+// `ranks` rank processes in lockstep over shm, decode's kernel over `work` bytes before every 8 KiB
+// all-reduce (`bench coll --work`): the slowest rank's mean kernel time over the mean step less
+// `call_us`, the same call back to back (Machine::lockstep_scaling).
+Result<double> measure_lockstep(int ranks, const std::string& work, double call_us, bool quick) {
+  LATTICE_ASSIGN_OR_RETURN(std::string out,
+                           run_capture({cluster::self_exe(), "bench", "coll", "--procs", "-n", std::to_string(ranks),
+                                        "--provider", "shm", "--op", "all_reduce", "-b", "8K", "-e", "8K", "--iters",
+                                        quick ? "400" : "1600", "--work", work, "--timeout", "30", "--json"},
+                                       120));
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t brace = line.find('{');
+    if (brace == std::string::npos) continue;
+    auto j = nlohmann::json::parse(line.substr(brace), nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("step_us_mean")) continue;
+    const double w = j.value("work_us_mean", 0.0), step = j.value("step_us_mean", 0.0) - call_us;
+    if (w > 0 && step > 0) return std::clamp(w / step, 0.05, 1.0);
+  }
+  return IoError("bench coll --procs -n " + std::to_string(ranks) + " --work " + work + " gave no step time");
 }
 
 std::string base_name(const std::string& p) { return std::filesystem::path(p).filename().string(); }
@@ -260,6 +283,26 @@ int run_calibrate(const CalibrateArgs& a) {
       line += part;
     }
     std::printf("%s\n", line.c_str());
+  }
+  // Ranks in lockstep on cores of their own: each segment waits for its slowest rank. Decode's
+  // kernel over 2 and 8 MiB between the calls (a 1.1B Llama's attention and FFN shares at 2
+  // ranks); the median of 3 starts each (1 with --quick), the mean of the two sizes.
+  for (int k = 2; k <= cores; ++k) {
+    double sum = 0;
+    const char* sizes[] = {"2M", "8M"};
+    for (const char* w : sizes) {
+      std::vector<double> runs;
+      for (int i = 0; i < (a.quick ? 1 : 3); ++i) {
+        auto f = measure_lockstep(k, w, m.links["shm"].allreduce_us[k], a.quick);
+        if (!f.ok()) return fail(f.status().to_string());
+        runs.push_back(*f);
+      }
+      std::sort(runs.begin(), runs.end());
+      sum += runs[runs.size() / 2];
+    }
+    m.lockstep_scaling[k] = sum / std::size(sizes);
+    std::printf("%d ranks in lockstep (decode kernel of 2 and 8 MiB between all-reduces): %.3f of the slower rank's pace\n", k,
+                m.lockstep_scaling[k]);
   }
   std::string src = "lattice sim --calibrate";
   auto write = [&]() -> bool {

@@ -112,29 +112,77 @@ Result<double> measure_matmul_tflops(int threads, size_t rows, size_t cols, size
   return best;
 }
 
-Result<double> measure_decode_kernel_gbs(int workers, size_t bytes, int reps) {
+namespace {
+constexpr size_t kKernelCols = 4096;
+}  // namespace
+
+Result<std::unique_ptr<DecodeKernel>> DecodeKernel::make(size_t bytes, size_t total) {
   using engine::TensorType;
-  if (workers < 1 || workers > 1024 || reps < 1 || bytes < (1u << 20))
-    return InvalidArgument("calibrate: workers in 1..1024, reps >= 1, at least 1 MiB");
-  constexpr size_t kCols = 4096;
-  const size_t row_bytes = engine::row_bytes(TensorType::kQ4_0, kCols).value_or(0);
-  const size_t rows = std::max<size_t>(64, bytes / row_bytes / 64 * 64);
-  std::vector<uint8_t> q(rows * row_bytes);
-  std::vector<float> src(kCols);
+  if (bytes < 4096 || bytes > (size_t{64} << 30)) return InvalidArgument("calibrate: a decode kernel of 4 KiB to 64 GiB");
+  total = std::max(total, bytes);
+  if (total > (size_t{64} << 30)) return InvalidArgument("calibrate: a decode kernel's weight of at most 64 GiB");
+  const size_t row_bytes = engine::row_bytes(TensorType::kQ4_0, kKernelCols).value_or(0);
+  constexpr size_t kGroup = 64;  // whole packing groups
+  const size_t per_call = std::max<size_t>(kGroup, bytes / row_bytes / kGroup * kGroup);
+  const size_t rows = std::max(per_call, total / row_bytes / per_call * per_call);
+  // 64 random rows, repeated: the kernel's speed does not depend on the values.
+  std::vector<uint8_t> distinct(kGroup * row_bytes);
+  std::vector<float> src(kKernelCols);
   std::mt19937 rng(11);
   std::normal_distribution<float> nd(0, 1);
-  for (size_t r = 0; r < rows; ++r) {
+  for (size_t r = 0; r < kGroup; ++r) {
     for (float& v : src) v = nd(rng);
-    LATTICE_RETURN_IF_ERROR(engine::quantize_row(TensorType::kQ4_0, src.data(), q.data() + r * row_bytes, kCols));
+    LATTICE_RETURN_IF_ERROR(
+        engine::quantize_row(TensorType::kQ4_0, src.data(), distinct.data() + r * row_bytes, kKernelCols));
   }
-  // Each worker packs its own copy: separate ranks read separate memory.
-  std::vector<engine::Weight> w(static_cast<size_t>(workers));
-  for (auto& one : w) {
-    LATTICE_ASSIGN_OR_RETURN(one, engine::Weight::pack({TensorType::kQ4_0, q.data(), rows, kCols, 0}));
+  std::shared_ptr<std::vector<uint8_t>> q;
+  try {
+    q = std::make_shared<std::vector<uint8_t>>(rows * row_bytes);
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted("calibrate: cannot allocate a decode kernel of " + std::to_string(rows * row_bytes) + " bytes");
   }
-  std::vector<float> x(kCols);
-  for (float& v : x) v = nd(rng);
-  const double weight_bytes = double(rows) * double(row_bytes);
+  for (size_t r = 0; r < rows; r += kGroup) std::memcpy(q->data() + r * row_bytes, distinct.data(), distinct.size());
+  std::unique_ptr<DecodeKernel> k(new DecodeKernel());
+  k->q_ = std::move(q);
+  k->rows_ = rows;
+  k->rows_per_call_ = per_call;
+  k->x_.resize(kKernelCols);
+  for (float& v : k->x_) v = nd(rng);
+  return k->copy();
+}
+
+Result<std::unique_ptr<DecodeKernel>> DecodeKernel::copy() const {
+  std::unique_ptr<DecodeKernel> k(new DecodeKernel());
+  k->q_ = q_;
+  k->rows_ = rows_;
+  k->rows_per_call_ = rows_per_call_;
+  k->x_ = x_;
+  k->y_.resize(rows_);
+  LATTICE_ASSIGN_OR_RETURN(k->weight_,
+                           engine::Weight::pack({engine::TensorType::kQ4_0, q_->data(), rows_, kKernelCols, 0}));
+  return k;
+}
+
+double DecodeKernel::weight_bytes() const { return double(weight_.bytes()) * double(rows_per_call_) / double(rows_); }
+
+void DecodeKernel::run() {
+  const engine::MatmulOut o{&weight_, y_.data(), next_, next_ + rows_per_call_, 0};
+  engine::matmul_multi({&o, 1}, x_.data(), 1, pool_);
+  next_ = next_ + rows_per_call_ >= rows_ ? 0 : next_ + rows_per_call_;
+}
+
+Result<double> measure_decode_kernel_gbs(int workers, size_t bytes, int reps) {
+  if (workers < 1 || workers > 1024 || reps < 1 || bytes < (1u << 20))
+    return InvalidArgument("calibrate: workers in 1..1024, reps >= 1, at least 1 MiB");
+  LATTICE_ASSIGN_OR_RETURN(auto first, DecodeKernel::make(bytes));
+  // Each worker its own copy: separate ranks read separate memory.
+  std::vector<std::unique_ptr<DecodeKernel>> k;
+  k.push_back(std::move(first));
+  for (int t = 1; t < workers; ++t) {
+    LATTICE_ASSIGN_OR_RETURN(auto c, k[0]->copy());
+    k.push_back(std::move(c));
+  }
+  const double weight_bytes = k[0]->weight_bytes();
   double best = 0;
   for (int rep = 0; rep < reps; ++rep) {
     std::atomic<int> ready{0};
@@ -142,14 +190,13 @@ Result<double> measure_decode_kernel_gbs(int workers, size_t bytes, int reps) {
     std::vector<std::thread> ts;
     for (int t = 0; t < workers; ++t)
       ts.emplace_back([&, t] {
-        engine::ThreadPool pool(1);
-        std::vector<float> y(rows);
-        engine::matmul(w[size_t(t)], x.data(), 1, y.data(), pool);  // warm up
+        DecodeKernel& mine = *k[size_t(t)];
+        mine.run();  // warm up
         ready.fetch_add(1);
         while (ready.load() < workers) std::this_thread::yield();
         const auto t0 = Clock::now();
         constexpr int kPasses = 4;
-        for (int i = 0; i < kPasses; ++i) engine::matmul(w[size_t(t)], x.data(), 1, y.data(), pool);
+        for (int i = 0; i < kPasses; ++i) mine.run();
         gbs[size_t(t)] = kPasses * weight_bytes / seconds_since(t0) / 1e9;
       });
     for (auto& th : ts) th.join();

@@ -5,8 +5,12 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
+#include <vector>
 
 #include "lattice/core/status.h"
+#include "lattice/engine/ops/thread_pool.h"
+#include "lattice/engine/quant/matmul.h"
 
 namespace lattice::sim {
 
@@ -19,5 +23,26 @@ Result<double> measure_matmul_tflops(int threads, size_t rows, size_t cols, size
 // `workers` threads at once, each with its own weight and a pool of one, as separate ranks run it:
 // GB/s of weight each reads (the mean over the workers, best of `reps` passes).
 Result<double> measure_decode_kernel_gbs(int workers, size_t bytes, int reps);
+
+// Decode's kernel as one rank runs it between two collectives: the engine's one-token Q4_0
+// matmul, on the calling thread, over about `bytes` of a random weight (4096 columns) of about
+// `total` bytes, each call the next rows (wrapping), so that a call smaller than the caches still
+// reads memory, as a layer's weights do.
+class DecodeKernel {
+ public:
+  static Result<std::unique_ptr<DecodeKernel>> make(size_t bytes, size_t total = 0);
+  // The same weight packed again: its own memory, as another rank's.
+  Result<std::unique_ptr<DecodeKernel>> copy() const;
+  void run();  // one matvec
+  double weight_bytes() const;  // bytes one call reads
+
+ private:
+  DecodeKernel() : pool_(1) {}
+  std::shared_ptr<const std::vector<uint8_t>> q_;  // the quantized rows, shared by copies
+  size_t rows_ = 0, rows_per_call_ = 0, next_ = 0;
+  engine::Weight weight_;
+  engine::ThreadPool pool_;
+  std::vector<float> x_, y_;
+};
 
 }  // namespace lattice::sim

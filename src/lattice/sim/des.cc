@@ -32,6 +32,7 @@ Des::Des(int world, std::vector<Cable> cables)
       wire_ba_(cables_.size()),
       controller_free_(static_cast<size_t>(world) * kMaxControllers, 0),
       clock_(world, 0),
+      worked_(world, 0),
       parts_(world) {
   for (size_t c = 0; c < cables_.size(); ++c) {
     pair_cables_[cables_[c].a][cables_[c].b].push_back(static_cast<int>(c));
@@ -52,7 +53,14 @@ double Des::now() const { return *std::max_element(clock_.begin(), clock_.end())
 
 void Des::work(int r, double us, bool bandwidth_bound) {
   clock_[r] += us;
+  worked_[r] += us;
   (bandwidth_bound ? parts_[r].weights_us : parts_[r].compute_us) += us;
+}
+
+double Des::take_work(int r) {
+  const double w = worked_[r];
+  worked_[r] = 0;
+  return w;
 }
 
 void Des::barrier() {

@@ -55,6 +55,8 @@ class Des {
 
   // Rank r works for `us`, bandwidth-bound (weights) or arithmetic-bound (compute).
   void work(int r, double us, bool bandwidth_bound);
+  // What rank r worked (work()) since the last take_work(r), which starts the count again.
+  double take_work(int r);
   // Every rank's clock advances to the latest one (the time they wait is synchronisation).
   void barrier();
   // Rank r spends `us` on synchronisation of its own (an engine's per-collective cost).
@@ -95,6 +97,7 @@ class Des {
   std::vector<Wire> wire_ab_, wire_ba_;                     // each direction of each cable
   std::vector<double> controller_free_;                     // per (rank, controller) slot
   std::vector<double> clock_;
+  std::vector<double> worked_;  // work() since take_work()
   std::vector<Breakdown> parts_;
 };
 

@@ -54,12 +54,34 @@ Result<double> num(const nlohmann::json& j, const char* key, bool required, doub
   return v;
 }
 
+// j[key], if there, maps a rank count ("2") to a number in (0, most], `what` in errors; `at`
+// prefixes the key in them.
+Result<std::map<int, double>> rank_map(const nlohmann::json& j, const char* key, const std::string& at, double most,
+                                       const char* what) {
+  std::map<int, double> out;
+  auto it = j.find(key);
+  if (it == j.end()) return out;
+  const std::string where = at + key;
+  if (!it->is_object()) return InvalidArgument(where + " maps a rank count (\"2\") to a number");
+  for (auto k = it->begin(); k != it->end(); ++k) {
+    int ranks = 0;
+    const std::string& name = k.key();
+    const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), ranks);
+    if (ec != std::errc() || end != name.data() + name.size() || ranks < 2 || ranks > 4096)
+      return InvalidArgument(where + ": key '" + name + "' is not a rank count in 2..4096");
+    if (!k->is_number() || k->get<double>() <= 0 || k->get<double>() > most)
+      return InvalidArgument(where + "." + name + " must be " + what);
+    out[ranks] = k->get<double>();
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<Machine> machine_from_json(const nlohmann::json& j, const std::string& source) {
   if (!j.is_object()) return InvalidArgument(source + ": a machine file holds one JSON object");
   static const char* known[] = {"name", "source", "mem_bw_gbs", "core_bw_gbs", "cores", "compute_tflops", "memory_gb",
-                                "decode_efficiency", "prefill_efficiency", "kernel_scaling", "power_load_w", "power_idle_w", "throttles", "sustained_factor",
+                                "decode_efficiency", "prefill_efficiency", "kernel_scaling", "lockstep_scaling", "power_load_w", "power_idle_w", "throttles", "sustained_factor",
                                 "tb5_ports", "tb5_controllers", "links", "measured", "comment"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return it.key() == k; }) == std::end(known))
@@ -82,6 +104,7 @@ Result<Machine> machine_from_json(const nlohmann::json& j, const std::string& so
   LATTICE_ASSIGN_OR_RETURN(m.kernel_scaling, num(j, "kernel_scaling", false, 1, source));
   if (m.kernel_scaling <= 0 || m.kernel_scaling > 1)
     return InvalidArgument(source + ": kernel_scaling is a fraction in (0, 1]");
+  LATTICE_ASSIGN_OR_RETURN(m.lockstep_scaling, rank_map(j, "lockstep_scaling", source + ": ", 1.0, "a fraction in (0, 1]"));
   LATTICE_ASSIGN_OR_RETURN(m.power_load_w, num(j, "power_load_w", false, 0, source));
   LATTICE_ASSIGN_OR_RETURN(m.power_idle_w, num(j, "power_idle_w", false, 0, source));
   LATTICE_ASSIGN_OR_RETURN(m.sustained_factor, num(j, "sustained_factor", false, 1, source));
@@ -101,20 +124,8 @@ Result<Machine> machine_from_json(const nlohmann::json& j, const std::string& so
       MeasuredLink& ml = m.links[l.key()];
       ml.latency_us = lat;
       ml.gbytes_s = bw;
-      if (auto ar = l->find("allreduce_8k_us"); ar != l->end()) {
-        const std::string where = source + ": links." + l.key() + ".allreduce_8k_us";
-        if (!ar->is_object()) return InvalidArgument(where + " maps a rank count (\"2\") to microseconds");
-        for (auto k = ar->begin(); k != ar->end(); ++k) {
-          int ranks = 0;
-          const std::string& key = k.key();
-          const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), ranks);
-          if (ec != std::errc() || end != key.data() + key.size() || ranks < 2 || ranks > 4096)
-            return InvalidArgument(where + ": key '" + key + "' is not a rank count in 2..4096");
-          if (!k->is_number() || k->get<double>() <= 0 || k->get<double>() > 1e6)
-            return InvalidArgument(where + "." + key + " must be microseconds in (0, 1e6]");
-          ml.allreduce_us[ranks] = k->get<double>();
-        }
-      }
+      LATTICE_ASSIGN_OR_RETURN(ml.allreduce_us, rank_map(*l, "allreduce_8k_us", source + ": links." + l.key() + ".", 1e6,
+                                                         "microseconds in (0, 1e6]"));
     }
   }
   return m;
@@ -137,6 +148,7 @@ nlohmann::json machine_to_json(const Machine& m) {
                       {"sustained_factor", m.sustained_factor},
                       {"tb5_ports", m.tb5_ports},
                       {"tb5_controllers", m.tb5_controllers}};
+  for (const auto& [ranks, f] : m.lockstep_scaling) j["lockstep_scaling"][std::to_string(ranks)] = f;
   for (const auto& [k, l] : m.links) {
     j["links"][k] = {{"latency_us", l.latency_us}, {"gbytes_s", l.gbytes_s}};
     for (const auto& [ranks, us] : l.allreduce_us) j["links"][k]["allreduce_8k_us"][std::to_string(ranks)] = us;

@@ -34,6 +34,9 @@ struct Collectives {
   bool rma = false;  // every cable has passive one-sided writes (shm): lattice's landing zones
   std::mt19937* rng = nullptr;  // the engine's synchronisation draws (a fixed seed per simulation)
   double colocated_us = 0;      // every call's cost beyond the wire when the ranks share a machine
+  // Ranks in lockstep on one machine's cores (Machine::lockstep_scaling): each collective first
+  // waits (1 / lockstep - 1) x each rank's work since the previous one. 1: none.
+  double lockstep = 1;
 
   // The plans of one collective (one per rank), how many times they run (sliced all-reduce), and
   // the name of the choice.
@@ -102,6 +105,10 @@ struct Collectives {
     if (des.world() == 1) return Status::Ok();
     LATTICE_ASSIGN_OR_RETURN(Sched s, make(des, op, count, elem_bytes, root));
     if (name) *name = s.name;
+    for (int r = 0; r < des.world(); ++r) {
+      const double worked = des.take_work(r);
+      if (lockstep < 1) des.wait(r, worked * (1 / lockstep - 1));
+    }
     for (int i = 0; i < s.repeat; ++i) {
       double sync = profile->sync_us;
       if (profile->sync_jitter && sync > 0) {
@@ -407,6 +414,15 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   Collectives coll{&prof, all_rma && !cables.empty(), &sync_rng};
   LATTICE_ASSIGN_OR_RETURN(Colocated colo, colocated_cost(prof, ranks, chosen, rank_of, coll));
   coll.colocated_us = colo.extra_us;
+  // Ranks that meet at every collective, each on cores of its own, on one machine whose file
+  // measured that many in lockstep.
+  if (L.mode != Mode::kPipeline && W > 1 && sharers.size() == 1) {
+    const Machine& m = ranks[0].machine;
+    const auto it = m.lockstep_scaling.find(W);
+    bool same = true;
+    for (const Rank& k : ranks) same = same && k.machine.name == m.name;
+    if (same && it != m.lockstep_scaling.end() && (m.cores <= 0 || W * o.threads <= m.cores)) coll.lockstep = it->second;
+  }
   Runner run(shape, L, ranks, prof, coll);
 
   // Pipeline stages follow the route through the cables, as `run --parallel pp` places them.
@@ -422,6 +438,7 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   SimResult R;
   R.colocated_allreduce_us = colo.measured_us;
   R.colocated_sync_us = colo.extra_us;
+  R.lockstep_scaling = coll.lockstep;
   R.model = shape.name;
   R.engine = prof.name;
   R.why = L.why;

@@ -64,6 +64,9 @@ struct SimResult {
   // Ranks sharing one machine whose file measured their all-reduce (Machine::links[..]
   // .allreduce_us): that 8 KiB call, and what each collective costs beyond the wire model.
   double colocated_allreduce_us = 0, colocated_sync_us = 0;
+  // Ranks in lockstep on one machine (Machine::lockstep_scaling) keep this of their speed: the
+  // rest is charged as synchronisation at each collective. 1: not charged.
+  double lockstep_scaling = 1;
   double decode_tok_s = 0, prefill_tok_s = 0, ttft_ms = 0, token_ms = 0;
   double model_bytes = 0, bytes_per_token = 0;
   double energy_j_per_token = 0;

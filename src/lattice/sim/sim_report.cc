@@ -33,6 +33,7 @@ nlohmann::json to_json(const SimResult& r) {
                       {"allreduce", r.allreduce},
                       {"colocated_allreduce_us", r.colocated_allreduce_us},
                       {"colocated_sync_us", r.colocated_sync_us},
+                      {"lockstep_scaling", r.lockstep_scaling},
                       {"decode_tok_s", r.decode_tok_s},
                       {"prefill_tok_s", r.prefill_tok_s},
                       {"ttft_ms", r.ttft_ms},
@@ -79,6 +80,9 @@ std::string render_text(const SimResult& r) {
   if (r.colocated_allreduce_us > 0)
     s += fmt("ranks on one machine: its measured %.1f us a small all-reduce", r.colocated_allreduce_us) +
          fmt(" adds %.1f us a collective to the wire model (sync)\n", r.colocated_sync_us);
+  if (r.lockstep_scaling < 1)
+    s += "ranks in lockstep on one machine: each segment waits for its slowest rank, " +
+         fmt("%.1f%% of the work before each collective (sync)\n", 100 / r.lockstep_scaling - 100);
   s += fmt("decode  %.1f tok/s", r.decode_tok_s) + fmt(" (%.2f ms a token)", r.token_ms) +
        fmt("   prefill %.0f tok/s", r.prefill_tok_s) + fmt("   time to first token %.0f ms", r.ttft_ms) +
        fmt("   %.2f J/token\n", r.energy_j_per_token);
