@@ -6,7 +6,7 @@
 # One calibration of the machine (`lattice sim --calibrate`: bandwidth, matmul, links) serves every
 # row; each model's engine efficiencies are fitted to its own one-rank run (`sim --calibrate-from`),
 # so the 2-4 rank rows come from the link, schedule and placement models alone. Prints one table per
-# model: measured decode and prefill tok/s (best of REPS), predicted, error, and the bound
+# model: measured decode and prefill tok/s (the median of REPS), predicted, error, and the bound
 # (+-10% at 2 ranks, +-20% at 3-4). The default models are written by `lattice make-model` when
 # missing (the shapes of bench/engine_vs_llamacpp.sh and bench/ep_vs_single.sh, seed 1).
 # Each row is calibrated beside it (ADJACENT=1, the default: a one-rank run alternating with the

@@ -84,9 +84,20 @@ def topology(work, n, provider, machine, a):
     return path
 
 
+def median_run(ms):
+    """(decode tok/s, prefill tok/s, JSON) runs -> the median decode (and its run's JSON), the median
+    prefill. The median, not the best: a row of 2-4 rank processes is as slow as its slowest core at
+    each moment, a one-rank run as its one core, so the best of a few runs favours the one-rank
+    runs (session 17: every pipeline row read 3-16% below the best one-rank run beside it, where a
+    quiet pair read the two alike)."""
+    by_decode = sorted(ms, key=lambda m: m[0])
+    mid = by_decode[len(ms) // 2]
+    return mid[0], sorted(m[1] for m in ms)[len(ms) // 2], mid[2]
+
+
 def measure(lattice, target, prompt, n, mode, prov, a, reps=None):
-    """Best of --reps runs: (decode tok/s, prefill tok/s, the best decode run's JSON)."""
-    best = best_pp = None
+    """The median of --reps runs: (decode tok/s, prefill tok/s, the median decode run's JSON)."""
+    runs = []
     for _ in range(reps or a.reps):
         cmd = one_rank_cmd(lattice, target, prompt, a)[:-4]
         if n > 1:
@@ -98,36 +109,29 @@ def measure(lattice, target, prompt, n, mode, prov, a, reps=None):
             # read both at 15.9 / 15.3 tok/s on one thread: not reproduced.)
             cmd += ["--nodes", "1", "--provider", "shm"]
         j = json.loads(sh(cmd))
-        if best is None or j["decode_tok_s"] > best["decode_tok_s"]:
-            best = j
-        best_pp = j["prefill_tok_s"] if best_pp is None else max(best_pp, j["prefill_tok_s"])
-    return best["decode_tok_s"], best_pp, best
+        runs.append((j["decode_tok_s"], j["prefill_tok_s"], j))
+    return median_run(runs)
 
 
 def adjacent(lattice, work, target, label, machine, prompt, n, mode, prov, a):
     """--adjacent: the row's own calibration point, measured beside it. The one-rank run and the
-    row alternate --reps times (best of each), then, for tensor parallel, the co-run scaling is
-    taken again: a host whose speed drifts within minutes (docs/SIM.md, session 15: one rank at
+    row alternate --reps times (the median of each), then, for tensor parallel, the co-run scaling
+    is taken again: a host whose speed drifts within minutes (docs/SIM.md, session 15: one rank at
     32-46 tok/s minutes apart) leaves a calibration from the table's start stale by its row.
     Returns (measured row, one-rank JSON file, machine file)."""
     ones, runs = [], []
     for _ in range(a.reps):
         ones.append(measure(lattice, target, prompt, 1, "-", "-", a, reps=1))
         runs.append(measure(lattice, target, prompt, n, mode, prov, a, reps=1))
-
-    def best(ms):  # as measure(): the best decode (and its JSON), the best prefill
-        top = max(ms, key=lambda m: m[0])
-        return top[0], max(m[1] for m in ms), top[2]
-
-    one_best, row_best = best(ones), best(runs)
+    one_mid, row_mid = median_run(ones), median_run(runs)
     tag = f"{label}-{n}-{mode}-{prov}"
     one_rank = os.path.join(work, f"one-rank-{tag}.json")
     with open(one_rank, "w") as f:
-        json.dump(dict(one_best[2], prefill_tok_s=one_best[1]), f)
-    machine, _ = raise_machine(lattice, work, target, machine, one_best[0], f"this-machine-raised-{tag}.json")
+        json.dump(dict(one_mid[2], prefill_tok_s=one_mid[1]), f)
+    machine, _ = raise_machine(lattice, work, target, machine, one_mid[0], f"this-machine-raised-{tag}.json")
     if mode == "tp":
-        machine, _ = co_run_scaling(lattice, work, target, prompt, machine, one_best[2], a, f"this-machine-corun-{tag}.json")
-    return row_best, one_rank, machine
+        machine, _ = co_run_scaling(lattice, work, target, prompt, machine, one_mid[2], a, f"this-machine-corun-{tag}.json")
+    return row_mid, one_rank, machine
 
 
 def one(lattice, work, target, label, machine, prompt, n, mode, prov, a, one_rank, measured=None):
@@ -247,9 +251,9 @@ def main():
         sh([lattice, "sim", "--calibrate", "-o", machine] + (["--quick"] if a.quick else []))
     rows = []
     prompt = "The quick brown fox jumps over the lazy dog and keeps running far away"
-    # The calibration point: this model on one rank (best of --reps, and of at least 3: every
-    # other row inherits it, and a lone cold run read 9.4 tok/s where two pipeline stages of the
-    # same file read 35), the same `run` as every other row; its row of the table is this.
+    # The calibration point: this model on one rank (the median of --reps, and of at least 3:
+    # every other row inherits it, and a lone cold run read 9.4 tok/s where two pipeline stages of
+    # the same file read 35), the same `run` as every other row; its row of the table is this.
     m1 = measure(lattice, target, prompt, 1, "-", "-", a, reps=max(3, a.reps))
     one_rank = os.path.join(work, f"one-rank-{label}.json")
     with open(one_rank, "w") as f:
@@ -281,6 +285,10 @@ def main():
           f"prefill {eff.get('prefill_efficiency') or 0:.3f} of compute")
     if scaling:
         print(f"this model's decode step on both cores at once: {scaling:.3f} of alone (kernel_scaling of the machine copy)")
+    lockstep = json.load(open(machine)).get("lockstep_scaling") or {}
+    if lockstep:
+        print("ranks in lockstep (sim --calibrate, bench coll --work): " +
+              ", ".join(f"{k} ranks {v:.3f}" for k, v in sorted(lockstep.items())))
     if raised:
         print(f"(the machine file read slower than the one-rank run: its read rates raised to the {raised:.1f} GB/s "
               "that run read; a loaded machine)")
