@@ -446,6 +446,23 @@ TEST(Machine, MeasuredAllReduceOfColocatedRanks) {
   EXPECT_NE(bad(nlohmann::json::array({3.0})).find("maps a rank count"), std::string::npos);
 }
 
+// n hosts of `machine`, a full mesh of shm links: at one address (ranks sharing a machine) or
+// one address each (apart).
+cluster::Topology shm_mesh(const char* machine, bool apart, int n) {
+  nlohmann::json j = {{"version", 1}, {"hosts", nlohmann::json::array()}, {"links", nlohmann::json::array()}};
+  for (int i = 0; i < n; ++i)
+    j["hosts"].push_back({{"name", "r" + std::to_string(i)},
+                          {"address", (apart ? "10.0.0." + std::to_string(i + 1) : std::string("127.0.0.1")) + ":" +
+                                          std::to_string(7100 + i)},
+                          {"machine", machine}});
+  for (int i = 0; i < n; ++i)
+    for (int k = i + 1; k < n; ++k)
+      j["links"].push_back({{"a", "r" + std::to_string(i)}, {"b", "r" + std::to_string(k)}, {"provider", "shm"}});
+  auto t = cluster::parse_topology(j.dump(), "t.json");
+  EXPECT_TRUE(t.ok()) << t.status().to_string();
+  return t.ok() ? *t : cluster::Topology{};
+}
+
 TEST(Machine, LockstepScalingRoundTripsAndRejectsWhatIsNotAFraction) {
   Machine m = two_core_cpu();
   m.lockstep_scaling = {{2, 0.9}};
@@ -474,26 +491,12 @@ TEST(Sim, LockstepRanksWaitForEachSegmentsSlowest) {
   const std::string dir = testing::scratch_dir("lockstep");
   std::ofstream(dir + "/cpu.json") << machine_to_json(m).dump();
   std::ofstream(dir + "/bare.json") << machine_to_json(two_core_cpu()).dump();
-  auto topo = [&](const char* machine, bool apart, int n) {
-    nlohmann::json j = {{"version", 1}, {"hosts", nlohmann::json::array()}, {"links", nlohmann::json::array()}};
-    for (int i = 0; i < n; ++i)
-      j["hosts"].push_back({{"name", "r" + std::to_string(i)},
-                            {"address", (apart ? "10.0.0." + std::to_string(i + 1) : std::string("127.0.0.1")) + ":" +
-                                            std::to_string(7100 + i)},
-                            {"machine", machine}});
-    for (int i = 0; i < n; ++i)
-      for (int k = i + 1; k < n; ++k)
-        j["links"].push_back({{"a", "r" + std::to_string(i)}, {"b", "r" + std::to_string(k)}, {"provider", "shm"}});
-    auto t = cluster::parse_topology(j.dump(), "t.json");
-    EXPECT_TRUE(t.ok()) << t.status().to_string();
-    return *t;
-  };
   SimOptions o;
   o.base_dir = dir;
   o.mode = Mode::kTensor;
   const auto shape = *shape_preset("llama-1.1b-q4");
-  auto with = simulate(shape, topo("cpu.json", false, 2), o);
-  auto without = simulate(shape, topo("bare.json", false, 2), o);
+  auto with = simulate(shape, shm_mesh("cpu.json", false, 2), o);
+  auto without = simulate(shape, shm_mesh("bare.json", false, 2), o);
   ASSERT_TRUE(with.ok()) << with.status().to_string();
   ASSERT_TRUE(without.ok()) << without.status().to_string();
   EXPECT_DOUBLE_EQ(with->lockstep_scaling, 0.8);
@@ -507,14 +510,14 @@ TEST(Sim, LockstepRanksWaitForEachSegmentsSlowest) {
   EXPECT_LE(charged, 0.25 * work * 1.0001);
   EXPECT_GT(with->token_ms, without->token_ms * 1.15);
   o.mode = Mode::kPipeline;
-  auto pp = simulate(shape, topo("cpu.json", false, 2), o);
+  auto pp = simulate(shape, shm_mesh("cpu.json", false, 2), o);
   ASSERT_TRUE(pp.ok());
   EXPECT_DOUBLE_EQ(pp->lockstep_scaling, 1.0);
   o.mode = Mode::kTensor;
-  auto apart = simulate(shape, topo("cpu.json", true, 2), o);
+  auto apart = simulate(shape, shm_mesh("cpu.json", true, 2), o);
   ASSERT_TRUE(apart.ok());
   EXPECT_DOUBLE_EQ(apart->lockstep_scaling, 1.0);
-  auto four = simulate(shape, topo("cpu.json", false, 4), o);  // beyond the cores, and not measured
+  auto four = simulate(shape, shm_mesh("cpu.json", false, 4), o);  // beyond the cores, and not measured
   ASSERT_TRUE(four.ok());
   EXPECT_DOUBLE_EQ(four->lockstep_scaling, 1.0);
 }
@@ -530,26 +533,12 @@ TEST(Sim, ColocatedRanksPayTheirMeasuredAllReduce) {
   Machine bare = m;
   bare.links["shm"].allreduce_us.clear();
   std::ofstream(dir + "/bare.json") << machine_to_json(bare).dump();
-  auto topo = [&](const char* machine, bool apart, int n) {
-    nlohmann::json j = {{"version", 1}, {"hosts", nlohmann::json::array()}, {"links", nlohmann::json::array()}};
-    for (int i = 0; i < n; ++i)
-      j["hosts"].push_back({{"name", "r" + std::to_string(i)},
-                            {"address", (apart ? "10.0.0." + std::to_string(i + 1) : std::string("127.0.0.1")) + ":" +
-                                            std::to_string(7100 + i)},
-                            {"machine", machine}});
-    for (int i = 0; i < n; ++i)
-      for (int k = i + 1; k < n; ++k)
-        j["links"].push_back({{"a", "r" + std::to_string(i)}, {"b", "r" + std::to_string(k)}, {"provider", "shm"}});
-    auto t = cluster::parse_topology(j.dump(), "t.json");
-    EXPECT_TRUE(t.ok()) << t.status().to_string();
-    return *t;
-  };
   SimOptions o;
   o.base_dir = dir;
   o.mode = Mode::kTensor;
   const auto shape = *shape_preset("llama-1.1b-q4");
-  auto with = simulate(shape, topo("cpu.json", false, 4), o);
-  auto without = simulate(shape, topo("bare.json", false, 4), o);
+  auto with = simulate(shape, shm_mesh("cpu.json", false, 4), o);
+  auto without = simulate(shape, shm_mesh("bare.json", false, 4), o);
   ASSERT_TRUE(with.ok()) << with.status().to_string();
   ASSERT_TRUE(without.ok()) << without.status().to_string();
   EXPECT_DOUBLE_EQ(with->colocated_allreduce_us, 40.0);
@@ -563,15 +552,15 @@ TEST(Sim, ColocatedRanksPayTheirMeasuredAllReduce) {
   EXPECT_NEAR(with->token.weights_us, without->token.weights_us, 1e-6);
   EXPECT_GT(with->token_ms, without->token_ms);
   // Three ranks: not measured at that count, so nothing is added.
-  auto three = simulate(shape, topo("cpu.json", false, 3), o);
+  auto three = simulate(shape, shm_mesh("cpu.json", false, 3), o);
   ASSERT_TRUE(three.ok());
   EXPECT_EQ(three->colocated_sync_us, 0.0);
   // Apart (one machine each), or another engine's profile: the measurement does not apply.
-  auto apart = simulate(shape, topo("cpu.json", true, 4), o);
+  auto apart = simulate(shape, shm_mesh("cpu.json", true, 4), o);
   ASSERT_TRUE(apart.ok());
   EXPECT_EQ(apart->colocated_sync_us, 0.0);
   o.engine = "mlx";
-  auto mlx = simulate(shape, topo("cpu.json", false, 4), o);
+  auto mlx = simulate(shape, shm_mesh("cpu.json", false, 4), o);
   ASSERT_TRUE(mlx.ok()) << mlx.status().to_string();
   EXPECT_EQ(mlx->colocated_sync_us, 0.0);
 }
