@@ -106,11 +106,22 @@ TEST_F(EngineLoopTest, ConcurrentJobsGetWhatTheyGetAlone) {
   EXPECT_EQ(s.tokens_generated, 2u * n * 12);
 }
 
+// The first job's sink holds the engine's thread at its first piece until the test opens the gate,
+// so neither job can end before the third is submitted and the cancel is queued (a tiny model
+// decodes 100 tokens in a few milliseconds: a test thread descheduled that long between the
+// submits saw the bound free again, CI at b026a2d).
 TEST_F(EngineLoopTest, TheBoundRefusesAndCancelEnds) {
   auto loop = start(2);
   ASSERT_TRUE(loop);
   Done a, b, c;
-  ASSERT_TRUE(loop->submit(request("long one", 100), sink(&a)).ok());
+  std::promise<void> open;
+  std::shared_future<void> gate = open.get_future().share();
+  JobSink held = sink(&a);
+  held.on_piece = [&a, gate](std::string_view p) {
+    (void)gate.wait_for(30s);
+    a.streamed += p;
+  };
+  ASSERT_TRUE(loop->submit(request("long one", 100), std::move(held)).ok());
   auto idb = loop->submit(request("long two", 100), sink(&b));
   ASSERT_TRUE(idb.ok());
   auto refused = loop->submit(request("three"), sink(&c));
@@ -119,6 +130,7 @@ TEST_F(EngineLoopTest, TheBoundRefusesAndCancelEnds) {
   EXPECT_EQ(c.n_done.load(), 0);  // a refused job's sink is never called
   loop->cancel(*idb);
   loop->cancel(9999);  // unknown: ignored
+  open.set_value();
   auto rb = wait(b);
   ASSERT_TRUE(rb.ok());
   EXPECT_EQ(rb->stop_reason, "cancelled");
