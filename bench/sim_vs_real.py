@@ -189,7 +189,9 @@ def co_run_scaling(lattice, work, target, prompt, machine, alone, a, name="this-
     ratios.sort()
     scaling = max(0.05, min(1.0, ratios[len(ratios) // 2]))
     m["kernel_scaling"] = scaling
-    m["source"] = m.get("source", "") + f"; kernel_scaling {scaling:.3f}: the median over {len(ratios)} pairs of the slower of two copies of this model's decode on both cores at once, against a run alone beside it"
+    # A machine copy made by an earlier co-run (a row's, from the table's) says so once, not twice.
+    kept = [c for c in m.get("source", "").split("; ") if not c.startswith("kernel_scaling")]
+    m["source"] = "; ".join(kept) + f"; kernel_scaling {scaling:.3f}: the median over {len(ratios)} pairs of the slower of two copies of this model's decode on both cores at once, against a run alone beside it"
     out = os.path.join(work, name)
     with open(out, "w") as f:
         json.dump(m, f, indent=2)

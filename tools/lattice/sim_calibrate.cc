@@ -109,6 +109,19 @@ Result<sim::MeasuredLink> measure_link(const std::string& provider, bool quick) 
   return m;
 }
 
+// The JSON rows of `bench coll --procs --json` (each after the launcher's "[rank 0] ").
+std::vector<nlohmann::json> coll_rows(const std::string& out) {
+  std::vector<nlohmann::json> rows;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    const size_t brace = line.find('{');
+    if (brace == std::string::npos) continue;
+    auto j = nlohmann::json::parse(line.substr(brace), nullptr, false);
+    if (!j.is_discarded() && j.is_object()) rows.push_back(std::move(j));
+  }
+  return rows;
+}
+
 // A small all-reduce (8 KiB of f32) among `ranks` rank processes of this binary over `provider`,
 // back to back: bench coll's median microseconds a call.
 Result<double> measure_allreduce(const std::string& provider, int ranks, bool quick) {
@@ -117,14 +130,8 @@ Result<double> measure_allreduce(const std::string& provider, int ranks, bool qu
                                         "--provider", provider, "--op", "all_reduce", "-b", "8K", "-e", "8K", "--iters",
                                         quick ? "100" : "300", "--timeout", "30", "--json"},
                                        90));
-  std::istringstream in(out);
-  std::string line;
-  while (std::getline(in, line)) {
-    const size_t brace = line.find('{');  // after the launcher's "[rank 0] "
-    if (brace == std::string::npos) continue;
-    auto j = nlohmann::json::parse(line.substr(brace), nullptr, false);
-    if (j.is_discarded() || !j.is_object() || j.value("bytes", 0.0) != 8192) continue;
-    const double us = j.value("time_us_median", 0.0);
+  for (const auto& j : coll_rows(out)) {
+    const double us = j.value("bytes", 0.0) == 8192 ? j.value("time_us_median", 0.0) : 0.0;
     if (us > 0) return us;
   }
   return IoError("bench coll --procs -n " + std::to_string(ranks) + " --provider " + provider +
@@ -140,13 +147,7 @@ Result<double> measure_lockstep(int ranks, const std::string& work, double call_
                                         "--provider", "shm", "--op", "all_reduce", "-b", "8K", "-e", "8K", "--iters",
                                         quick ? "400" : "1600", "--work", work, "--timeout", "30", "--json"},
                                        120));
-  std::istringstream in(out);
-  std::string line;
-  while (std::getline(in, line)) {
-    const size_t brace = line.find('{');
-    if (brace == std::string::npos) continue;
-    auto j = nlohmann::json::parse(line.substr(brace), nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("step_us_mean")) continue;
+  for (const auto& j : coll_rows(out)) {
     const double w = j.value("work_us_mean", 0.0), step = j.value("step_us_mean", 0.0) - call_us;
     if (w > 0 && step > 0) return std::clamp(w / step, 0.05, 1.0);
   }

@@ -157,7 +157,7 @@ Result<std::unique_ptr<DecodeKernel>> DecodeKernel::copy() const {
   k->rows_ = rows_;
   k->rows_per_call_ = rows_per_call_;
   k->x_ = x_;
-  k->y_.resize(rows_);
+  k->y_.resize(rows_per_call_);
   LATTICE_ASSIGN_OR_RETURN(k->weight_,
                            engine::Weight::pack({engine::TensorType::kQ4_0, q_->data(), rows_, kKernelCols, 0}));
   return k;

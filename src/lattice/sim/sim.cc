@@ -277,6 +277,13 @@ class Runner {
   const Collectives& coll_;
 };
 
+// Every rank at one address, on the same machine file: ranks sharing one machine.
+bool one_machine(const std::vector<Rank>& ranks) {
+  for (const Rank& k : ranks)
+    if (k.phys != ranks[0].phys || k.machine.name != ranks[0].machine.name) return false;
+  return true;
+}
+
 // Ranks of lattice's engine all on one machine, joined by one provider whose all-reduce among
 // that many ranks the machine file measured (MeasuredLink::allreduce_us): the measured call less
 // what the wire model gives the same call over the provider's measured figures (the carrier, not
@@ -291,9 +298,7 @@ Result<Colocated> colocated_cost(const EngineProfile& prof, const std::vector<Ra
                                  const Collectives& coll) {
   Colocated out;
   const int W = static_cast<int>(ranks.size());
-  if (prof.comm != CommStyle::kLattice || W < 2 || chosen.empty()) return out;
-  for (const Rank& k : ranks)
-    if (k.phys != ranks[0].phys || k.machine.name != ranks[0].machine.name) return out;
+  if (prof.comm != CommStyle::kLattice || W < 2 || chosen.empty() || !one_machine(ranks)) return out;
   const cluster::LinkProvider provider = chosen[0]->provider;
   for (const cluster::Link* l : chosen)
     if (l->provider != provider) return out;
@@ -416,12 +421,10 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   coll.colocated_us = colo.extra_us;
   // Ranks that meet at every collective, each on cores of its own, on one machine whose file
   // measured that many in lockstep.
-  if (L.mode != Mode::kPipeline && W > 1 && sharers.size() == 1) {
+  if (L.mode != Mode::kPipeline && W > 1 && one_machine(ranks)) {
     const Machine& m = ranks[0].machine;
     const auto it = m.lockstep_scaling.find(W);
-    bool same = true;
-    for (const Rank& k : ranks) same = same && k.machine.name == m.name;
-    if (same && it != m.lockstep_scaling.end() && (m.cores <= 0 || W * o.threads <= m.cores)) coll.lockstep = it->second;
+    if (it != m.lockstep_scaling.end() && (m.cores <= 0 || W * o.threads <= m.cores)) coll.lockstep = it->second;
   }
   Runner run(shape, L, ranks, prof, coll);
 
