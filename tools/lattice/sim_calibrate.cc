@@ -287,14 +287,16 @@ int run_calibrate(const CalibrateArgs& a) {
   }
   // Ranks in lockstep on cores of their own: each segment waits for its slowest rank. Decode's
   // kernel over 2 and 8 MiB between the calls (a 1.1B Llama's attention and FFN shares at 2
-  // ranks); the median of 3 starts each (1 with --quick), the mean of the two sizes.
-  for (int k = 2; k <= cores; ++k) {
+  // ranks); the median of 3 starts each (1 with --quick), the mean of the two sizes. Up to the
+  // rank counts whose back-to-back call was measured above (a machine of more cores than that
+  // stops there).
+  for (int k = 2; k <= std::min(cores, most_ranks); ++k) {
     double sum = 0;
     const char* sizes[] = {"2M", "8M"};
     for (const char* w : sizes) {
       std::vector<double> runs;
       for (int i = 0; i < (a.quick ? 1 : 3); ++i) {
-        auto f = measure_lockstep(k, w, m.links["shm"].allreduce_us[k], a.quick);
+        auto f = measure_lockstep(k, w, m.links.at("shm").allreduce_us.at(k), a.quick);
         if (!f.ok()) return fail(f.status().to_string());
         runs.push_back(*f);
       }

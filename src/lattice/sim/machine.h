@@ -45,7 +45,7 @@ struct Machine {
   double kernel_scaling = 1;
   // Ranks of this machine that meet at every collective (tensor and expert parallel, each rank on
   // cores of its own) wait at each for that segment's slowest rank, and which rank is slowest
-  // changes from one segment to the next: keyed by rank count (2..cores), the slower rank's mean
+  // changes from one segment to the next: keyed by rank count (2..cores, at most 8), the slower rank's mean
   // segment over the lockstep step less the collective (`sim --calibrate`: `bench coll --work`,
   // decode's kernel between all-reduces). The simulator charges each collective (1 / this - 1)
   // times the work before it as synchronisation. Not measured: none.
