@@ -44,6 +44,15 @@ struct VerbsApi {
   int (*post_send)(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) = nullptr;
   int (*post_recv)(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) = nullptr;
   int (*poll_cq)(ibv_cq* cq, int n, ibv_wc* wc) = nullptr;
+  // Blocking for an idle progress thread (optional; null: the provider naps and polls).
+  // wait_cq sleeps until the CQ may have work to poll, wake_cq is called, or timeout_ns
+  // passed; it returns 0 and the caller polls. wake_cq ends a wait from another thread (or makes
+  // the next one return at once). The emulator fills them (a futex doorbell in each QP's
+  // segment). For the system library they would be a completion channel
+  // (ibv_req_notify_cq, ibv_get_cq_event) polled with an eventfd for the local wake: not
+  // built, since this machine has no RDMA device to prove it on; hardware providers still nap.
+  int (*wait_cq)(ibv_cq* cq, int64_t timeout_ns) = nullptr;
+  int (*wake_cq)(ibv_cq* cq) = nullptr;
   const char* (*wc_status_str)(ibv_wc_status status) = nullptr;
 };
 

@@ -134,6 +134,12 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
 
   // Copies accepted chunks, in order, into the posted user receives.
   bool deliver_held(Clock::time_point now);
+  // Wakes whoever waits for this endpoint: cv_'s waiters, and the progress thread if it sleeps
+  // in the device (VerbsApi::wait_cq). Every change a poster makes goes through it.
+  void kick_locked();
+  // When the progress thread must look again though nothing arrives: the nearest of the
+  // hello, heartbeat, retransmission, nack and liveness times; 10 ms at most.
+  Clock::time_point next_timer_locked(Clock::time_point now) const;
 
   std::shared_ptr<Device> dev_;
   const VerbsApi& api_;
@@ -155,6 +161,7 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
   bool stop_ = false;
   bool attached_ = false;
   bool caller_progress_ = false;  // a poller progressed us: the progress thread may nap
+  bool device_waiting_ = false;   // the progress thread sleeps in wait_cq (mu_ released)
   State state_ = kIdle;
   Status error_;
   AddressBlob peer_{};

@@ -6,6 +6,10 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
 
 #include <atomic>
 #include <cerrno>
@@ -77,7 +81,14 @@ struct Segment {
   uint32_t qpn;
   uint32_t pid;
   std::atomic<uint32_t> alive;
-  uint32_t pad;
+  // The doorbell (wait_cq): bumped by whoever changed what the owner may be waiting for (the
+  // peer publishing into this segment, or freeing credit or ring space the owner's sends
+  // wait for; a local wake_cq), and a futex the owner sleeps on while `sleepers` is nonzero.
+  std::atomic<uint32_t> bell;
+  std::atomic<uint32_t> sleepers;
+  // Set by the peer when this segment had no credit or ring space for it: the owner rings the
+  // peer's bell when it posts a receive or consumes a message, then clears it.
+  std::atomic<uint32_t> writer_blocked;
   std::atomic<uint64_t> recv_posted;
   std::atomic<uint64_t> msgs_written;  // every descriptor
   std::atomic<uint64_t> msgs_read;
@@ -184,6 +195,7 @@ struct Qp {
 struct Cq {
   ibv_cq base;
   Context* ctx;
+  std::atomic<bool> wake_pending{false};  // wake_cq came: the next wait_cq returns at once
   std::deque<ibv_wc> q;
   std::vector<Qp*> qps;
 };
@@ -193,6 +205,24 @@ Context* ctx_of(ibv_context* c) { return reinterpret_cast<Context*>(c); }
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
 }
+// Rings a segment's doorbell (Segment::bell): a shared (not process-private) futex, since
+// the owner sleeping on it is usually another process.
+void ring(Segment* seg) {
+  if (seg == nullptr) return;
+  seg->bell.fetch_add(1, std::memory_order_seq_cst);
+#ifdef __linux__
+  if (seg->sleepers.load(std::memory_order_seq_cst) != 0)
+    ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&seg->bell), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+#endif
+}
+
+// The owner of `mine` posted receives or consumed messages: wakes the peer if its sends were
+// waiting for that (Segment::writer_blocked).
+void unblock_writer(Segment* mine, Segment* peer) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // the counters' stores before the flag's load
+  if (mine->writer_blocked.load(std::memory_order_relaxed) != 0 && mine->writer_blocked.exchange(0) != 0) ring(peer);
+}
+
 uint32_t frames_of(uint64_t bytes) { return bytes == 0 ? 1 : static_cast<uint32_t>((bytes + kFrame - 1) / kFrame); }
 
 bool timed(const Faults& f) { return f.latency_us > 0 || f.gbytes_s > 0; }
@@ -295,6 +325,7 @@ void flush_held(Qp* qp) {
   tsan::release(qp->peer_key);
   peer->frames_head.store(peer->frames_head.load(std::memory_order_relaxed) + frames_for(h), std::memory_order_relaxed);
   peer->msgs_written.store(peer->msgs_written.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  ring(peer);
   qp->held.clear();
   qp->held_state = 0;
 }
@@ -353,7 +384,13 @@ void progress_sends(Qp* qp) {
     if (reorder) {
       // Held back: it goes out after the next message (its completion fires now, as UC's would).
     } else if (!drop) {
-      if (!publish(qp, s, copies, &flags)) return;  // wait for credit or ring space
+      if (!publish(qp, s, copies, &flags)) {
+        // Wait for credit or ring space: the peer rings us once it frees some (then clears the
+        // flag); the retry after setting it closes the race with a free just before.
+        qp->peer->writer_blocked.store(1, std::memory_order_seq_cst);
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        if (!publish(qp, s, copies, &flags)) return;
+      }
       Segment* peer = qp->peer;
       uint64_t written = peer->msgs_written.load(std::memory_order_relaxed);
       if (hits(ctx->faults.corrupt_frame) && s.length > 0) {
@@ -373,6 +410,7 @@ void progress_sends(Qp* qp) {
       peer->frames_head.store(peer->frames_head.load(std::memory_order_relaxed) + static_cast<uint64_t>(nf) * copies,
                               std::memory_order_relaxed);
       peer->msgs_written.store(written + copies, std::memory_order_release);
+      ring(peer);
     } else {
       ctx->stats.dropped++;
     }
@@ -415,9 +453,17 @@ bool serve_request(Qp* qp, const Desc& d) {
   uint32_t resp_bytes = d.op == kOpRead ? d.bytes : (d.op == kOpFetchAdd || d.op == kOpCompareSwap) ? 8 : 0;
   uint32_t nf = static_cast<uint32_t>((uint64_t{resp_bytes} + kFrame - 1) / kFrame);
   uint64_t written = peer->msgs_written.load(std::memory_order_relaxed);
-  if (written + 1 - peer->msgs_read.load(std::memory_order_acquire) >= kDescRing) return false;
+  auto full = [&] {
+    return written + 1 - peer->msgs_read.load(std::memory_order_acquire) >= kDescRing ||
+           peer->frames_head.load(std::memory_order_relaxed) + nf - peer->frames_tail.load(std::memory_order_acquire) >
+               kRingFrames;
+  };
+  if (full()) {
+    peer->writer_blocked.store(1, std::memory_order_seq_cst);  // as progress_sends does
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (full()) return false;
+  }
   uint64_t head = peer->frames_head.load(std::memory_order_relaxed);
-  if (head + nf - peer->frames_tail.load(std::memory_order_acquire) > kRingFrames) return false;
   tsan::acquire(qp->peer_key);
   Mr* mr = nullptr;
   for (Mr* m : qp->ctx->mrs)
@@ -460,22 +506,24 @@ bool serve_request(Qp* qp, const Desc& d) {
   tsan::release(qp->peer_key);
   peer->frames_head.store(head + nf, std::memory_order_relaxed);
   peer->msgs_written.store(written + 1, std::memory_order_release);
+  ring(peer);
   return true;
 }
 
 // Drains the QP's segment in order: sends into posted receives, RC requests served, responses
-// completing our requests. Caller holds ctx->mu.
-void progress_recvs(Qp* qp) {
+// completing our requests. True when it consumed any (ring space freed). Caller holds ctx->mu.
+bool drain_recvs(Qp* qp) {
   Segment* seg = qp->mine;
-  if (seg == nullptr || qp->ctx->port_dead) return;
+  if (seg == nullptr || qp->ctx->port_dead) return false;
+  bool consumed = false;
   while (true) {
     uint64_t read = seg->msgs_read.load(std::memory_order_relaxed);
-    if (read == seg->msgs_written.load(std::memory_order_acquire)) return;
+    if (read == seg->msgs_written.load(std::memory_order_acquire)) return consumed;
     tsan::acquire(qp->mine_key);
     const Desc& d = seg->desc[read % kDescRing];
-    if (d.deliver_after_ns != 0 && now_ns() < d.deliver_after_ns) return;
+    if (d.deliver_after_ns != 0 && now_ns() < d.deliver_after_ns) return consumed;
     if (d.op == kOpSend) {
-      if (qp->rq.empty()) return;
+      if (qp->rq.empty()) return consumed;
       PostedRecv r = qp->rq.front();
       qp->rq.pop_front();
       ibv_wc_status st = IBV_WC_SUCCESS;
@@ -496,12 +544,18 @@ void progress_recvs(Qp* qp) {
         push_wc(qp->scq, a.wr_id, st, wc_opcode(a.op), st == IBV_WC_SUCCESS ? a.length : 0, qp->base.qp_num);
       }
     } else if (qp->base.qp_type == IBV_QPT_RC) {
-      if (!serve_request(qp, d)) return;  // response ring full: later
+      if (!serve_request(qp, d)) return consumed;  // response ring full: later
     }
     tsan::release(qp->mine_key);
     seg->frames_tail.store(seg->frames_tail.load(std::memory_order_relaxed) + d.n_frames, std::memory_order_release);
     seg->msgs_read.store(read + 1, std::memory_order_release);
+    consumed = true;
   }
+}
+
+// Drains the segment; wakes the peer if its sends waited for the ring space that freed.
+void progress_recvs(Qp* qp) {
+  if (drain_recvs(qp)) unblock_writer(qp->mine, qp->peer);
 }
 
 // LATTICE_VERBS_EMU_FAULT, read at every query (an unknown word is logged once and ignored).
@@ -801,6 +855,7 @@ int emu_destroy_qp(ibv_qp* q) {
   std::lock_guard lock(ctx->mu);
   for (Cq* cq : {qp->scq, qp->rcq}) std::erase(cq->qps, qp);
   qp->mine->alive.store(0, std::memory_order_release);
+  ring(qp->peer);  // its sends to us now fail (or vanish) at once
   munmap(qp->mine, kSegBytes);
   if (qp->peer) munmap(qp->peer, kSegBytes);
   close(qp->memfd);
@@ -868,6 +923,7 @@ int emu_post_recv(ibv_qp* q, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     qp->mine->recv_posted.store(posted + 1, std::memory_order_release);
   }
   *bad = nullptr;
+  unblock_writer(qp->mine, qp->peer);  // credit for the peer's sends
   return 0;
 }
 
@@ -885,6 +941,68 @@ int emu_poll_cq(ibv_cq* c, int n, ibv_wc* wc) {
     cq->q.pop_front();
   }
   return got;
+}
+
+// Sleeps until the CQ may have work: a completion to poll, a message due in the QP's segment,
+// the peer's bell (a message published, credit or ring space freed), wake_cq, or the timeout.
+// Progresses the QP first, as a poll would (its completions wait in the CQ for poll_cq).
+int emu_wait_cq(ibv_cq* c, int64_t timeout_ns) {
+  auto* cq = reinterpret_cast<Cq*>(c);
+  Context* ctx = cq->ctx;
+  int64_t until = now_ns() + std::max<int64_t>(timeout_ns, 0);
+  Segment* seg = nullptr;
+  uint32_t seen = 0;
+  {
+    std::lock_guard lock(ctx->mu);
+    if (cq->qps.size() == 1 && cq->qps[0]->mine != nullptr) seg = cq->qps[0]->mine;
+    if (seg != nullptr) {
+      seg->sleepers.fetch_add(1, std::memory_order_seq_cst);
+      seen = seg->bell.load(std::memory_order_seq_cst);
+    }
+    bool ready = cq->wake_pending.exchange(false);
+    for (Qp* qp : cq->qps) {
+      if (qp->base.state != IBV_QPS_RTS) continue;
+      progress_sends(qp);
+      progress_recvs(qp);
+    }
+    ready = ready || !cq->q.empty();
+    if (seg != nullptr) {
+      uint64_t read = seg->msgs_read.load(std::memory_order_relaxed);
+      if (!ready && read != seg->msgs_written.load(std::memory_order_acquire)) {
+        const Desc& d = seg->desc[read % kDescRing];
+        // Due later (a timed link): wake then. Due now, it waits for a receive we post.
+        if (d.deliver_after_ns != 0) until = std::min(until, d.deliver_after_ns);
+      }
+    }
+    if (ready) {
+      if (seg != nullptr) seg->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+      return 0;
+    }
+  }
+  int64_t left = until - now_ns();
+  if (left > 0) {
+#ifdef __linux__
+    if (seg != nullptr) {
+      timespec ts{static_cast<time_t>(left / 1000000000), static_cast<long>(left % 1000000000)};
+      ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&seg->bell), FUTEX_WAIT, seen, &ts, nullptr, 0);
+    } else
+#endif
+    {
+      timespec ts{0, static_cast<long>(std::min<int64_t>(left, 50000))};  // several QPs: a short nap
+      ::nanosleep(&ts, nullptr);
+    }
+  }
+  if (seg != nullptr) seg->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  return 0;
+}
+
+// Ends a wait_cq now (or makes the next one return at once).
+int emu_wake_cq(ibv_cq* c) {
+  auto* cq = reinterpret_cast<Cq*>(c);
+  std::lock_guard lock(cq->ctx->mu);
+  cq->wake_pending.store(true);
+  if (cq->qps.size() == 1) ring(cq->qps[0]->mine);
+  return 0;
 }
 
 const char* emu_wc_status_str(ibv_wc_status st) {
@@ -922,6 +1040,8 @@ VerbsApi make_api() {
   a.post_send = emu_post_send;
   a.post_recv = emu_post_recv;
   a.poll_cq = emu_poll_cq;
+  a.wait_cq = emu_wait_cq;
+  a.wake_cq = emu_wake_cq;
   a.wc_status_str = emu_wc_status_str;
   return a;
 }
