@@ -54,6 +54,10 @@ Result<size_t> VerbsCompletionQueue::wait(std::span<Completion> out, Deadline de
     if (Clock::now() >= spin_until) break;
     std::this_thread::yield();
   }
+  {
+    std::lock_guard lock(attached_mu_);
+    for (Progressable* ep : attached_) ep->poller_leaving();
+  }
   std::unique_lock lock(mu_);
   while (q_.empty()) {
     if (deadline.is_never()) {

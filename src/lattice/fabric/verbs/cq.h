@@ -18,6 +18,9 @@ class Progressable {
   virtual ~Progressable() = default;
   // Non-blocking: one round of progress if the endpoint's lock is free.
   virtual void try_progress() = 0;
+  // The queue's poller stops polling (it sleeps until a completion is pushed): the endpoint's
+  // own progress thread takes the data path back at once.
+  virtual void poller_leaving() = 0;
 };
 
 // Completions are pushed by endpoint progress (their threads, or a poller of this queue);

@@ -34,6 +34,9 @@ constexpr uint8_t kFlagDone = 16;    // kHello: the sender is connected (never a
 // Retransmission timeout: only a lost tail needs it (a gap is nacked at once). Generous, since
 // on a loaded host the peer may not run for milliseconds; doubled per silent round.
 constexpr auto kRto = std::chrono::milliseconds(40);
+// A poller of the endpoint's queue that progressed it this recently drives its data path
+// (VerbsEndpoint::last_poll_).
+constexpr auto kPollerWindow = std::chrono::microseconds(500);
 constexpr auto kRtoMax = std::chrono::milliseconds(320);
 constexpr auto kHelloPeriod = std::chrono::milliseconds(5);
 
@@ -62,6 +65,7 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
   LinkBytes link_bytes() const override { return link_.get(); }
 
   void try_progress() override;
+  void poller_leaving() override;
   EndpointStats stats() const;
 
  private:
@@ -137,6 +141,8 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
   // Wakes whoever waits for this endpoint: cv_'s waiters, and the progress thread if it sleeps
   // in the device (VerbsApi::wait_cq). Every change a poster makes goes through it.
   void kick_locked();
+  // After a post: wakes the progress thread unless a poller is driving us (last_poll_).
+  void posted_locked();
   // When the progress thread must look again though nothing arrives: the nearest of the
   // hello, heartbeat, retransmission, nack and liveness times; 10 ms at most.
   Clock::time_point next_timer_locked(Clock::time_point now) const;
@@ -160,7 +166,11 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
   std::thread thread_;
   bool stop_ = false;
   bool attached_ = false;
-  bool caller_progress_ = false;  // a poller progressed us: the progress thread may nap
+  // When a poller of our completion queue last progressed us on its own thread (try_progress).
+  // Within kPollerWindow of it the progress thread leaves the data path to the poller: it
+  // waits on cv_ rather than in the device (so the peer's messages ring no one), and posts do
+  // not wake it. A poller that goes to sleep in its queue ends the window (poller_leaving).
+  Clock::time_point last_poll_{};
   bool device_waiting_ = false;   // the progress thread sleeps in wait_cq (mu_ released)
   State state_ = kIdle;
   Status error_;

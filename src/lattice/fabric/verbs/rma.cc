@@ -18,7 +18,7 @@ Status VerbsEndpoint::post_write_with_imm(LocalSlice src, RemoteSlice dst, uint3
   u.imm = imm;
   u.bytes = src.length;
   sends_.push_back(u);
-  kick_locked();
+  posted_locked();
   return Status();
 }
 
@@ -84,7 +84,7 @@ Status VerbsEndpoint::post_rma_locked(Opcode op, LocalSlice local, RemoteSlice r
   if (int rc = api_.post_send(qp_, &wr, &bad))
     return ResourceExhausted("verbs: post of a one-sided operation failed: " + std::string(std::strerror(rc)));
   rma_[slot_index] = {true, silent, id, op, local.length};
-  kick_locked();
+  posted_locked();
   return Status();
 }
 
