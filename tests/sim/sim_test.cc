@@ -565,57 +565,5 @@ TEST(Sim, ColocatedRanksPayTheirMeasuredAllReduce) {
   EXPECT_EQ(mlx->colocated_sync_us, 0.0);
 }
 
-// Verbs between ranks of one machine is the emulated device: its all-reduce as measured there
-// (links.verbs, `sim --calibrate`), less the carrier's wire model (the device's own measured
-// figures, staged), is charged as for shm; the emulated cable's setting comes on top.
-TEST(Sim, ColocatedRanksOverTheEmulatedVerbsDevicePayItsMeasuredAllReduce) {
-  Machine m = two_core_cpu();
-  m.tb5_ports = 5;
-  m.links["verbs"] = {8.0, 3.0, {{4, 2000.0}}};
-  const std::string dir = testing::scratch_dir("colocated-verbs");
-  std::ofstream(dir + "/cpu.json") << machine_to_json(m).dump();
-  Machine bare = m;
-  bare.links["verbs"].allreduce_us.clear();
-  std::ofstream(dir + "/bare.json") << machine_to_json(bare).dump();
-  auto mesh = [](const char* machine, bool apart) {
-    nlohmann::json j = {{"version", 1}, {"hosts", nlohmann::json::array()}, {"links", nlohmann::json::array()}};
-    for (int i = 0; i < 4; ++i)
-      j["hosts"].push_back({{"name", "r" + std::to_string(i)},
-                            {"address", (apart ? "10.0.0." + std::to_string(i + 1) : std::string("127.0.0.1")) + ":" +
-                                            std::to_string(7100 + i)},
-                            {"machine", machine}});
-    for (int i = 0; i < 4; ++i)
-      for (int k = i + 1; k < 4; ++k)
-        j["links"].push_back({{"a", "r" + std::to_string(i)}, {"b", "r" + std::to_string(k)}, {"provider", "verbs"},
-                              {"a_device", "emu_tb5_" + std::to_string(k)}, {"b_device", "emu_tb5_" + std::to_string(i)},
-                              {"latency_us", 50}, {"gbps", 8}});
-    auto t = cluster::parse_topology(j.dump(), "t.json");
-    EXPECT_TRUE(t.ok()) << t.status().to_string();
-    return t.ok() ? *t : cluster::Topology{};
-  };
-  SimOptions o;
-  o.base_dir = dir;
-  o.mode = Mode::kTensor;
-  const auto shape = *shape_preset("llama-1.1b-q4");
-  auto with = simulate(shape, mesh("cpu.json", false), o);
-  auto without = simulate(shape, mesh("bare.json", false), o);
-  ASSERT_TRUE(with.ok()) << with.status().to_string();
-  ASSERT_TRUE(without.ok()) << without.status().to_string();
-  EXPECT_DOUBLE_EQ(with->colocated_allreduce_us, 2000.0);
-  // The carrier (8 us, 3 GB/s, a 32 KiB slot and its ack each way) takes tens of microseconds.
-  EXPECT_GT(with->colocated_sync_us, 1900.0);
-  EXPECT_LT(with->colocated_sync_us, 1990.0);
-  EXPECT_EQ(without->colocated_sync_us, 0.0);
-  EXPECT_GT(with->token_ms, without->token_ms + 2.0 * shape.n_layer * 1.9);
-  // The cables' setting still rules the wire: 50 us one way, 1 GB/s.
-  ASSERT_FALSE(with->links.empty());
-  EXPECT_DOUBLE_EQ(with->links[0].latency_us, 50.0);
-  EXPECT_DOUBLE_EQ(with->links[0].gbytes_s, 1.0);
-  // Ranks on machines of their own: a real verbs link, nothing of the emulator is charged.
-  auto apart = simulate(shape, mesh("cpu.json", true), o);
-  ASSERT_TRUE(apart.ok()) << apart.status().to_string();
-  EXPECT_EQ(apart->colocated_sync_us, 0.0);
-}
-
 }  // namespace
 }  // namespace lattice::sim

@@ -256,28 +256,23 @@ int run_calibrate(const CalibrateArgs& a) {
     std::printf("decode kernel: %.1f GB/s alone, %.1f GB/s each with %d at once: scaling %.2f\n", *k1, *kn, cores,
                 m.kernel_scaling);
   }
-  // The providers whose ranks can share this machine, by the key of the machine file: verbs
-  // between two processes of one machine is the emulated device (a real NIC's figures are the
-  // topology's business: link_for never takes these for a verbs cable).
-  const std::pair<const char*, const char*> providers[] = {
-      {"shm", "shm"}, {"tcp", "tcp"}, {"verbs", "verbs-emu://apple-tb5"}};
-  for (const auto& [prov, word] : providers) {
-    auto l = measure_link(word, a.quick);
+  for (const char* prov : {"shm", "tcp"}) {
+    auto l = measure_link(prov, a.quick);
     if (!l.ok()) return fail(l.status().to_string());
     m.links[prov] = *l;
-    std::printf("%s: %.2f us one way, %.2f GB/s\n", word, l->latency_us, l->gbytes_s);
+    std::printf("%s: %.2f us one way, %.2f GB/s\n", prov, l->latency_us, l->gbytes_s);
   }
   // Ranks sharing this machine, up to twice its cores (at least 4): what a collective among them
   // costs, turns on shared cores included, which no ping-pong shows.
   const int most_ranks = std::min(8, std::max(4, 2 * cores));
-  for (const auto& [prov, word] : providers) {
-    std::string line = std::string(word) + ": 8 KiB all-reduce,";
+  for (const char* prov : {"shm", "tcp"}) {
+    std::string line = std::string(prov) + ": 8 KiB all-reduce,";
     for (int k = 2; k <= most_ranks; ++k) {
       // Beyond the cores the scheduler's placement of the ranks decides, and it differs from one
       // start to the next (4 ranks on 2 cores over shm: 17 or 30 us): the median of 3 starts.
       std::vector<double> runs;
       for (int i = 0; i < (k > cores && !a.quick ? 3 : 1); ++i) {
-        auto us = measure_allreduce(word, k, a.quick);
+        auto us = measure_allreduce(prov, k, a.quick);
         if (!us.ok()) return fail(us.status().to_string());
         runs.push_back(*us);
       }

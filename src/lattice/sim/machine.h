@@ -56,9 +56,7 @@ struct Machine {
   double sustained_factor = 1; // speed under sustained load, relative to a burst
   int tb5_ports = 0;           // Thunderbolt 5 ports usable for RDMA
   int tb5_controllers = 0;     // controllers behind them (ports beyond share one)
-  // Measured by calibration: "shm", "tcp", and "verbs" (the emulated device between two processes
-  // here: the simulator uses it only for ranks sharing this machine, never for a verbs cable).
-  std::map<std::string, MeasuredLink> links;
+  std::map<std::string, MeasuredLink> links;  // measured by calibration: "shm", "tcp"
 
   // The read bandwidth `threads` threads of one process get when `sharers` processes share the
   // machine (each with its own threads).

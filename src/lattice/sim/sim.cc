@@ -287,10 +287,8 @@ bool one_machine(const std::vector<Rank>& ranks) {
 // Ranks of lattice's engine all on one machine, joined by one provider whose all-reduce among
 // that many ranks the machine file measured (MeasuredLink::allreduce_us): the measured call less
 // what the wire model gives the same call over the provider's measured figures (the carrier, not
-// an emulated link's setting: the emulator delays bytes the carrier still has to move). Verbs
-// between ranks of one machine is the emulated device (`sim --calibrate` measures it as
-// "verbs"): its carrier is those figures, with the staged framing. Zero otherwise, and never
-// negative.
+// an emulated link's setting: the emulator delays bytes the carrier still has to move). Zero
+// otherwise, and never negative.
 struct Colocated {
   double measured_us = 0, extra_us = 0;
 };
@@ -304,9 +302,7 @@ Result<Colocated> colocated_cost(const EngineProfile& prof, const std::vector<Ra
   const cluster::LinkProvider provider = chosen[0]->provider;
   for (const cluster::Link* l : chosen)
     if (l->provider != provider) return out;
-  if (provider != cluster::LinkProvider::kShm && provider != cluster::LinkProvider::kTcp &&
-      provider != cluster::LinkProvider::kVerbs)
-    return out;
+  if (provider != cluster::LinkProvider::kShm && provider != cluster::LinkProvider::kTcp) return out;
   const auto link = ranks[0].machine.links.find(std::string(cluster::to_string(provider)));
   if (link == ranks[0].machine.links.end()) return out;
   const auto at = link->second.allreduce_us.find(W);
@@ -320,14 +316,7 @@ Result<Colocated> colocated_cost(const EngineProfile& prof, const std::vector<Ra
     Cable c;
     c.a = rank_of[l->a];
     c.b = rank_of[l->b];
-    if (provider == cluster::LinkProvider::kVerbs) {
-      c.model.medium = "verbs (measured)";
-      c.model.latency_us = link->second.latency_us;
-      c.model.gbytes_s = link->second.gbytes_s;
-      if (prof.verbs_staged) c.model = with_verbs_staging(c.model);
-    } else {
-      LATTICE_ASSIGN_OR_RETURN(c.model, link_for(plain, ranks[c.a].machine, ranks[c.b].machine));
-    }
+    LATTICE_ASSIGN_OR_RETURN(c.model, link_for(plain, ranks[c.a].machine, ranks[c.b].machine));
     carrier.push_back(std::move(c));
   }
   Des probe(W, carrier);
