@@ -171,8 +171,8 @@ TEST(Calibrate, MeasurementsAreSaneAndCheckTheirArguments) {
   EXPECT_FALSE(DecodeKernel::make(1u << 20, size_t{1} << 40).ok());
 }
 
-// Calibration runs bench fabric twice, bench coll at 2-4 ranks twice and streams a 256 MiB
-// buffer: tens of seconds.
+// Calibration runs bench fabric three times, bench coll at 2-4 ranks three times (and in
+// lockstep twice) and streams a 256 MiB buffer: tens of seconds.
 TEST(SimSlow, CalibrateWritesAUsableMachineFile) {
   const std::string dir = testing::scratch_dir("cal");
   auto o = lattice("sim --calibrate --quick -o " + dir + "/here.json");
@@ -183,8 +183,9 @@ TEST(SimSlow, CalibrateWritesAUsableMachineFile) {
   EXPECT_GT(m->compute_tflops, 0);
   EXPECT_EQ(m->links.count("shm"), 1u);
   EXPECT_EQ(m->links.count("tcp"), 1u);
-  // The all-reduce of 2 to 2x cores (at least 4) rank processes, over both providers.
-  for (const char* prov : {"shm", "tcp"})
+  EXPECT_EQ(m->links.count("verbs"), 1u);  // the emulated device
+  // The all-reduce of 2 to 2x cores (at least 4) rank processes, over the three providers.
+  for (const char* prov : {"shm", "tcp", "verbs"})
     for (int k : {2, 3, 4}) {
       ASSERT_EQ(m->links.at(prov).allreduce_us.count(k), 1u) << prov << " " << k;
       EXPECT_GT(m->links.at(prov).allreduce_us.at(k), 0.1) << prov << " " << k;
@@ -206,6 +207,10 @@ TEST(SimSlow, CalibrateWritesAUsableMachineFile) {
   EXPECT_LE(m->lockstep_scaling.at(2), 1.0);
   EXPECT_EQ(m->lockstep_scaling.count(m->cores + 1), 0u);
   EXPECT_DOUBLE_EQ(j["lockstep_scaling"].get<double>(), m->lockstep_scaling.at(2));
+  // The emulated verbs device in lockstep, against shm, at the same counts.
+  ASSERT_EQ(m->links.at("verbs").lockstep_scaling.count(2), 1u);
+  EXPECT_GT(m->links.at("verbs").lockstep_scaling.at(2), 0.05);
+  EXPECT_LE(m->links.at("verbs").lockstep_scaling.at(2), 1.0);
 }
 
 }  // namespace

@@ -480,6 +480,58 @@ TEST(Machine, LockstepScalingRoundTripsAndRejectsWhatIsNotAFraction) {
   EXPECT_NE(bad({{"2", 0.0}}).find("lockstep_scaling.2 must be a fraction"), std::string::npos);
   EXPECT_NE(bad({{"1", 0.9}}).find("lockstep_scaling: key '1' is not a rank count"), std::string::npos);
   EXPECT_NE(bad(0.9).find("maps a rank count"), std::string::npos);
+  // A provider's own figure (links.P.lockstep_scaling) is a fraction by rank count too.
+  m.links["verbs"] = {6.0, 5.0, {{2, 15.0}}, {{2, 0.8}}};
+  back = machine_from_json(machine_to_json(m), "m.json");
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->links.at("verbs").lockstep_scaling, (std::map<int, double>{{2, 0.8}}));
+  nlohmann::json j = machine_to_json(m);
+  j["links"]["verbs"]["lockstep_scaling"]["2"] = 1.2;
+  auto r = machine_from_json(j, "m.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("links.verbs.lockstep_scaling.2 must be a fraction in (0, 1]"), std::string::npos)
+      << r.status().message();
+}
+
+// Two ranks of one machine over the emulated verbs device, whose own lockstep figure the machine
+// file carries: the two fractions multiply. Over shm, or on machines of their own: not applied.
+TEST(Sim, LockstepOverAProviderWithItsOwnFigureMultiplies) {
+  Machine m = two_core_cpu();
+  m.tb5_ports = 5;
+  m.lockstep_scaling = {{2, 0.9}};
+  m.links["verbs"] = {6.0, 5.0, {}, {{2, 0.8}}};
+  const std::string dir = testing::scratch_dir("lockstep-verbs");
+  std::ofstream(dir + "/cpu.json") << machine_to_json(m).dump();
+  auto pair = [](const char* provider, bool apart) {
+    nlohmann::json link = {{"a", "r0"}, {"b", "r1"}, {"provider", provider}};
+    if (std::string(provider) == "verbs") {
+      link["a_device"] = "emu_tb5_1";
+      link["b_device"] = "emu_tb5_0";
+      link["latency_us"] = 50;
+    }
+    nlohmann::json j = {{"version", 1},
+                        {"hosts",
+                         {{{"name", "r0"}, {"address", apart ? "10.0.0.1:7100" : "127.0.0.1:7100"}, {"machine", "cpu.json"}},
+                          {{"name", "r1"}, {"address", apart ? "10.0.0.2:7101" : "127.0.0.1:7101"}, {"machine", "cpu.json"}}}},
+                        {"links", {link}}};
+    auto t = cluster::parse_topology(j.dump(), "t.json");
+    EXPECT_TRUE(t.ok()) << t.status().to_string();
+    return t.ok() ? *t : cluster::Topology{};
+  };
+  SimOptions o;
+  o.base_dir = dir;
+  o.mode = Mode::kTensor;
+  const auto shape = *shape_preset("llama-1.1b-q4");
+  auto verbs = simulate(shape, pair("verbs", false), o);
+  ASSERT_TRUE(verbs.ok()) << verbs.status().to_string();
+  EXPECT_DOUBLE_EQ(verbs->lockstep_scaling, 0.9 * 0.8);
+  auto shm = simulate(shape, pair("shm", false), o);
+  ASSERT_TRUE(shm.ok()) << shm.status().to_string();
+  EXPECT_DOUBLE_EQ(shm->lockstep_scaling, 0.9);
+  EXPECT_GT(verbs->token.sync_us, shm->token.sync_us);
+  auto apart = simulate(shape, pair("verbs", true), o);
+  ASSERT_TRUE(apart.ok()) << apart.status().to_string();
+  EXPECT_DOUBLE_EQ(apart->lockstep_scaling, 1.0);
 }
 
 // Two ranks in lockstep on the cores of one machine that measured 0.8: every collective first

@@ -1,8 +1,9 @@
 // `lattice sim --calibrate -o FILE [-m MODEL]`: this machine as a machine file. Read bandwidth
 // (1 thread and all) and the engine's Q4_0 matmul throughput come from lattice/sim/calibrate;
-// the fabric figures from `lattice bench fabric` over shm and tcp (two processes of this binary)
-// and `lattice bench coll --procs` (a small all-reduce among 2 to 2x cores rank processes, and
-// with --work the same ranks in lockstep, decode's kernel between the calls);
+// the fabric figures from `lattice bench fabric` over shm, tcp and the emulated verbs device (two
+// processes of this binary) and `lattice bench coll --procs` (a small all-reduce among 2 to 2x
+// cores rank processes, and with --work the same ranks in lockstep, decode's kernel between the
+// calls, over shm and the emulated verbs device);
 // with -m, the engine's decode efficiency from `lattice bench engine` on that model with one
 // thread (tok/s x bytes read per token / one thread's read bandwidth) and its prefill efficiency:
 // the fraction of the measured matmul throughput with which the simulator, on this machine, predicts
@@ -138,20 +139,24 @@ Result<double> measure_allreduce(const std::string& provider, int ranks, bool qu
                  " gave no 8 KiB all-reduce time");
 }
 
-// `ranks` rank processes in lockstep over shm, decode's kernel over `work` bytes before every 8 KiB
-// all-reduce (`bench coll --work`): the slowest rank's mean kernel time over the mean step less
-// `call_us`, the same call back to back (Machine::lockstep_scaling).
-Result<double> measure_lockstep(int ranks, const std::string& work, double call_us, bool quick) {
+// `ranks` rank processes in lockstep over `provider`, decode's kernel over `work` bytes before every
+// 8 KiB all-reduce (`bench coll --work`): the slowest rank's mean kernel time and the mean step
+// (kernel + call), microseconds.
+struct Lockstep {
+  double work_us = 0, step_us = 0;
+};
+Result<Lockstep> measure_lockstep(const std::string& provider, int ranks, const std::string& work, bool quick) {
   LATTICE_ASSIGN_OR_RETURN(std::string out,
                            run_capture({cluster::self_exe(), "bench", "coll", "--procs", "-n", std::to_string(ranks),
-                                        "--provider", "shm", "--op", "all_reduce", "-b", "8K", "-e", "8K", "--iters",
+                                        "--provider", provider, "--op", "all_reduce", "-b", "8K", "-e", "8K", "--iters",
                                         quick ? "400" : "1600", "--work", work, "--timeout", "30", "--json"},
                                        120));
   for (const auto& j : coll_rows(out)) {
-    const double w = j.value("work_us_mean", 0.0), step = j.value("step_us_mean", 0.0) - call_us;
-    if (w > 0 && step > 0) return std::clamp(w / step, 0.05, 1.0);
+    Lockstep l{j.value("work_us_mean", 0.0), j.value("step_us_mean", 0.0)};
+    if (l.work_us > 0 && l.step_us > 0) return l;
   }
-  return IoError("bench coll --procs -n " + std::to_string(ranks) + " --work " + work + " gave no step time");
+  return IoError("bench coll --procs -n " + std::to_string(ranks) + " --provider " + provider + " --work " + work +
+                 " gave no step time");
 }
 
 std::string base_name(const std::string& p) { return std::filesystem::path(p).filename().string(); }
@@ -256,23 +261,28 @@ int run_calibrate(const CalibrateArgs& a) {
     std::printf("decode kernel: %.1f GB/s alone, %.1f GB/s each with %d at once: scaling %.2f\n", *k1, *kn, cores,
                 m.kernel_scaling);
   }
-  for (const char* prov : {"shm", "tcp"}) {
-    auto l = measure_link(prov, a.quick);
+  // The providers whose ranks can share this machine, by the key of the machine file: verbs
+  // between two processes of one machine is the emulated device (a real NIC's figures are the
+  // topology's business: link_for never takes these for a verbs cable).
+  const std::pair<const char*, const char*> providers[] = {
+      {"shm", "shm"}, {"tcp", "tcp"}, {"verbs", "verbs-emu://apple-tb5"}};
+  for (const auto& [prov, word] : providers) {
+    auto l = measure_link(word, a.quick);
     if (!l.ok()) return fail(l.status().to_string());
     m.links[prov] = *l;
-    std::printf("%s: %.2f us one way, %.2f GB/s\n", prov, l->latency_us, l->gbytes_s);
+    std::printf("%s: %.2f us one way, %.2f GB/s\n", word, l->latency_us, l->gbytes_s);
   }
   // Ranks sharing this machine, up to twice its cores (at least 4): what a collective among them
   // costs, turns on shared cores included, which no ping-pong shows.
   const int most_ranks = std::min(8, std::max(4, 2 * cores));
-  for (const char* prov : {"shm", "tcp"}) {
-    std::string line = std::string(prov) + ": 8 KiB all-reduce,";
+  for (const auto& [prov, word] : providers) {
+    std::string line = std::string(word) + ": 8 KiB all-reduce,";
     for (int k = 2; k <= most_ranks; ++k) {
       // Beyond the cores the scheduler's placement of the ranks decides, and it differs from one
       // start to the next (4 ranks on 2 cores over shm: 17 or 30 us): the median of 3 starts.
       std::vector<double> runs;
       for (int i = 0; i < (k > cores && !a.quick ? 3 : 1); ++i) {
-        auto us = measure_allreduce(prov, k, a.quick);
+        auto us = measure_allreduce(word, k, a.quick);
         if (!us.ok()) return fail(us.status().to_string());
         runs.push_back(*us);
       }
@@ -289,23 +299,35 @@ int run_calibrate(const CalibrateArgs& a) {
   // kernel over 2 and 8 MiB between the calls (a 1.1B Llama's attention and FFN shares at 2
   // ranks); the median of 3 starts each (1 with --quick), the mean of the two sizes. Up to the
   // rank counts whose back-to-back call was measured above (a machine of more cores than that
-  // stops there).
+  // stops there). Over shm: the slowest rank's kernel over the step less the call
+  // (Machine::lockstep_scaling). Over the emulated verbs device, each start right after the shm
+  // one: the shm step over its own, each less its call (MeasuredLink::lockstep_scaling): its
+  // progress threads share the ranks' cores, which shm and tcp have none of.
   for (int k = 2; k <= std::min(cores, most_ranks); ++k) {
-    double sum = 0;
+    double sum = 0, sum_verbs = 0;
     const char* sizes[] = {"2M", "8M"};
+    const double call = m.links.at("shm").allreduce_us.at(k), call_verbs = m.links.at("verbs").allreduce_us.at(k);
     for (const char* w : sizes) {
-      std::vector<double> runs;
+      std::vector<double> runs, runs_verbs;
       for (int i = 0; i < (a.quick ? 1 : 3); ++i) {
-        auto f = measure_lockstep(k, w, m.links.at("shm").allreduce_us.at(k), a.quick);
-        if (!f.ok()) return fail(f.status().to_string());
-        runs.push_back(*f);
+        auto l = measure_lockstep("shm", k, w, a.quick);
+        if (!l.ok()) return fail(l.status().to_string());
+        auto v = measure_lockstep(providers[2].second, k, w, a.quick);
+        if (!v.ok()) return fail(v.status().to_string());
+        const double step = std::max(l->step_us - call, 1e-3), step_verbs = std::max(v->step_us - call_verbs, 1e-3);
+        runs.push_back(std::clamp(l->work_us / step, 0.05, 1.0));
+        runs_verbs.push_back(std::clamp(step / step_verbs, 0.05, 1.0));
       }
       std::sort(runs.begin(), runs.end());
+      std::sort(runs_verbs.begin(), runs_verbs.end());
       sum += runs[runs.size() / 2];
+      sum_verbs += runs_verbs[runs_verbs.size() / 2];
     }
     m.lockstep_scaling[k] = sum / std::size(sizes);
-    std::printf("%d ranks in lockstep (decode kernel of 2 and 8 MiB between all-reduces): %.3f of the slower rank's pace\n", k,
-                m.lockstep_scaling[k]);
+    m.links.at("verbs").lockstep_scaling[k] = sum_verbs / std::size(sizes);
+    std::printf("%d ranks in lockstep (decode kernel of 2 and 8 MiB between all-reduces): %.3f of the slower rank's pace; "
+                "over the emulated verbs device %.3f of that\n",
+                k, m.lockstep_scaling[k], m.links.at("verbs").lockstep_scaling[k]);
   }
   std::string src = "lattice sim --calibrate";
   auto write = [&]() -> bool {

@@ -126,6 +126,8 @@ Result<Machine> machine_from_json(const nlohmann::json& j, const std::string& so
       ml.gbytes_s = bw;
       LATTICE_ASSIGN_OR_RETURN(ml.allreduce_us, rank_map(*l, "allreduce_8k_us", source + ": links." + l.key() + ".", 1e6,
                                                          "microseconds in (0, 1e6]"));
+      LATTICE_ASSIGN_OR_RETURN(ml.lockstep_scaling, rank_map(*l, "lockstep_scaling", source + ": links." + l.key() + ".",
+                                                             1.0, "a fraction in (0, 1]"));
     }
   }
   return m;
@@ -152,6 +154,7 @@ nlohmann::json machine_to_json(const Machine& m) {
   for (const auto& [k, l] : m.links) {
     j["links"][k] = {{"latency_us", l.latency_us}, {"gbytes_s", l.gbytes_s}};
     for (const auto& [ranks, us] : l.allreduce_us) j["links"][k]["allreduce_8k_us"][std::to_string(ranks)] = us;
+    for (const auto& [ranks, f] : l.lockstep_scaling) j["links"][k]["lockstep_scaling"][std::to_string(ranks)] = f;
   }
   return j;
 }

@@ -23,6 +23,12 @@ struct MeasuredLink {
   // sharing the machine pay a collective beyond the wire (their turns on shared cores, the
   // provider's software), which a ping-pong does not show. Keyed by K; empty when not measured.
   std::map<int, double> allreduce_us;
+  // Ranks of this machine in lockstep over this provider (tensor parallel, decode's kernel
+  // between all-reduces, `bench coll --work`) against the same over shm: the shm step over this
+  // one's, each less its back-to-back call, a fraction keyed by rank count (2..cores). The
+  // simulator multiplies Machine::lockstep_scaling by it for ranks joined by this provider.
+  // Measured for the emulated verbs device, whose progress threads share the ranks' cores.
+  std::map<int, double> lockstep_scaling;
 };
 
 struct Machine {
@@ -56,7 +62,9 @@ struct Machine {
   double sustained_factor = 1; // speed under sustained load, relative to a burst
   int tb5_ports = 0;           // Thunderbolt 5 ports usable for RDMA
   int tb5_controllers = 0;     // controllers behind them (ports beyond share one)
-  std::map<std::string, MeasuredLink> links;  // measured by calibration: "shm", "tcp"
+  // Measured by calibration: "shm", "tcp", and "verbs" (the emulated device between two processes
+  // here: used only for ranks sharing this machine, never for a verbs cable).
+  std::map<std::string, MeasuredLink> links;
 
   // The read bandwidth `threads` threads of one process get when `sharers` processes share the
   // machine (each with its own threads).
