@@ -532,6 +532,24 @@ TEST(Sim, LockstepOverAProviderWithItsOwnFigureMultiplies) {
   auto apart = simulate(shape, pair("verbs", true), o);
   ASSERT_TRUE(apart.ok()) << apart.status().to_string();
   EXPECT_DOUBLE_EQ(apart->lockstep_scaling, 1.0);
+  // Beyond the cores (4 ranks on 2): the machine's own figure stops at its cores, the
+  // provider's applies alone.
+  m.lockstep_scaling[4] = 0.7;
+  m.links["verbs"].lockstep_scaling[4] = 0.5;
+  std::ofstream(dir + "/cpu.json") << machine_to_json(m).dump();
+  nlohmann::json j = {{"version", 1}, {"hosts", nlohmann::json::array()}, {"links", nlohmann::json::array()}};
+  for (int i = 0; i < 4; ++i)
+    j["hosts"].push_back({{"name", "r" + std::to_string(i)}, {"address", "127.0.0.1:" + std::to_string(7100 + i)},
+                          {"machine", "cpu.json"}});
+  for (int i = 0; i < 4; ++i)
+    for (int k = i + 1; k < 4; ++k)
+      j["links"].push_back({{"a", "r" + std::to_string(i)}, {"b", "r" + std::to_string(k)}, {"provider", "verbs"},
+                            {"a_device", "emu_tb5_" + std::to_string(k)}, {"b_device", "emu_tb5_" + std::to_string(i)}});
+  auto t4 = cluster::parse_topology(j.dump(), "t4.json");
+  ASSERT_TRUE(t4.ok()) << t4.status().to_string();
+  auto four = simulate(shape, *t4, o);
+  ASSERT_TRUE(four.ok()) << four.status().to_string();
+  EXPECT_DOUBLE_EQ(four->lockstep_scaling, 0.5);
 }
 
 // Two ranks in lockstep on the cores of one machine that measured 0.8: every collective first

@@ -25,8 +25,9 @@ struct MeasuredLink {
   std::map<int, double> allreduce_us;
   // Ranks of this machine in lockstep over this provider (tensor parallel, decode's kernel
   // between all-reduces, `bench coll --work`) against the same over shm: the shm step over this
-  // one's, each less its back-to-back call, a fraction keyed by rank count (2..cores). The
-  // simulator multiplies Machine::lockstep_scaling by it for ranks joined by this provider.
+  // one's (each less its back-to-back call while the ranks have cores of their own), a
+  // fraction keyed by rank count (2 to 2x cores, at least 4, at most 8). The simulator multiplies Machine::lockstep_scaling by it for ranks
+  // joined by this provider (beyond the cores, where the turns model stands for shm, it alone).
   // Measured for the emulated verbs device, whose progress threads share the ranks' cores.
   std::map<int, double> lockstep_scaling;
 };

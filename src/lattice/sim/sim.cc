@@ -419,21 +419,20 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   Collectives coll{&prof, all_rma && !cables.empty(), &sync_rng};
   LATTICE_ASSIGN_OR_RETURN(Colocated colo, colocated_cost(prof, ranks, chosen, rank_of, coll));
   coll.colocated_us = colo.extra_us;
-  // Ranks that meet at every collective, each on cores of its own, on one machine whose file
-  // measured that many in lockstep; joined by a provider whose own lockstep figure it measured
-  // (the emulated verbs device), that figure too.
+  // Ranks that meet at every collective on one machine: each on cores of its own, the machine
+  // file's lockstep figure for that many; joined by a provider whose own figure it measured
+  // against shm (the emulated verbs device), that too, beyond the cores as well (the turns model
+  // stands for shm there).
   if (L.mode != Mode::kPipeline && W > 1 && one_machine(ranks)) {
     const Machine& m = ranks[0].machine;
     const auto it = m.lockstep_scaling.find(W);
-    if (it != m.lockstep_scaling.end() && (m.cores <= 0 || W * o.threads <= m.cores)) {
-      coll.lockstep = it->second;
-      const auto link = chosen.empty() ? m.links.end() : m.links.find(std::string(cluster::to_string(chosen[0]->provider)));
-      const bool one_provider = std::all_of(chosen.begin(), chosen.end(),
-                                            [&](const cluster::Link* l) { return l->provider == chosen[0]->provider; });
-      if (link != m.links.end() && one_provider) {
-        const auto own = link->second.lockstep_scaling.find(W);
-        if (own != link->second.lockstep_scaling.end()) coll.lockstep *= own->second;
-      }
+    if (it != m.lockstep_scaling.end() && (m.cores <= 0 || W * o.threads <= m.cores)) coll.lockstep = it->second;
+    const auto link = chosen.empty() ? m.links.end() : m.links.find(std::string(cluster::to_string(chosen[0]->provider)));
+    const bool one_provider = std::all_of(chosen.begin(), chosen.end(),
+                                          [&](const cluster::Link* l) { return l->provider == chosen[0]->provider; });
+    if (link != m.links.end() && one_provider) {
+      const auto own = link->second.lockstep_scaling.find(W);
+      if (own != link->second.lockstep_scaling.end()) coll.lockstep *= own->second;
     }
   }
   Runner run(shape, L, ranks, prof, coll);
