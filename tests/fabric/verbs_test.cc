@@ -241,32 +241,50 @@ double wait_ms(RawDev& d, int64_t timeout_ns) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 constexpr int64_t kLong = 10'000'000'000;
+// How long d's wait lasts while another thread does `later` 20 ms after it began.
+template <typename F>
+double wait_ms_while(RawDev& d, F later) {
+  std::thread t([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    later();
+  });
+  const double ms = wait_ms(d, kLong);
+  t.join();
+  return ms;
+}
+
+// Two connected UC QPs on two Apple-profile devices; `faults` (a timed wire) set on da first.
+struct UcPair {
+  RawDev da{"apple-tb5"}, db{"apple-tb5"};
+  ibv_qp* a = nullptr;
+  ibv_qp* b = nullptr;
+  explicit UcPair(const emu::Faults* faults = nullptr) {
+    if (faults) emu::set_faults(da.ctx, *faults);
+    a = da.qp(IBV_QPT_UC);
+    b = db.qp(IBV_QPT_UC);
+    connect_raw(da, a, db, b);
+  }
+  ~UcPair() {
+    da.api.destroy_qp(a);
+    db.api.destroy_qp(b);
+  }
+};
 
 TEST(VerbsEmu, WaitCqSleepsUntilTheTimeoutWhenNothingComes) {
-  RawDev da("apple-tb5"), db("apple-tb5");
-  ibv_qp* a = da.qp(IBV_QPT_UC);
-  ibv_qp* b = db.qp(IBV_QPT_UC);
-  connect_raw(da, a, db, b);
-  EXPECT_GE(wait_ms(db, 30'000'000), 25.0) << "returned with nothing to do";
-  EXPECT_TRUE(db.poll().empty());
-  da.api.destroy_qp(a);
-  db.api.destroy_qp(b);
+  UcPair p;
+  EXPECT_GE(wait_ms(p.db, 30'000'000), 25.0) << "returned with nothing to do";
+  EXPECT_TRUE(p.db.poll().empty());
 }
 
 TEST(VerbsEmu, WaitCqWakesForAMessageCreditAndALocalWake) {
-  RawDev da("apple-tb5"), db("apple-tb5");
-  ibv_qp* a = da.qp(IBV_QPT_UC);
-  ibv_qp* b = db.qp(IBV_QPT_UC);
-  connect_raw(da, a, db, b);
+  UcPair p;
+  RawDev &da = p.da, &db = p.db;
+  ibv_qp *a = p.a, *b = p.b;
   std::vector<std::byte> src(3000, std::byte{0x42}), dst(4096, std::byte{0});
   // A message published into b's segment rings b's bell.
   ASSERT_EQ(post_recv(db, b, dst.data(), 4096, 2), 0);
-  std::thread tx([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    post_send(da, a, src.data(), 3000, 1);
-  });
-  EXPECT_LT(wait_ms(db, kLong), 5000.0) << "the peer's message did not wake the receiver";
-  tx.join();
+  EXPECT_LT(wait_ms_while(db, [&] { post_send(da, a, src.data(), 3000, 1); }), 5000.0)
+      << "the peer's message did not wake the receiver";
   auto r = db.poll();
   ASSERT_EQ(r.size(), 1u);
   EXPECT_EQ(r[0].byte_len, 3000u);
@@ -274,37 +292,24 @@ TEST(VerbsEmu, WaitCqWakesForAMessageCreditAndALocalWake) {
   // A send without credit waits; the peer's posted receive rings the sender's bell.
   ASSERT_EQ(post_send(da, a, src.data(), 3000, 3), 0);
   EXPECT_TRUE(da.poll().empty());
-  std::thread rx([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    post_recv(db, b, dst.data(), 4096, 4);
-  });
-  EXPECT_LT(wait_ms(da, kLong), 5000.0) << "the peer's receive did not wake the sender waiting for credit";
-  rx.join();
+  EXPECT_LT(wait_ms_while(da, [&] { post_recv(db, b, dst.data(), 4096, 4); }), 5000.0)
+      << "the peer's receive did not wake the sender waiting for credit";
   auto s = da.poll();
   ASSERT_EQ(s.size(), 1u);
   EXPECT_EQ(s[0].wr_id, 3u);
   EXPECT_EQ(db.poll().size(), 1u);
   // wake_cq from another thread ends a wait; one before the wait makes it return at once.
-  std::thread waker([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    da.api.wake_cq(da.cq);
-  });
-  EXPECT_LT(wait_ms(da, kLong), 5000.0) << "wake_cq did not end the wait";
-  waker.join();
+  EXPECT_LT(wait_ms_while(da, [&] { da.api.wake_cq(da.cq); }), 5000.0) << "wake_cq did not end the wait";
   ASSERT_EQ(da.api.wake_cq(da.cq), 0);
   EXPECT_LT(wait_ms(da, kLong), 5000.0) << "a wake before the wait was lost";
-  da.api.destroy_qp(a);
-  db.api.destroy_qp(b);
 }
 
 TEST(VerbsEmu, WaitCqWakesWhenATimedLinksMessageIsDue) {
-  RawDev da("apple-tb5"), db("apple-tb5");
   emu::Faults f;
   f.latency_us = 30000;  // 30 ms one way
-  emu::set_faults(da.ctx, f);
-  ibv_qp* a = da.qp(IBV_QPT_UC);
-  ibv_qp* b = db.qp(IBV_QPT_UC);
-  connect_raw(da, a, db, b);
+  UcPair p(&f);
+  RawDev &da = p.da, &db = p.db;
+  ibv_qp *a = p.a, *b = p.b;
   std::vector<std::byte> src(100, std::byte{7}), dst(4096);
   ASSERT_EQ(post_recv(db, b, dst.data(), 4096, 2), 0);
   ASSERT_EQ(post_send(da, a, src.data(), 100, 1), 0);
@@ -318,8 +323,6 @@ TEST(VerbsEmu, WaitCqWakesWhenATimedLinksMessageIsDue) {
   ASSERT_EQ(r.size(), 1u) << "the message never came";
   EXPECT_GE(total, 20.0) << "delivered before the link's latency";
   EXPECT_LT(total, 5000.0);
-  da.api.destroy_qp(a);
-  db.api.destroy_qp(b);
 }
 
 TEST(VerbsEmu, AppleGidTablePortsAndErrWedge) {
