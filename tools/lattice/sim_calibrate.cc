@@ -264,8 +264,8 @@ int run_calibrate(const CalibrateArgs& a) {
   // The providers whose ranks can share this machine, by the key of the machine file: verbs
   // between two processes of one machine is the emulated device (a real NIC's figures are the
   // topology's business: link_for never takes these for a verbs cable).
-  const std::pair<const char*, const char*> providers[] = {
-      {"shm", "shm"}, {"tcp", "tcp"}, {"verbs", "verbs-emu://apple-tb5"}};
+  constexpr const char* kVerbsEmu = "verbs-emu://apple-tb5";
+  const std::pair<const char*, const char*> providers[] = {{"shm", "shm"}, {"tcp", "tcp"}, {"verbs", kVerbsEmu}};
   for (const auto& [prov, word] : providers) {
     auto l = measure_link(word, a.quick);
     if (!l.ok()) return fail(l.status().to_string());
@@ -312,23 +312,26 @@ int run_calibrate(const CalibrateArgs& a) {
     const bool own_cores = k <= cores;
     double sum = 0, sum_verbs = 0;
     const char* sizes[] = {"2M", "8M"};
-    const double call = m.links.at("shm").allreduce_us.at(k);
+    // The calls are subtracted only where the ranks have cores of their own.
+    const double call = own_cores ? m.links.at("shm").allreduce_us.at(k) : 0.0;
     const double call_verbs = own_cores ? m.links.at("verbs").allreduce_us.at(k) : 0.0;
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
     for (const char* w : sizes) {
       std::vector<double> runs, runs_verbs;
       for (int i = 0; i < (a.quick ? 1 : 3); ++i) {
         auto l = measure_lockstep("shm", k, w, a.quick);
         if (!l.ok()) return fail(l.status().to_string());
-        auto v = measure_lockstep(providers[2].second, k, w, a.quick);
+        auto v = measure_lockstep(kVerbsEmu, k, w, a.quick);
         if (!v.ok()) return fail(v.status().to_string());
         const double step = std::max(l->step_us - call, 1e-3), step_verbs = std::max(v->step_us - call_verbs, 1e-3);
-        runs.push_back(std::clamp(l->work_us / step, 0.05, 1.0));
-        runs_verbs.push_back(std::clamp((own_cores ? step : l->step_us) / step_verbs, 0.05, 1.0));
+        if (own_cores) runs.push_back(std::clamp(l->work_us / step, 0.05, 1.0));
+        runs_verbs.push_back(std::clamp(step / step_verbs, 0.05, 1.0));
       }
-      std::sort(runs.begin(), runs.end());
-      std::sort(runs_verbs.begin(), runs_verbs.end());
-      sum += runs[runs.size() / 2];
-      sum_verbs += runs_verbs[runs_verbs.size() / 2];
+      if (own_cores) sum += median(runs);
+      sum_verbs += median(runs_verbs);
     }
     if (own_cores) m.lockstep_scaling[k] = sum / std::size(sizes);
     m.links.at("verbs").lockstep_scaling[k] = sum_verbs / std::size(sizes);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <random>
 
 #include "lattice/coll/choose.h"
@@ -284,6 +285,14 @@ bool one_machine(const std::vector<Rank>& ranks) {
   return true;
 }
 
+// The provider every chosen cable has, if they share one.
+std::optional<cluster::LinkProvider> common_provider(const std::vector<const cluster::Link*>& chosen) {
+  if (chosen.empty()) return std::nullopt;
+  for (const cluster::Link* l : chosen)
+    if (l->provider != chosen[0]->provider) return std::nullopt;
+  return chosen[0]->provider;
+}
+
 // Ranks of lattice's engine all on one machine, joined by one provider whose all-reduce among
 // that many ranks the machine file measured (MeasuredLink::allreduce_us): the measured call less
 // what the wire model gives the same call over the provider's measured figures (the carrier, not
@@ -298,10 +307,9 @@ Result<Colocated> colocated_cost(const EngineProfile& prof, const std::vector<Ra
                                  const Collectives& coll) {
   Colocated out;
   const int W = static_cast<int>(ranks.size());
-  if (prof.comm != CommStyle::kLattice || W < 2 || chosen.empty() || !one_machine(ranks)) return out;
-  const cluster::LinkProvider provider = chosen[0]->provider;
-  for (const cluster::Link* l : chosen)
-    if (l->provider != provider) return out;
+  const auto common = common_provider(chosen);
+  if (prof.comm != CommStyle::kLattice || W < 2 || !common || !one_machine(ranks)) return out;
+  const cluster::LinkProvider provider = *common;
   if (provider != cluster::LinkProvider::kShm && provider != cluster::LinkProvider::kTcp) return out;
   const auto link = ranks[0].machine.links.find(std::string(cluster::to_string(provider)));
   if (link == ranks[0].machine.links.end()) return out;
@@ -427,10 +435,9 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
     const Machine& m = ranks[0].machine;
     const auto it = m.lockstep_scaling.find(W);
     if (it != m.lockstep_scaling.end() && (m.cores <= 0 || W * o.threads <= m.cores)) coll.lockstep = it->second;
-    const auto link = chosen.empty() ? m.links.end() : m.links.find(std::string(cluster::to_string(chosen[0]->provider)));
-    const bool one_provider = std::all_of(chosen.begin(), chosen.end(),
-                                          [&](const cluster::Link* l) { return l->provider == chosen[0]->provider; });
-    if (link != m.links.end() && one_provider) {
+    const auto common = common_provider(chosen);
+    const auto link = common ? m.links.find(std::string(cluster::to_string(*common))) : m.links.end();
+    if (link != m.links.end()) {
       const auto own = link->second.lockstep_scaling.find(W);
       if (own != link->second.lockstep_scaling.end()) coll.lockstep *= own->second;
     }

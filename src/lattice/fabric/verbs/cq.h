@@ -19,7 +19,7 @@ class Progressable {
   // Non-blocking: one round of progress if the endpoint's lock is free.
   virtual void try_progress() = 0;
   // The queue's poller stops polling (it sleeps until a completion is pushed): the endpoint's
-  // own progress thread takes the data path back at once.
+  // own progress thread takes the data path back at once. Non-blocking, as try_progress.
   virtual void poller_leaving() = 0;
 };
 

@@ -235,8 +235,10 @@ void VerbsEndpoint::try_progress() {
 }
 
 void VerbsEndpoint::poller_leaving() {
-  std::lock_guard lk(mu_);
-  if (last_poll_ == Clock::time_point{}) return;
+  // Try-lock, as try_progress: the queue calls in with attached_mu_ held, and connect() takes
+  // attached_mu_ under mu_. Busy: the thread looks again when the window ends.
+  std::unique_lock lk(mu_, std::try_to_lock);
+  if (!lk.owns_lock() || last_poll_ == Clock::time_point{}) return;
   last_poll_ = {};
   kick_locked();
 }
@@ -316,8 +318,8 @@ void VerbsEndpoint::run() {
     auto idle = now - idle_since;
     // A device that can wake us (the emulator's doorbell): sleep in it until a message, a
     // poster's kick or the next timer, so an idle link costs its core nothing. The naps
-    // below woke 50-90 times a token of a pipeline on a 2-core VM and slowed the rank's own
-    // forward steps by 14-36% (docs/SIM.md, session 18).
+    // below took 7-8% of each pinned rank's core on a 2-core VM and its forward steps ran 14%
+    // slower than over shm (docs/SIM.md, session 17).
     const bool can_block = api_.wait_cq != nullptr && !dev_->busy_poll;
     // Chunks in flight: their ack (and, mostly, the reply) is on its way, so keep looking
     // for a while rather than nap past it (a nap costs ~100 us; on a 50 us link it doubled

@@ -139,7 +139,7 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
   // Copies accepted chunks, in order, into the posted user receives.
   bool deliver_held(Clock::time_point now);
   // Wakes whoever waits for this endpoint: cv_'s waiters, and the progress thread if it sleeps
-  // in the device (VerbsApi::wait_cq). Every change a poster makes goes through it.
+  // in the device (VerbsApi::wait_cq). State changes go through it; posts through posted_locked.
   void kick_locked();
   // After a post: wakes the progress thread unless a poller is driving us (last_poll_).
   void posted_locked();
