@@ -163,20 +163,24 @@ def one_rank_cmd(lattice, target, prompt, a):
 
 def co_run_scaling(lattice, work, target, prompt, machine, alone, a, name="this-machine-corun.json"):
     """How this model's own decode step scales when both cores run it at once: two one-rank runs
-    started together, the slower copy's forward step time a token against one run's alone just
-    before them; the median of max(3, --reps) such pairs. The slower, not the mean: tensor-parallel
-    ranks meet at every all-reduce, so they step at the pace of the slower core, and the two copies
-    differ by 2-9% on this VM (docs/SIM.md, session 16). Each pair against the run beside it, and
-    the median, since the host's speed moves within seconds (session 17: one pair of three read
-    0.61 where its neighbours read 0.93). The calibration's kernel_scaling comes from one large
-    matmul; the model's matrices (k and v a few hundred rows a rank, an expert's 512) scale worse
-    (session 10). Written into a copy of the machine file; returns (machine file, scaling or None)."""
+    started together, the slower copy's forward step time a token against the mean of the runs
+    alone just before and just after them; the median of max(3, --reps) such pairs. The slower,
+    not the mean: tensor-parallel ranks meet at every all-reduce, so they step at the pace of the
+    slower core, and the two copies differ by 2-9% on this VM (docs/SIM.md, session 16). Each
+    pair against the runs beside it, and the median, since the host's speed moves within seconds
+    (session 17: one pair of three read 0.61 where its neighbours read 0.93). The calibration's
+    kernel_scaling comes from one large matmul; the model's matrices (k and v a few hundred rows a
+    rank, an expert's 512) scale worse (session 10). Written into a copy of the machine file; returns (machine file, scaling or None)."""
     m = json.load(open(machine))
     if m.get("cores", 0) < 2 or not alone.get("ranks") or alone["ranks"][0].get("step_ms_per_token", 0) <= 0:
         return machine, None
+
+    def alone_step():
+        return json.loads(sh(one_rank_cmd(lattice, target, prompt, a)))["ranks"][0]["step_ms_per_token"]
+
     ratios = []
+    before = alone_step()
     for _ in range(max(3, a.reps)):
-        step1 = json.loads(sh(one_rank_cmd(lattice, target, prompt, a)))["ranks"][0]["step_ms_per_token"]
         procs = [subprocess.Popen(one_rank_cmd(lattice, target, prompt, a), stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True) for _ in range(min(2, m["cores"]))]
         steps = []
@@ -185,13 +189,18 @@ def co_run_scaling(lattice, work, target, prompt, machine, alone, a, name="this-
             if p.returncode != 0:
                 sys.exit(f"co-run of two one-rank runs failed ({p.returncode}):\n{err[-2000:]}")
             steps.append(json.loads(out)["ranks"][0]["step_ms_per_token"])
-        ratios.append(step1 / max(steps))
+        # Against the runs alone on either side of the pair (the one after serves the next pair
+        # too): a host whose speed drifts within seconds moved a ratio against the run before
+        # alone by up to 14% (session 19: 0.72-1.00 on the same model and host).
+        after = alone_step()
+        ratios.append((before + after) / 2 / max(steps))
+        before = after
     ratios.sort()
     scaling = max(0.05, min(1.0, ratios[len(ratios) // 2]))
     m["kernel_scaling"] = scaling
     # A machine copy made by an earlier co-run (a row's, from the table's) says so once, not twice.
     kept = [c for c in m.get("source", "").split("; ") if not c.startswith("kernel_scaling")]
-    m["source"] = "; ".join(kept) + f"; kernel_scaling {scaling:.3f}: the median over {len(ratios)} pairs of the slower of two copies of this model's decode on both cores at once, against a run alone beside it"
+    m["source"] = "; ".join(kept) + f"; kernel_scaling {scaling:.3f}: the median over {len(ratios)} pairs of the slower of two copies of this model's decode on both cores at once, against the runs alone on either side"
     out = os.path.join(work, name)
     with open(out, "w") as f:
         json.dump(m, f, indent=2)
