@@ -215,12 +215,12 @@ TEST(SimSlow, CalibrateWritesAUsableMachineFile) {
     EXPECT_GT(m->links.at("verbs").lockstep_scaling.at(k), 0.05) << k;
     EXPECT_LE(m->links.at("verbs").lockstep_scaling.at(k), 1.0) << k;
   }
-  // tcp's call between decode's kernels beyond the cores only (at least shm's call back to
-  // back); there the simulator charges that and not the back-to-back call.
+  // tcp in lockstep against shm beyond the cores only; there the simulator charges that and
+  // not the back-to-back call.
   for (int k = 2; k <= std::max(4, 2 * m->cores) && k <= 8; ++k) {
-    EXPECT_EQ(m->links.at("tcp").allreduce_lockstep_us.count(k), k > m->cores ? 1u : 0u) << k;
+    EXPECT_EQ(m->links.at("tcp").lockstep_scaling.count(k), k > m->cores ? 1u : 0u) << k;
     if (k > m->cores) {
-      EXPECT_GE(m->links.at("tcp").allreduce_lockstep_us.at(k), m->links.at("shm").allreduce_us.at(k)) << k;
+      EXPECT_GT(m->links.at("tcp").lockstep_scaling.at(k), 0.05) << k;
     }
   }
 }

@@ -307,12 +307,9 @@ int run_calibrate(const CalibrateArgs& a) {
   // cores of their own. Beyond the cores a back-to-back call measures the ranks' contention
   // (the device's: 1.9 / 3.0 ms at 3 / 4 ranks on 2 cores, against 18 us at 2), not its wire,
   // and the whole steps are compared. The device's progress threads share the ranks' cores,
-  // which shm and tcp have none of. Over tcp, beyond the cores only, each start right after the
-  // shm one too: its step less shm's, plus shm's back-to-back call, is its call between decode's
-  // kernels (MeasuredLink::allreduce_lockstep_us). There its back-to-back call (162 / 190 us at
-  // 3 / 4 ranks on 2 cores, shm's 19 / 22) over-charged the runs, whose tcp collectives cost
-  // 87 / 90 us more than shm's (docs/SIM.md, session 19); a per-call cost, not a share of the
-  // work between calls (the 1.1B Llama's segments are longer than the bench's).
+  // which shm and tcp have none of. Over tcp, beyond the cores only, the same whole steps: there
+  // its back-to-back call (162 / 190 us at 3 / 4 ranks on 2 cores, shm's 19 / 22) over-charged
+  // the runs, whose tcp collectives cost 87 / 90 us more than shm's (docs/SIM.md, session 19).
   for (int k = 2; k <= most_ranks; ++k) {
     const bool own_cores = k <= cores;
     double sum = 0, sum_verbs = 0, sum_tcp = 0;
@@ -337,7 +334,7 @@ int run_calibrate(const CalibrateArgs& a) {
         if (!own_cores) {
           auto t = measure_lockstep("tcp", k, w, a.quick);
           if (!t.ok()) return fail(t.status().to_string());
-          runs_tcp.push_back(std::max(t->step_us - l->step_us, 0.0));
+          runs_tcp.push_back(std::clamp(step / std::max(t->step_us, 1e-3), 0.05, 1.0));
         }
       }
       if (own_cores) sum += median(runs);
@@ -346,16 +343,14 @@ int run_calibrate(const CalibrateArgs& a) {
     }
     if (own_cores) m.lockstep_scaling[k] = sum / std::size(sizes);
     m.links.at("verbs").lockstep_scaling[k] = sum_verbs / std::size(sizes);
-    if (!own_cores)
-      m.links.at("tcp").allreduce_lockstep_us[k] = m.links.at("shm").allreduce_us.at(k) + sum_tcp / std::size(sizes);
+    if (!own_cores) m.links.at("tcp").lockstep_scaling[k] = sum_tcp / std::size(sizes);
     if (own_cores)
       std::printf("%d ranks in lockstep (decode kernel of 2 and 8 MiB between all-reduces): %.3f of the slower rank's "
                   "pace; over the emulated verbs device %.3f of that\n",
                   k, m.lockstep_scaling[k], m.links.at("verbs").lockstep_scaling[k]);
     else
-      std::printf("%d ranks in lockstep on %d cores: over the emulated verbs device %.3f of shm's pace; "
-                  "tcp's 8 KiB all-reduce between decode's kernels %.1f us\n",
-                  k, cores, m.links.at("verbs").lockstep_scaling[k], m.links.at("tcp").allreduce_lockstep_us[k]);
+      std::printf("%d ranks in lockstep on %d cores: over the emulated verbs device %.3f of shm's pace, over tcp %.3f\n",
+                  k, cores, m.links.at("verbs").lockstep_scaling[k], m.links.at("tcp").lockstep_scaling[k]);
   }
   std::string src = "lattice sim --calibrate";
   auto write = [&]() -> bool {

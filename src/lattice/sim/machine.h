@@ -28,16 +28,11 @@ struct MeasuredLink {
   // one's (each less its back-to-back call while the ranks have cores of their own), a
   // fraction keyed by rank count (2 to 2x cores, at least 4, at most 8). The simulator
   // multiplies Machine::lockstep_scaling by it for ranks joined by this provider (beyond the
-  // cores, where the turns model stands for shm, it alone). Measured for the emulated verbs
-  // device, whose progress threads share the ranks' cores.
+  // cores, where the turns model stands for shm, it alone, and it replaces allreduce_us there:
+  // a back-to-back call among more ranks than cores measures their contention, not the
+  // provider's cost between a decode step's kernels). Measured for the emulated verbs device,
+  // whose progress threads share the ranks' cores, at every count; for tcp beyond the cores.
   std::map<int, double> lockstep_scaling;
-  // Beyond the cores: the 8 KiB all-reduce among K rank processes with decode's kernel between
-  // the calls (`bench coll --work`), microseconds a call: shm's back-to-back call plus this
-  // provider's step less shm's. The simulator takes it for allreduce_us there, since a
-  // back-to-back call among more ranks than cores measures their contention for the cores, not
-  // what the provider costs a decode step (tcp on 2 cores: 162-194 us back to back at 3-4 ranks,
-  // 56-117 us over shm's step between kernels). Measured for tcp.
-  std::map<int, double> allreduce_lockstep_us;
 };
 
 struct Machine {

@@ -296,9 +296,9 @@ std::optional<cluster::LinkProvider> common_provider(const std::vector<const clu
 // Ranks of lattice's engine all on one machine, joined by one provider whose all-reduce among
 // that many ranks the machine file measured (MeasuredLink::allreduce_us): the measured call less
 // what the wire model gives the same call over the provider's measured figures (the carrier, not
-// an emulated link's setting: the emulator delays bytes the carrier still has to move); beyond
-// the cores the call measured between decode's kernels where there is one. Zero otherwise, and
-// never negative.
+// an emulated link's setting: the emulator delays bytes the carrier still has to move). Zero
+// otherwise (beyond the cores too, for a provider with its own lockstep figure for that many
+// ranks: MeasuredLink::lockstep_scaling), and never negative.
 struct Colocated {
   double measured_us = 0, extra_us = 0;
 };
@@ -314,14 +314,11 @@ Result<Colocated> colocated_cost(const EngineProfile& prof, const std::vector<Ra
   if (provider != cluster::LinkProvider::kShm && provider != cluster::LinkProvider::kTcp) return out;
   const auto link = ranks[0].machine.links.find(std::string(cluster::to_string(provider)));
   if (link == ranks[0].machine.links.end()) return out;
-  // Beyond the cores, the call between decode's kernels where the machine file has it
-  // (MeasuredLink::allreduce_lockstep_us), else back to back.
+  const auto at = link->second.allreduce_us.find(W);
+  if (at == link->second.allreduce_us.end()) return out;
+  // Beyond the cores, a provider measured in lockstep against shm pays that instead (below).
   const int cores = ranks[0].machine.cores;
-  const bool beyond = cores > 0 && W * std::max(1, threads) > cores;
-  const auto& calls = beyond && link->second.allreduce_lockstep_us.count(W) ? link->second.allreduce_lockstep_us
-                                                                           : link->second.allreduce_us;
-  const auto at = calls.find(W);
-  if (at == calls.end()) return out;
+  if (cores > 0 && W * std::max(1, threads) > cores && link->second.lockstep_scaling.count(W)) return out;
   std::vector<Cable> carrier;
   for (const cluster::Link* l : chosen) {
     cluster::Link plain = *l;
@@ -436,8 +433,8 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   coll.colocated_us = colo.extra_us;
   // Ranks that meet at every collective on one machine: each on cores of its own, the machine
   // file's lockstep figure for that many; joined by a provider whose own figure it measured
-  // against shm (the emulated verbs device), that too, beyond the cores as well (the turns model
-  // stands for shm there).
+  // against shm (the emulated verbs device; tcp beyond the cores), that too, beyond the cores as
+  // well (the turns model stands for shm there).
   if (L.mode != Mode::kPipeline && W > 1 && one_machine(ranks)) {
     const Machine& m = ranks[0].machine;
     const auto it = m.lockstep_scaling.find(W);
