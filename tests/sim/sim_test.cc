@@ -284,7 +284,7 @@ TEST(Sim, JsonHasTheDocumentedKeys) {
 TEST(Machine, FileRoundTripAndErrors) {
   auto m = machine_preset("m3-ultra");
   ASSERT_TRUE(m.ok());
-  m->links["tcp"] = {12, 2.5, {}, {}};
+  m->links["tcp"] = {12, 2.5, {}};
   auto back = machine_from_json(machine_to_json(*m), "x.json");
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   EXPECT_EQ(back->mem_bw_gbs, 819);
@@ -393,7 +393,7 @@ Machine two_core_cpu() {
   m.compute_tflops = 0.5;
   m.memory_gb = 16;
   m.decode_efficiency = 0.9;
-  m.links["shm"] = {0.5, 8, {}, {}};
+  m.links["shm"] = {0.5, 8, {}};
   return m;
 }
 
@@ -550,46 +550,6 @@ TEST(Sim, LockstepOverAProviderWithItsOwnFigureMultiplies) {
   auto four = simulate(shape, *t4, o);
   ASSERT_TRUE(four.ok()) << four.status().to_string();
   EXPECT_DOUBLE_EQ(four->lockstep_scaling, 0.5);
-}
-
-// tcp among more ranks than cores: with its own lockstep figure for that count the simulator
-// charges that and not the back-to-back call (which there measures the ranks' contention);
-// without one, the call as before. On cores of their own the call is charged either way.
-TEST(Sim, TcpBeyondTheCoresPaysItsLockstepFigureNotTheCall) {
-  Machine m = two_core_cpu();
-  m.links["tcp"] = {8.0, 4.0, {{2, 20.0}, {4, 190.0}}, {}};
-  const std::string dir = testing::scratch_dir("lockstep-tcp");
-  const auto shape = *shape_preset("llama-1.1b-q4");
-  auto run = [&](int n) {
-    std::ofstream(dir + "/cpu.json") << machine_to_json(m).dump();
-    nlohmann::json j = {{"version", 1}, {"hosts", nlohmann::json::array()}, {"links", nlohmann::json::array()}};
-    for (int i = 0; i < n; ++i)
-      j["hosts"].push_back({{"name", "r" + std::to_string(i)}, {"address", "127.0.0.1:" + std::to_string(7100 + i)},
-                            {"machine", "cpu.json"}});
-    for (int i = 0; i < n; ++i)
-      for (int k = i + 1; k < n; ++k)
-        j["links"].push_back({{"a", "r" + std::to_string(i)}, {"b", "r" + std::to_string(k)}, {"provider", "tcp"}});
-    auto t = cluster::parse_topology(j.dump(), "t.json");
-    EXPECT_TRUE(t.ok()) << t.status().to_string();
-    SimOptions o;
-    o.base_dir = dir;
-    o.mode = Mode::kTensor;
-    auto r = simulate(shape, *t, o);
-    EXPECT_TRUE(r.ok()) << r.status().to_string();
-    return *r;
-  };
-  const SimResult call = run(4);
-  EXPECT_DOUBLE_EQ(call.colocated_allreduce_us, 190.0);
-  EXPECT_GT(call.colocated_sync_us, 100.0);
-  EXPECT_DOUBLE_EQ(call.lockstep_scaling, 1.0);
-  m.links["tcp"].lockstep_scaling = {{4, 0.85}};
-  const SimResult own = run(4);
-  EXPECT_DOUBLE_EQ(own.colocated_sync_us, 0.0);
-  EXPECT_DOUBLE_EQ(own.lockstep_scaling, 0.85);
-  EXPECT_LT(own.token.sync_us, call.token.sync_us);  // 0.85 of a step here is less than 190 us a call
-  m.links["tcp"].lockstep_scaling = {{2, 0.85}};  // (calibrate writes none there; a file may)
-  const SimResult two = run(2);
-  EXPECT_GT(two.colocated_sync_us, 0.0);
 }
 
 // Two ranks in lockstep on the cores of one machine that measured 0.8: every collective first

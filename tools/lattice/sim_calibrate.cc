@@ -307,12 +307,10 @@ int run_calibrate(const CalibrateArgs& a) {
   // cores of their own. Beyond the cores a back-to-back call measures the ranks' contention
   // (the device's: 1.9 / 3.0 ms at 3 / 4 ranks on 2 cores, against 18 us at 2), not its wire,
   // and the whole steps are compared. The device's progress threads share the ranks' cores,
-  // which shm and tcp have none of. Over tcp, beyond the cores only, the same whole steps: there
-  // its back-to-back call (162 / 190 us at 3 / 4 ranks on 2 cores, shm's 19 / 22) over-charged
-  // the runs, whose tcp collectives cost 87 / 90 us more than shm's (docs/SIM.md, session 19).
+  // which shm and tcp have none of.
   for (int k = 2; k <= most_ranks; ++k) {
     const bool own_cores = k <= cores;
-    double sum = 0, sum_verbs = 0, sum_tcp = 0;
+    double sum = 0, sum_verbs = 0;
     const char* sizes[] = {"2M", "8M"};
     // The calls are subtracted only where the ranks have cores of their own.
     const double call = own_cores ? m.links.at("shm").allreduce_us.at(k) : 0.0;
@@ -322,7 +320,7 @@ int run_calibrate(const CalibrateArgs& a) {
       return v[v.size() / 2];
     };
     for (const char* w : sizes) {
-      std::vector<double> runs, runs_verbs, runs_tcp;
+      std::vector<double> runs, runs_verbs;
       for (int i = 0; i < (a.quick ? 1 : 3); ++i) {
         auto l = measure_lockstep("shm", k, w, a.quick);
         if (!l.ok()) return fail(l.status().to_string());
@@ -331,26 +329,19 @@ int run_calibrate(const CalibrateArgs& a) {
         const double step = std::max(l->step_us - call, 1e-3), step_verbs = std::max(v->step_us - call_verbs, 1e-3);
         if (own_cores) runs.push_back(std::clamp(l->work_us / step, 0.05, 1.0));
         runs_verbs.push_back(std::clamp(step / step_verbs, 0.05, 1.0));
-        if (!own_cores) {
-          auto t = measure_lockstep("tcp", k, w, a.quick);
-          if (!t.ok()) return fail(t.status().to_string());
-          runs_tcp.push_back(std::clamp(step / std::max(t->step_us, 1e-3), 0.05, 1.0));
-        }
       }
       if (own_cores) sum += median(runs);
       sum_verbs += median(runs_verbs);
-      if (!own_cores) sum_tcp += median(runs_tcp);
     }
     if (own_cores) m.lockstep_scaling[k] = sum / std::size(sizes);
     m.links.at("verbs").lockstep_scaling[k] = sum_verbs / std::size(sizes);
-    if (!own_cores) m.links.at("tcp").lockstep_scaling[k] = sum_tcp / std::size(sizes);
     if (own_cores)
       std::printf("%d ranks in lockstep (decode kernel of 2 and 8 MiB between all-reduces): %.3f of the slower rank's "
                   "pace; over the emulated verbs device %.3f of that\n",
                   k, m.lockstep_scaling[k], m.links.at("verbs").lockstep_scaling[k]);
     else
-      std::printf("%d ranks in lockstep on %d cores: over the emulated verbs device %.3f of shm's pace, over tcp %.3f\n",
-                  k, cores, m.links.at("verbs").lockstep_scaling[k], m.links.at("tcp").lockstep_scaling[k]);
+      std::printf("%d ranks in lockstep on %d cores: over the emulated verbs device %.3f of shm's pace\n", k, cores,
+                  m.links.at("verbs").lockstep_scaling[k]);
   }
   std::string src = "lattice sim --calibrate";
   auto write = [&]() -> bool {

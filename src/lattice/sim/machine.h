@@ -26,12 +26,9 @@ struct MeasuredLink {
   // Ranks of this machine in lockstep over this provider (tensor parallel, decode's kernel
   // between all-reduces, `bench coll --work`) against the same over shm: the shm step over this
   // one's (each less its back-to-back call while the ranks have cores of their own), a
-  // fraction keyed by rank count (2 to 2x cores, at least 4, at most 8). The simulator
-  // multiplies Machine::lockstep_scaling by it for ranks joined by this provider (beyond the
-  // cores, where the turns model stands for shm, it alone, and it replaces allreduce_us there:
-  // a back-to-back call among more ranks than cores measures their contention, not the
-  // provider's cost between a decode step's kernels). Measured for the emulated verbs device,
-  // whose progress threads share the ranks' cores, at every count; for tcp beyond the cores.
+  // fraction keyed by rank count (2 to 2x cores, at least 4, at most 8). The simulator multiplies Machine::lockstep_scaling by it for ranks
+  // joined by this provider (beyond the cores, where the turns model stands for shm, it alone).
+  // Measured for the emulated verbs device, whose progress threads share the ranks' cores.
   std::map<int, double> lockstep_scaling;
 };
 

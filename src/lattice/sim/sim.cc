@@ -297,15 +297,14 @@ std::optional<cluster::LinkProvider> common_provider(const std::vector<const clu
 // that many ranks the machine file measured (MeasuredLink::allreduce_us): the measured call less
 // what the wire model gives the same call over the provider's measured figures (the carrier, not
 // an emulated link's setting: the emulator delays bytes the carrier still has to move). Zero
-// otherwise (beyond the cores too, for a provider with its own lockstep figure for that many
-// ranks: MeasuredLink::lockstep_scaling), and never negative.
+// otherwise, and never negative.
 struct Colocated {
   double measured_us = 0, extra_us = 0;
 };
 
 Result<Colocated> colocated_cost(const EngineProfile& prof, const std::vector<Rank>& ranks,
                                  const std::vector<const cluster::Link*>& chosen, const std::vector<int>& rank_of,
-                                 const Collectives& coll, int threads) {
+                                 const Collectives& coll) {
   Colocated out;
   const int W = static_cast<int>(ranks.size());
   const auto common = common_provider(chosen);
@@ -316,9 +315,6 @@ Result<Colocated> colocated_cost(const EngineProfile& prof, const std::vector<Ra
   if (link == ranks[0].machine.links.end()) return out;
   const auto at = link->second.allreduce_us.find(W);
   if (at == link->second.allreduce_us.end()) return out;
-  // Beyond the cores, a provider measured in lockstep against shm pays that instead (below).
-  const int cores = ranks[0].machine.cores;
-  if (cores > 0 && W * std::max(1, threads) > cores && link->second.lockstep_scaling.count(W)) return out;
   std::vector<Cable> carrier;
   for (const cluster::Link* l : chosen) {
     cluster::Link plain = *l;
@@ -429,12 +425,12 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   }
   std::mt19937 sync_rng(2026);
   Collectives coll{&prof, all_rma && !cables.empty(), &sync_rng};
-  LATTICE_ASSIGN_OR_RETURN(Colocated colo, colocated_cost(prof, ranks, chosen, rank_of, coll, o.threads));
+  LATTICE_ASSIGN_OR_RETURN(Colocated colo, colocated_cost(prof, ranks, chosen, rank_of, coll));
   coll.colocated_us = colo.extra_us;
   // Ranks that meet at every collective on one machine: each on cores of its own, the machine
   // file's lockstep figure for that many; joined by a provider whose own figure it measured
-  // against shm (the emulated verbs device; tcp beyond the cores), that too, beyond the cores as
-  // well (the turns model stands for shm there).
+  // against shm (the emulated verbs device), that too, beyond the cores as well (the turns model
+  // stands for shm there).
   if (L.mode != Mode::kPipeline && W > 1 && one_machine(ranks)) {
     const Machine& m = ranks[0].machine;
     const auto it = m.lockstep_scaling.find(W);
