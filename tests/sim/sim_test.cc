@@ -284,7 +284,7 @@ TEST(Sim, JsonHasTheDocumentedKeys) {
 TEST(Machine, FileRoundTripAndErrors) {
   auto m = machine_preset("m3-ultra");
   ASSERT_TRUE(m.ok());
-  m->links["tcp"] = {12, 2.5, {}};
+  m->links["tcp"] = {12, 2.5, {}, {}};
   auto back = machine_from_json(machine_to_json(*m), "x.json");
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   EXPECT_EQ(back->mem_bw_gbs, 819);
@@ -393,7 +393,7 @@ Machine two_core_cpu() {
   m.compute_tflops = 0.5;
   m.memory_gb = 16;
   m.decode_efficiency = 0.9;
-  m.links["shm"] = {0.5, 8, {}};
+  m.links["shm"] = {0.5, 8, {}, {}};
   return m;
 }
 
