@@ -170,7 +170,8 @@ def co_run_scaling(lattice, work, target, prompt, machine, alone, a, name="this-
     pair against the runs beside it, and the median, since the host's speed moves within seconds
     (session 17: one pair of three read 0.61 where its neighbours read 0.93). The calibration's
     kernel_scaling comes from one large matmul; the model's matrices (k and v a few hundred rows a
-    rank, an expert's 512) scale worse (session 10). Written into a copy of the machine file; returns (machine file, scaling or None)."""
+    rank, an expert's 512) scale worse (session 10). Written into a copy of the machine file;
+    returns (machine file, scaling or None)."""
     m = json.load(open(machine))
     if m.get("cores", 0) < 2 or not alone.get("ranks") or alone["ranks"][0].get("step_ms_per_token", 0) <= 0:
         return machine, None
@@ -191,7 +192,7 @@ def co_run_scaling(lattice, work, target, prompt, machine, alone, a, name="this-
             steps.append(json.loads(out)["ranks"][0]["step_ms_per_token"])
         # Against the runs alone on either side of the pair (the one after serves the next pair
         # too): a host whose speed drifts within seconds moved a ratio against the run before
-        # alone by up to 14% (session 19: 0.72-1.00 on the same model and host).
+        # alone by up to 14% (sessions 17-19: 0.72-1.00 on the same model and host).
         after = alone_step()
         ratios.append((before + after) / 2 / max(steps))
         before = after
