@@ -1,8 +1,8 @@
 // cluster_peer: one rank of the cluster's fault tests and of bench/failure_detect.sh.
-// Joins from the environment (LATTICE_*), prints "joined rank R world W epoch E", then waits
-// for the first peer-lost event and prints
+// Joins from the environment (LATTICE_*), prints "joined rank R world W epoch E", posts a
+// receive from every peer, prints "ready", then waits for the first peer-lost event and prints
 //   "event peer-lost ranks [..] wall_ns T"   (T: CLOCK_REALTIME when the event reached us)
-// with a receive posted from every peer; once the lost peer's receive failed it prints
+// and once the lost peer's receive failed it prints
 //   "inflight failed peer P wall_ns T: <status>"
 // then shrinks, exchanges with every survivor, prints "shrunk rank R world W epoch E" and
 // "exchange ok wall_ns T" (the survivors continue), and leaves after a barrier. Exit 0 on success, 1 with a message otherwise.
@@ -47,8 +47,8 @@ int main(int argc, char** argv) {
   std::printf("joined rank %d world %d epoch %llu\n", c.rank(), c.world_size(), static_cast<unsigned long long>(c.epoch()));
   if (Status s = testing::exchange_with_all(c, Deadline::after(std::chrono::seconds(60))); !s.ok())
     return die("first exchange", s);
-  std::printf("ready\n");
   if (idle) {
+    std::printf("ready\n");
     std::this_thread::sleep_for(std::chrono::seconds(120));
     return 0;
   }
@@ -65,6 +65,9 @@ int main(int argc, char** argv) {
     regions.push_back(std::move(mr).value());
     queues.push_back(links[0].recv_cq);
   }
+  // "ready" once the receives are posted: a victim killed after it finds one in flight here
+  // (posted earlier, a post could meet the loss and fail instead of the receive).
+  std::printf("ready\n");
   bool have_event = false, have_failure = queues.empty();
   const auto give_up = Deadline::after(std::chrono::seconds(120));
   while (!have_event || !have_failure) {

@@ -129,7 +129,17 @@ Result<std::string> Proc::wait_in(bool err, const std::string& needle, Deadline 
     }
     if (deadline.expired())
       return Timeout("no line with '" + needle + "' (stdout so far: " + out_ + " stderr: " + err_ + ")");
-    if ((err ? err_fd_ : out_fd_) < 0) return PeerLost("process ended without '" + needle + "' (stderr: " + err_ + ")");
+    if ((err ? err_fd_ : out_fd_) < 0) {
+      // The stream closed: say how the process ended (a crash reads differently from an exit).
+      std::string how = "still running";
+      int st = 0;
+      if (reaped_ || ::waitpid(pid_, &st, WNOHANG) == pid_) {
+        if (!reaped_) reaped_ = true, status_ = st;
+        how = WIFSIGNALED(status_) ? "killed by signal " + std::to_string(WTERMSIG(status_))
+                                   : "exit " + std::to_string(WEXITSTATUS(status_));
+      }
+      return PeerLost("process ended without '" + needle + "' (" + how + "; stdout: " + out_ + " stderr: " + err_ + ")");
+    }
     pump(std::min(deadline.remaining_ms_for_poll(), 50));
   }
 }
