@@ -92,6 +92,29 @@ TEST(TcpLinkEmu, MeasuresItsOwnHop) {
   EXPECT_LT(t.emu->hop(), std::chrono::milliseconds(100)) << "the probe measured something else";
 }
 
+// The relays' CPU time (link_emulators_cpu_ns, what `bench coll` reports a call): it grows while a
+// relay carries messages, and what a relay used stays counted once it is gone.
+TEST(TcpLinkEmu, CountsItsRelaysCpuTimeAndKeepsItOnceStopped) {
+  const int64_t before = link_emulators_cpu_ns();
+  EXPECT_GE(before, 0);
+  int64_t during = 0;
+  {
+    Through t;
+    ASSERT_NO_FATAL_FAILURE(open_through({.latency_us = 50, .gbytes_s = 1}, &t));
+    std::vector<std::byte> msg(8192, std::byte{7}), got(msg.size());
+    for (int i = 0; i < 200; ++i) {
+      ASSERT_TRUE(write_all(t.client, msg.data(), msg.size()));
+      ASSERT_TRUE(read_n(t.server, got.data(), got.size()));
+      ASSERT_TRUE(write_all(t.server, msg.data(), msg.size()));
+      ASSERT_TRUE(read_n(t.client, got.data(), got.size()));
+    }
+    during = link_emulators_cpu_ns();
+    // 400 messages woke the relay at least 400 times: far above a microsecond each.
+    EXPECT_GT(during - before, 400 * 1000) << "the relay's CPU clock did not move";
+  }
+  EXPECT_GE(link_emulators_cpu_ns(), during);
+}
+
 // Both directions: every byte is held at least the latency less the relay's hop, and arrives in
 // order. 20 ms: far above the hop and any timer error, so "not before" is all this asserts.
 TEST(TcpLinkEmu, NeverDeliversBeforeTheLatency) {

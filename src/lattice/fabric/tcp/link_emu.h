@@ -32,6 +32,8 @@
 #include <string_view>
 #include <thread>
 
+#include <time.h>
+
 #include "lattice/core/status.h"
 #include "lattice/fabric/tcp/address.h"
 #include "lattice/fabric/tcp/socket.h"
@@ -41,6 +43,12 @@ namespace lattice::fabric::tcp {
 // "latency_us=50" / "gbytes_s=1" into `shape`; false when `kv` is neither; kInvalidArgument for
 // a bad value (latency above 1 s, rate outside 1 KB/s .. 10 TB/s, not a number).
 Result<bool> parse_link_option(std::string_view kv, LinkShape* shape);
+
+// CPU time (user and system) the relay threads of this process's link emulators used while they
+// ran, those still running and those stopped alike, in nanoseconds. A real cable costs its hosts
+// no CPU; the relay does, and where ranks hold every core it is taken from them: `bench coll`
+// reports it per call, and `sim --calibrate` keeps it for the simulator (docs/SIM.md).
+int64_t link_emulators_cpu_ns();
 
 class LinkEmulator {
  public:
@@ -69,6 +77,9 @@ class LinkEmulator {
   int64_t hop_ns_ = 0;
   std::atomic<bool> stop_{false};
   std::thread thread_;
+  clockid_t cpu_clock_{};  // the relay thread's CPU clock, for link_emulators_cpu_ns()
+  bool has_cpu_clock_ = false;
+  friend int64_t link_emulators_cpu_ns();
 };
 
 }  // namespace lattice::fabric::tcp

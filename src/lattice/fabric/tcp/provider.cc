@@ -2,6 +2,7 @@
 
 #include <netinet/in.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -283,6 +284,7 @@ bool unpark_and_progress(Conn& c, uint32_t events) {
 }  // namespace
 
 void TcpProvider::run() {
+  ::prctl(PR_SET_NAME, "lat-tcp-prog");  // as top -H and perf name it
   constexpr int kMaxEvents = 64;
   epoll_event evs[kMaxEvents];
   Clock::time_point next_tick = housekeeping(Clock::now());

@@ -296,6 +296,7 @@ void VerbsEndpoint::run() {
   // The naps below are tens of microseconds; Linux's default timer slack (50 us) made each one
   // 70-120 us on session 14's host, late past a 50 us link's next message.
   ::prctl(PR_SET_TIMERSLACK, 1000UL);
+  ::prctl(PR_SET_NAME, "lat-verbs-prog");  // as top -H and perf name it
 #endif
   std::unique_lock lk(mu_);
   auto idle_since = Clock::now();
