@@ -171,7 +171,7 @@ TEST(Calibrate, MeasurementsAreSaneAndCheckTheirArguments) {
   EXPECT_FALSE(DecodeKernel::make(1u << 20, size_t{1} << 40).ok());
 }
 
-// Calibration runs bench fabric three times, bench coll at 2-4 ranks three times (and in
+// Calibration runs bench fabric three times, bench coll at 2-4 ranks four times (and in
 // lockstep twice) and streams a 256 MiB buffer: tens of seconds.
 TEST(SimSlow, CalibrateWritesAUsableMachineFile) {
   const std::string dir = testing::scratch_dir("cal");
@@ -207,6 +207,14 @@ TEST(SimSlow, CalibrateWritesAUsableMachineFile) {
   EXPECT_LE(m->lockstep_scaling.at(2), 1.0);
   EXPECT_EQ(m->lockstep_scaling.count(m->cores + 1), 0u);
   EXPECT_DOUBLE_EQ(j["lockstep_scaling"].get<double>(), m->lockstep_scaling.at(2));
+  // The tcp link emulator's relays: their CPU a call at every count of the calls, more than the
+  // relays of 2 ranks could take below a microsecond a message.
+  for (int k : {2, 3, 4}) {
+    ASSERT_EQ(m->links.at("tcp").emulator_cpu_us.count(k), 1u) << k;
+    EXPECT_GT(m->links.at("tcp").emulator_cpu_us.at(k), 1.0) << k;
+    EXPECT_LT(m->links.at("tcp").emulator_cpu_us.at(k), 1e5) << k;
+  }
+  EXPECT_EQ(m->links.at("shm").emulator_cpu_us.size(), 0u);
   // The emulated verbs device in lockstep against shm, at every count of the calls (beyond the
   // cores too).
   for (int k : {2, 3, 4}) {

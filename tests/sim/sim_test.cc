@@ -284,7 +284,7 @@ TEST(Sim, JsonHasTheDocumentedKeys) {
 TEST(Machine, FileRoundTripAndErrors) {
   auto m = machine_preset("m3-ultra");
   ASSERT_TRUE(m.ok());
-  m->links["tcp"] = {12, 2.5, {}, {}};
+  m->links["tcp"] = {12, 2.5, {}, {}, {}};
   auto back = machine_from_json(machine_to_json(*m), "x.json");
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   EXPECT_EQ(back->mem_bw_gbs, 819);
@@ -393,7 +393,7 @@ Machine two_core_cpu() {
   m.compute_tflops = 0.5;
   m.memory_gb = 16;
   m.decode_efficiency = 0.9;
-  m.links["shm"] = {0.5, 8, {}, {}};
+  m.links["shm"] = {0.5, 8, {}, {}, {}};
   return m;
 }
 
@@ -481,7 +481,7 @@ TEST(Machine, LockstepScalingRoundTripsAndRejectsWhatIsNotAFraction) {
   EXPECT_NE(bad({{"1", 0.9}}).find("lockstep_scaling: key '1' is not a rank count"), std::string::npos);
   EXPECT_NE(bad(0.9).find("maps a rank count"), std::string::npos);
   // A provider's own figure (links.P.lockstep_scaling) is a fraction by rank count too.
-  m.links["verbs"] = {6.0, 5.0, {{2, 15.0}}, {{2, 0.8}}};
+  m.links["verbs"] = {6.0, 5.0, {{2, 15.0}}, {{2, 0.8}}, {}};
   back = machine_from_json(machine_to_json(m), "m.json");
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   EXPECT_EQ(back->links.at("verbs").lockstep_scaling, (std::map<int, double>{{2, 0.8}}));
@@ -499,7 +499,7 @@ TEST(Sim, LockstepOverAProviderWithItsOwnFigureMultiplies) {
   Machine m = two_core_cpu();
   m.tb5_ports = 5;
   m.lockstep_scaling = {{2, 0.9}};
-  m.links["verbs"] = {6.0, 5.0, {}, {{2, 0.8}}};
+  m.links["verbs"] = {6.0, 5.0, {}, {{2, 0.8}}, {}};
   const std::string dir = testing::scratch_dir("lockstep-verbs");
   std::ofstream(dir + "/cpu.json") << machine_to_json(m).dump();
   auto pair = [](const char* provider, bool apart) {
@@ -590,6 +590,82 @@ TEST(Sim, LockstepRanksWaitForEachSegmentsSlowest) {
   auto four = simulate(shape, shm_mesh("cpu.json", false, 4), o);  // beyond the cores, and not measured
   ASSERT_TRUE(four.ok());
   EXPECT_DOUBLE_EQ(four->lockstep_scaling, 1.0);
+}
+
+// Ranks on one 2-core machine joined by emulated tcp links (a latency on tcp between processes of
+// one machine: the link emulator's relay), whose machine file measured the relays' CPU an 8 KiB
+// all-reduce: beyond the cores each message of every collective holds every rank its share (the
+// measured CPU over the call's messages, over the cores); on cores of their own, as pipeline
+// stages, over plain tcp, or at a rank count not measured: nothing.
+TEST(Sim, RelaysOfEmulatedTcpLinksTakeTheirCpuFromRanksBeyondTheCores) {
+  Machine m = two_core_cpu();
+  m.links["tcp"] = {12, 2.5, {}, {}, {{2, 60.0}, {4, 400.0}}};
+  const std::string dir = testing::scratch_dir("emulator-cpu");
+  std::ofstream(dir + "/cpu.json") << machine_to_json(m).dump();
+  m.links["tcp"].emulator_cpu_us.clear();
+  std::ofstream(dir + "/bare.json") << machine_to_json(m).dump();
+  auto mesh = [](const char* machine, int n, bool emulated) {
+    nlohmann::json j = {{"version", 1}, {"hosts", nlohmann::json::array()}, {"links", nlohmann::json::array()}};
+    for (int i = 0; i < n; ++i)
+      j["hosts"].push_back({{"name", "r" + std::to_string(i)}, {"address", "127.0.0.1:" + std::to_string(7100 + i)},
+                            {"machine", machine}});
+    for (int i = 0; i < n; ++i)
+      for (int k = i + 1; k < n; ++k) {
+        nlohmann::json l = {{"a", "r" + std::to_string(i)}, {"b", "r" + std::to_string(k)}, {"provider", "tcp"}};
+        if (emulated) l["latency_us"] = 50;
+        j["links"].push_back(l);
+      }
+    auto t = cluster::parse_topology(j.dump(), "t.json");
+    EXPECT_TRUE(t.ok()) << t.status().to_string();
+    return t.ok() ? *t : cluster::Topology{};
+  };
+  SimOptions o;
+  o.base_dir = dir;
+  o.mode = Mode::kTensor;
+  const auto shape = *shape_preset("llama-1.1b-q4");
+  auto with = simulate(shape, mesh("cpu.json", 4, true), o);
+  auto without = simulate(shape, mesh("bare.json", 4, true), o);
+  ASSERT_TRUE(with.ok()) << with.status().to_string();
+  ASSERT_TRUE(without.ok()) << without.status().to_string();
+  EXPECT_DOUBLE_EQ(with->emulator_cpu_us, 400.0);
+  // 4 ranks' recursive-doubling all-reduce sends 8 messages: 400 / 8 over 2 cores.
+  EXPECT_EQ(with->allreduce, without->allreduce);
+  EXPECT_NE(with->allreduce.find("recursive"), std::string::npos) << with->allreduce;
+  EXPECT_DOUBLE_EQ(with->emulator_us_per_msg, 400.0 / 8 / 2);
+  EXPECT_DOUBLE_EQ(without->emulator_cpu_us, 0.0);
+  EXPECT_NEAR(with->token.weights_us, without->token.weights_us, 1e-6);
+  // Two all-reduces a layer, each 8 messages of 25 us, and the token's argmax gather.
+  EXPECT_GE(with->token_ms - without->token_ms, 2.0 * shape.n_layer * 8 * 25.0 * 0.999 / 1e3)
+      << with->token_ms << " ms against " << without->token_ms;
+  EXPECT_LE(with->token_ms - without->token_ms, (2.0 * shape.n_layer + 2) * 8 * 25.0 / 1e3)
+      << with->token_ms << " ms against " << without->token_ms;
+  EXPECT_LT(with->decode_tok_s, without->decode_tok_s);
+  auto not_charged = [&](const cluster::Topology& t, Mode mode, const char* what) {
+    SimOptions p = o;
+    p.mode = mode;
+    auto r = simulate(shape, t, p);
+    ASSERT_TRUE(r.ok()) << what << ": " << r.status().to_string();
+    EXPECT_DOUBLE_EQ(r->emulator_cpu_us, 0.0) << what;
+    EXPECT_DOUBLE_EQ(r->emulator_us_per_msg, 0.0) << what;
+  };
+  not_charged(mesh("cpu.json", 2, true), Mode::kTensor, "on cores of their own");
+  not_charged(mesh("cpu.json", 4, true), Mode::kPipeline, "pipeline stages");
+  not_charged(mesh("cpu.json", 4, false), Mode::kTensor, "plain tcp");
+  not_charged(mesh("cpu.json", 3, true), Mode::kTensor, "3 ranks, not measured");
+}
+
+TEST(Machine, EmulatorCpuRoundTripsAndRejectsWhatIsNotMicroseconds) {
+  Machine m = two_core_cpu();
+  m.links["tcp"] = {12, 2.5, {}, {}, {{4, 380.0}}};
+  auto back = machine_from_json(machine_to_json(m), "m.json");
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->links.at("tcp").emulator_cpu_us, (std::map<int, double>{{4, 380.0}}));
+  nlohmann::json j = machine_to_json(m);
+  j["links"]["tcp"]["emulator_cpu_8k_us"]["4"] = -1;
+  auto r = machine_from_json(j, "m.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("links.tcp.emulator_cpu_8k_us.4 must be microseconds"), std::string::npos)
+      << r.status().message();
 }
 
 // Four ranks at one address whose machine measured their all-reduce: each collective costs the

@@ -21,6 +21,9 @@
 // slowest rank's mean kernel time in lockstep) and step_us_mean (the mean, over iterations, of
 // the slowest rank's kernel + call): ranks that compute between collectives step at
 // solo / (step - the call back to back) of their speed alone.
+// Over an emulated tcp link (tcp?latency_us=L...), --json also reports emulator_cpu_us_per_call:
+// the CPU its relays (fabric/tcp/link_emu.h) took over the timed calls, summed over the ranks,
+// per call (with --work, the rounds' barriers too).
 #include <unistd.h>
 
 #include <algorithm>
@@ -43,6 +46,7 @@
 #include "lattice/coll/coll.h"
 #include "lattice/coll/reference.h"
 #include "lattice/core/size.h"
+#include "lattice/fabric/tcp/link_emu.h"
 #include "lattice/sim/calibrate.h"
 
 namespace lattice::cli {
@@ -191,6 +195,8 @@ Status run_rank(cluster::Group& g, const Args& a, const Config& c) {
     const int per = kernel ? std::max(1, iters / kRounds) : iters;
     if (kernel) iters = per * kRounds;
     std::vector<double> t(static_cast<size_t>(iters)), step(kernel ? t.size() : 0);
+    // The CPU the tcp link emulators' relays of every rank took over the calls (0 without them).
+    double emu_cpu_us = -static_cast<double>(fabric::tcp::link_emulators_cpu_ns()) / 1e3;
     double work_us = 0, solo[2] = {0, 0};  // this rank's kernel time in lockstep; alone: time, calls
     auto us_since = [](Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); };
     for (int round = 0, i = 0; round < (kernel ? kRounds : 1); ++round) {
@@ -219,6 +225,8 @@ Status run_rank(cluster::Group& g, const Args& a, const Config& c) {
         t[size_t(i)] = us_since(t0);
       }
     }
+    emu_cpu_us += static_cast<double>(fabric::tcp::link_emulators_cpu_ns()) / 1e3;
+    LATTICE_RETURN_IF_ERROR(all_reduce(*comm, nullptr, &emu_cpu_us, 1, DType::kF64, ReduceOp::kSum, plain));
     // Each iteration costs what its slowest rank saw.
     LATTICE_RETURN_IF_ERROR(all_reduce(*comm, nullptr, t.data(), t.size(), DType::kF64, ReduceOp::kMax, plain));
     double step_mean = 0, solo_mean = 0;
@@ -253,6 +261,7 @@ Status run_rank(cluster::Group& g, const Args& a, const Config& c) {
                          {"bytes", nbytes}, {"count", k.count}, {"iters", iters}, {"time_us_median", med},
                          {"time_us_min", lo}, {"algbw_gbps", algbw}, {"busbw_gbps", busbw}};
         if (a.check) j["wrong"] = wrong;
+        if (emu_cpu_us > 0) j["emulator_cpu_us_per_call"] = emu_cpu_us / iters;
         if (kernel) {
           j["work_bytes"] = kernel->weight_bytes();
           j["work_us_mean"] = work_us;

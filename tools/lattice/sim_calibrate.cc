@@ -3,7 +3,8 @@
 // the fabric figures from `lattice bench fabric` over shm, tcp and the emulated verbs device (two
 // processes of this binary) and `lattice bench coll --procs` (a small all-reduce among 2 to 2x
 // cores rank processes, and with --work the same ranks in lockstep, decode's kernel between the
-// calls, over shm and the emulated verbs device);
+// calls, over shm and the emulated verbs device; over tcp through the link emulator, the CPU its
+// relays take a call);
 // with -m, the engine's decode efficiency from `lattice bench engine` on that model with one
 // thread (tok/s x bytes read per token / one thread's read bandwidth) and its prefill efficiency:
 // the fraction of the measured matmul throughput with which the simulator, on this machine, predicts
@@ -124,8 +125,12 @@ std::vector<nlohmann::json> coll_rows(const std::string& out) {
 }
 
 // A small all-reduce (8 KiB of f32) among `ranks` rank processes of this binary over `provider`,
-// back to back: bench coll's median microseconds a call.
-Result<double> measure_allreduce(const std::string& provider, int ranks, bool quick) {
+// back to back: bench coll's median microseconds a call, and over an emulated tcp link the CPU
+// its relays took a call (0 otherwise).
+struct AllReduce {
+  double us = 0, emulator_cpu_us = 0;
+};
+Result<AllReduce> measure_allreduce(const std::string& provider, int ranks, bool quick) {
   LATTICE_ASSIGN_OR_RETURN(std::string out,
                            run_capture({cluster::self_exe(), "bench", "coll", "--procs", "-n", std::to_string(ranks),
                                         "--provider", provider, "--op", "all_reduce", "-b", "8K", "-e", "8K", "--iters",
@@ -133,7 +138,7 @@ Result<double> measure_allreduce(const std::string& provider, int ranks, bool qu
                                        90));
   for (const auto& j : coll_rows(out)) {
     const double us = j.value("bytes", 0.0) == 8192 ? j.value("time_us_median", 0.0) : 0.0;
-    if (us > 0) return us;
+    if (us > 0) return AllReduce{us, j.value("emulator_cpu_us_per_call", 0.0)};
   }
   return IoError("bench coll --procs -n " + std::to_string(ranks) + " --provider " + provider +
                  " gave no 8 KiB all-reduce time");
@@ -284,13 +289,34 @@ int run_calibrate(const CalibrateArgs& a) {
       for (int i = 0; i < (k > cores && !a.quick ? 3 : 1); ++i) {
         auto us = measure_allreduce(word, k, a.quick);
         if (!us.ok()) return fail(us.status().to_string());
-        runs.push_back(*us);
+        runs.push_back(us->us);
       }
       std::sort(runs.begin(), runs.end());
       const double us = runs[runs.size() / 2];
       m.links[prov].allreduce_us[k] = us;
       char part[64];
       std::snprintf(part, sizeof part, " %.1f us (%d ranks)", us, k);
+      line += part;
+    }
+    std::printf("%s\n", line.c_str());
+  }
+  {
+    // The tcp link emulator's relays (what the validation's emulated tcp links run through): the
+    // CPU they take a call, the median of 3 starts (1 with --quick), at each rank count above.
+    constexpr const char* kTcpEmu = "tcp?latency_us=50&gbytes_s=1";
+    std::string line = std::string(kTcpEmu) + ": its relays' CPU a 8 KiB all-reduce,";
+    for (int k = 2; k <= most_ranks; ++k) {
+      std::vector<double> runs;
+      for (int i = 0; i < (a.quick ? 1 : 3); ++i) {
+        auto r = measure_allreduce(kTcpEmu, k, a.quick);
+        if (!r.ok()) return fail(r.status().to_string());
+        if (r->emulator_cpu_us <= 0) return fail(std::string("bench coll over ") + kTcpEmu + " reported no relay CPU");
+        runs.push_back(r->emulator_cpu_us);
+      }
+      std::sort(runs.begin(), runs.end());
+      m.links["tcp"].emulator_cpu_us[k] = runs[runs.size() / 2];
+      char part[64];
+      std::snprintf(part, sizeof part, " %.1f us (%d ranks)", runs[runs.size() / 2], k);
       line += part;
     }
     std::printf("%s\n", line.c_str());

@@ -128,6 +128,8 @@ Result<Machine> machine_from_json(const nlohmann::json& j, const std::string& so
                                                          "microseconds in (0, 1e6]"));
       LATTICE_ASSIGN_OR_RETURN(ml.lockstep_scaling, rank_map(*l, "lockstep_scaling", source + ": links." + l.key() + ".",
                                                              1.0, "a fraction in (0, 1]"));
+      LATTICE_ASSIGN_OR_RETURN(ml.emulator_cpu_us, rank_map(*l, "emulator_cpu_8k_us", source + ": links." + l.key() + ".",
+                                                            1e6, "microseconds in (0, 1e6]"));
     }
   }
   return m;
@@ -155,6 +157,7 @@ nlohmann::json machine_to_json(const Machine& m) {
     j["links"][k] = {{"latency_us", l.latency_us}, {"gbytes_s", l.gbytes_s}};
     for (const auto& [ranks, us] : l.allreduce_us) j["links"][k]["allreduce_8k_us"][std::to_string(ranks)] = us;
     for (const auto& [ranks, f] : l.lockstep_scaling) j["links"][k]["lockstep_scaling"][std::to_string(ranks)] = f;
+    for (const auto& [ranks, us] : l.emulator_cpu_us) j["links"][k]["emulator_cpu_8k_us"][std::to_string(ranks)] = us;
   }
   return j;
 }

@@ -30,6 +30,13 @@ struct MeasuredLink {
   // joined by this provider (beyond the cores, where the turns model stands for shm, it alone).
   // Measured for the emulated verbs device, whose progress threads share the ranks' cores.
   std::map<int, double> lockstep_scaling;
+  // tcp only: the CPU the link emulator's relays (fabric/tcp/link_emu.h) take for the 8 KiB
+  // all-reduce above over tcp?latency_us=50&gbytes_s=1, summed over the K ranks' relays,
+  // microseconds a call (`bench coll --json`: emulator_cpu_us_per_call). A cable takes no CPU;
+  // the relay, 30-50 us a message on session 20's host, does. Where ranks in lockstep hold every
+  // core it is theirs: the simulator charges it to ranks on emulated tcp links beyond the cores.
+  // Keyed by K; empty when not measured.
+  std::map<int, double> emulator_cpu_us;
 };
 
 struct Machine {

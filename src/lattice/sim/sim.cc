@@ -38,6 +38,9 @@ struct Collectives {
   // Ranks in lockstep on one machine's cores (Machine::lockstep_scaling): each collective first
   // waits (1 / lockstep - 1) x each rank's work since the previous one. 1: none.
   double lockstep = 1;
+  // Ranks beyond one machine's cores joined by emulated tcp links: what every message of a
+  // collective holds each rank, its relay's CPU spread over the cores (microseconds). 0: none.
+  double emulator_us_per_msg = 0;
 
   // The plans of one collective (one per rank), how many times they run (sliced all-reduce), and
   // the name of the choice.
@@ -102,6 +105,14 @@ struct Collectives {
     return s;
   }
 
+  // The messages one run of a schedule sends, over every rank.
+  static size_t messages(const Sched& s) {
+    size_t n = 0;
+    for (const auto& p : s.plans)
+      for (const auto& st : p.steps) n += st.sends.size();
+    return n;
+  }
+
   Status run(Des& des, CollOp op, size_t count, double elem_bytes, std::string* name = nullptr, int root = 0) const {
     if (des.world() == 1) return Status::Ok();
     LATTICE_ASSIGN_OR_RETURN(Sched s, make(des, op, count, elem_bytes, root));
@@ -110,7 +121,10 @@ struct Collectives {
       const double worked = des.take_work(r);
       if (lockstep < 1) des.wait(r, worked * (1 / lockstep - 1));
     }
+    const double emulator_us = emulator_us_per_msg * static_cast<double>(messages(s));
     for (int i = 0; i < s.repeat; ++i) {
+      if (emulator_us > 0)
+        for (int r = 0; r < des.world(); ++r) des.wait(r, emulator_us);
       double sync = profile->sync_us;
       if (profile->sync_jitter && sync > 0) {
         // Each rank's own cost this time (engine_profile.h): the collective ends for everyone
@@ -442,6 +456,30 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
       if (own != link->second.lockstep_scaling.end()) coll.lockstep *= own->second;
     }
   }
+  // Ranks in lockstep on one machine beyond its cores, joined by emulated tcp links (a latency or
+  // rate on tcp between processes of one machine: `run --provider 'tcp?latency_us=..'`, whose
+  // link emulator relays every byte): the relays' CPU (MeasuredLink::emulator_cpu_us, an 8 KiB
+  // all-reduce among W ranks) comes out of the cores the ranks share, so each message of every
+  // collective holds each rank its share of it. On cores of their own the relays run while the
+  // ranks wait for the messages they carry, and pipeline stages leave cores to them: not charged.
+  double emulator_cpu_us = 0;
+  if (L.mode != Mode::kPipeline && W > 1 && one_machine(ranks) && common_provider(chosen) == cluster::LinkProvider::kTcp &&
+      std::all_of(chosen.begin(), chosen.end(), [](const cluster::Link* l) { return l->latency_us || l->gbps; })) {
+    const Machine& m = ranks[0].machine;
+    const auto link = m.links.find("tcp");
+    if (m.cores > 0 && W * o.threads > m.cores && link != m.links.end()) {
+      const auto at = link->second.emulator_cpu_us.find(W);
+      if (at != link->second.emulator_cpu_us.end()) {
+        Des probe(W, cables);
+        LATTICE_ASSIGN_OR_RETURN(Collectives::Sched s, coll.make(probe, CollOp::kAllReduce, 2048, 4.0));
+        const double msgs = static_cast<double>(Collectives::messages(s) * static_cast<size_t>(s.repeat));
+        if (msgs > 0) {
+          emulator_cpu_us = at->second;
+          coll.emulator_us_per_msg = at->second / msgs / m.cores;
+        }
+      }
+    }
+  }
   Runner run(shape, L, ranks, prof, coll);
 
   // Pipeline stages follow the route through the cables, as `run --parallel pp` places them.
@@ -458,6 +496,8 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   R.colocated_allreduce_us = colo.measured_us;
   R.colocated_sync_us = colo.extra_us;
   R.lockstep_scaling = coll.lockstep;
+  R.emulator_cpu_us = emulator_cpu_us;
+  R.emulator_us_per_msg = coll.emulator_us_per_msg;
   R.model = shape.name;
   R.engine = prof.name;
   R.why = L.why;

@@ -67,6 +67,10 @@ struct SimResult {
   // Ranks in lockstep on one machine (Machine::lockstep_scaling) keep this of their speed: the
   // rest is charged as synchronisation at each collective. 1: not charged.
   double lockstep_scaling = 1;
+  // Ranks beyond one machine's cores over emulated tcp links: the relays' measured CPU an 8 KiB
+  // all-reduce (MeasuredLink::emulator_cpu_us), and what each message of a collective holds
+  // every rank for it. 0: not charged.
+  double emulator_cpu_us = 0, emulator_us_per_msg = 0;
   double decode_tok_s = 0, prefill_tok_s = 0, ttft_ms = 0, token_ms = 0;
   double model_bytes = 0, bytes_per_token = 0;
   double energy_j_per_token = 0;

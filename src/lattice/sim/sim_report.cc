@@ -34,6 +34,7 @@ nlohmann::json to_json(const SimResult& r) {
                       {"colocated_allreduce_us", r.colocated_allreduce_us},
                       {"colocated_sync_us", r.colocated_sync_us},
                       {"lockstep_scaling", r.lockstep_scaling},
+                      {"emulator_cpu_us", r.emulator_cpu_us},
                       {"decode_tok_s", r.decode_tok_s},
                       {"prefill_tok_s", r.prefill_tok_s},
                       {"ttft_ms", r.ttft_ms},
@@ -83,6 +84,9 @@ std::string render_text(const SimResult& r) {
   if (r.lockstep_scaling < 1)
     s += "ranks in lockstep on one machine: each segment waits for its slowest rank, " +
          fmt("%.1f%% of the work before each collective (sync)\n", 100 / r.lockstep_scaling - 100);
+  if (r.emulator_cpu_us > 0)
+    s += "ranks beyond the cores over emulated tcp links: the relays' " + fmt("%.1f us of CPU", r.emulator_cpu_us) +
+         " a small all-reduce hold every rank " + fmt("%.1f us a message (sync)\n", r.emulator_us_per_msg);
   s += fmt("decode  %.1f tok/s", r.decode_tok_s) + fmt(" (%.2f ms a token)", r.token_ms) +
        fmt("   prefill %.0f tok/s", r.prefill_tok_s) + fmt("   time to first token %.0f ms", r.ttft_ms) +
        fmt("   %.2f J/token\n", r.energy_j_per_token);
