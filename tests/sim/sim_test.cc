@@ -446,9 +446,9 @@ TEST(Machine, MeasuredAllReduceOfColocatedRanks) {
   EXPECT_NE(bad(nlohmann::json::array({3.0})).find("maps a rank count"), std::string::npos);
 }
 
-// n hosts of `machine`, a full mesh of shm links: at one address (ranks sharing a machine) or
-// one address each (apart).
-cluster::Topology shm_mesh(const char* machine, bool apart, int n) {
+// n hosts of `machine`, a full mesh of `provider` links (with a latency when not 0: an emulated
+// link): at one address (ranks sharing a machine) or one address each (apart).
+cluster::Topology shm_mesh(const char* machine, bool apart, int n, const char* provider = "shm", double latency_us = 0) {
   nlohmann::json j = {{"version", 1}, {"hosts", nlohmann::json::array()}, {"links", nlohmann::json::array()}};
   for (int i = 0; i < n; ++i)
     j["hosts"].push_back({{"name", "r" + std::to_string(i)},
@@ -456,8 +456,11 @@ cluster::Topology shm_mesh(const char* machine, bool apart, int n) {
                                           std::to_string(7100 + i)},
                           {"machine", machine}});
   for (int i = 0; i < n; ++i)
-    for (int k = i + 1; k < n; ++k)
-      j["links"].push_back({{"a", "r" + std::to_string(i)}, {"b", "r" + std::to_string(k)}, {"provider", "shm"}});
+    for (int k = i + 1; k < n; ++k) {
+      nlohmann::json l = {{"a", "r" + std::to_string(i)}, {"b", "r" + std::to_string(k)}, {"provider", provider}};
+      if (latency_us > 0) l["latency_us"] = latency_us;
+      j["links"].push_back(l);
+    }
   auto t = cluster::parse_topology(j.dump(), "t.json");
   EXPECT_TRUE(t.ok()) << t.status().to_string();
   return t.ok() ? *t : cluster::Topology{};
@@ -605,19 +608,7 @@ TEST(Sim, RelaysOfEmulatedTcpLinksTakeTheirCpuFromRanksBeyondTheCores) {
   m.links["tcp"].emulator_cpu_us.clear();
   std::ofstream(dir + "/bare.json") << machine_to_json(m).dump();
   auto mesh = [](const char* machine, int n, bool emulated) {
-    nlohmann::json j = {{"version", 1}, {"hosts", nlohmann::json::array()}, {"links", nlohmann::json::array()}};
-    for (int i = 0; i < n; ++i)
-      j["hosts"].push_back({{"name", "r" + std::to_string(i)}, {"address", "127.0.0.1:" + std::to_string(7100 + i)},
-                            {"machine", machine}});
-    for (int i = 0; i < n; ++i)
-      for (int k = i + 1; k < n; ++k) {
-        nlohmann::json l = {{"a", "r" + std::to_string(i)}, {"b", "r" + std::to_string(k)}, {"provider", "tcp"}};
-        if (emulated) l["latency_us"] = 50;
-        j["links"].push_back(l);
-      }
-    auto t = cluster::parse_topology(j.dump(), "t.json");
-    EXPECT_TRUE(t.ok()) << t.status().to_string();
-    return t.ok() ? *t : cluster::Topology{};
+    return shm_mesh(machine, false, n, "tcp", emulated ? 50 : 0);
   };
   SimOptions o;
   o.base_dir = dir;
