@@ -304,7 +304,7 @@ int run_calibrate(const CalibrateArgs& a) {
     // The tcp link emulator's relays (what the validation's emulated tcp links run through): the
     // CPU they take a call, the median of 3 starts (1 with --quick), at each rank count above.
     constexpr const char* kTcpEmu = "tcp?latency_us=50&gbytes_s=1";
-    std::string line = std::string(kTcpEmu) + ": its relays' CPU a 8 KiB all-reduce,";
+    std::string line = std::string(kTcpEmu) + ": its relays' CPU an 8 KiB all-reduce,";
     for (int k = 2; k <= most_ranks; ++k) {
       std::vector<double> runs;
       for (int i = 0; i < (a.quick ? 1 : 3); ++i) {
