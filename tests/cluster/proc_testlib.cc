@@ -133,8 +133,11 @@ Result<std::string> Proc::wait_in(bool err, const std::string& needle, Deadline 
       // The stream closed: say how the process ended (a crash reads differently from an exit).
       std::string how = "still running";
       int st = 0;
-      if (reaped_ || ::waitpid(pid_, &st, WNOHANG) == pid_) {
-        if (!reaped_) reaped_ = true, status_ = st;
+      if (!reaped_ && ::waitpid(pid_, &st, WNOHANG) == pid_) {
+        reaped_ = true;
+        status_ = st;
+      }
+      if (reaped_) {
         how = WIFSIGNALED(status_) ? "killed by signal " + std::to_string(WTERMSIG(status_))
                                    : "exit " + std::to_string(WEXITSTATUS(status_));
       }

@@ -643,6 +643,11 @@ TEST(Sim, RelaysOfEmulatedTcpLinksTakeTheirCpuFromRanksBeyondTheCores) {
   not_charged(mesh("cpu.json", 4, true), Mode::kPipeline, "pipeline stages");
   not_charged(mesh("cpu.json", 4, false), Mode::kTensor, "plain tcp");
   not_charged(mesh("cpu.json", 3, true), Mode::kTensor, "3 ranks, not measured");
+  SimOptions mlx = o;
+  mlx.engine = "mlx";
+  auto other = simulate(shape, mesh("cpu.json", 4, true), mlx);
+  ASSERT_TRUE(other.ok()) << other.status().to_string();
+  EXPECT_DOUBLE_EQ(other->emulator_cpu_us, 0.0) << "another engine: the relay is lattice's";
 }
 
 TEST(Machine, EmulatorCpuRoundTripsAndRejectsWhatIsNotMicroseconds) {

@@ -462,8 +462,10 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   // all-reduce among W ranks) comes out of the cores the ranks share, so each message of every
   // collective holds each rank its share of it. On cores of their own the relays run while the
   // ranks wait for the messages they carry, and pipeline stages leave cores to them: not charged.
+  // The relay is lattice's tcp provider's: other engines pay nothing.
   double emulator_cpu_us = 0;
-  if (L.mode != Mode::kPipeline && W > 1 && one_machine(ranks) && common_provider(chosen) == cluster::LinkProvider::kTcp &&
+  if (prof.comm == CommStyle::kLattice && L.mode != Mode::kPipeline && W > 1 && one_machine(ranks) &&
+      common_provider(chosen) == cluster::LinkProvider::kTcp &&
       std::all_of(chosen.begin(), chosen.end(), [](const cluster::Link* l) { return l->latency_us || l->gbps; })) {
     const Machine& m = ranks[0].machine;
     const auto link = m.links.find("tcp");
