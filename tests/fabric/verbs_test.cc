@@ -529,6 +529,69 @@ TEST(VerbsFault, KilledPortIsPeerLostOnBothSides) {
   EXPECT_EQ(b->ep->status().code(), ErrorCode::kPeerLost) << b->ep->status().to_string();
 }
 
+// A staged send completes once its last chunk is in the staging slots (the caller's buffer is
+// free then: go-back-N resends from the slots), not a round trip later at the ack: over a wire
+// of 400 ms one way its completion comes while the message is still on its way.
+TEST(VerbsStaged, SendCompletesWhenStagedNotAtTheAck) {
+  auto p = make_pair("verbs-emu://apple-tb5?latency_us=400000");
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  Side* a = p->a.get();
+  Side* b = p->b.get();
+  auto src = a->provider->allocate_memory(1000, kAllAccess);
+  auto dst = b->provider->allocate_memory(1000, kAllAccess);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  fill_pattern((*src)->data(), 1000, 7);
+  Pump pump({a->send_cq.get(), a->recv_cq.get(), b->send_cq.get(), b->recv_cq.get()});
+  ASSERT_TRUE(b->ep->post_recv({dst->get(), 0, 1000}, 1).ok());
+  ASSERT_TRUE(a->ep->post_send({src->get(), 0, 1000}, 2).ok());
+  auto s = pump.next(a->send_cq.get(), generous());
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  EXPECT_TRUE(s->status.ok()) << s->status.to_string();
+  EXPECT_EQ(s->id, 2u);
+  EXPECT_EQ(s->bytes, 1000u);
+  // Nothing has arrived yet (it cannot for 400 ms): the completion did not wait for the peer.
+  auto early = pump.next(b->recv_cq.get(), Deadline::now());
+  EXPECT_EQ(early.status().code(), ErrorCode::kTimeout) << "the receive completed before the send";
+  auto r = pump.next(b->recv_cq.get(), generous());
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_TRUE(r->status.ok()) << r->status.to_string();
+  EXPECT_EQ(r->bytes, 1000u);
+  EXPECT_EQ(std::memcmp((*dst)->data(), (*src)->data(), 1000), 0);
+}
+
+// The ack of a message's end rides on the next slot going back: a ping-pong sends its acks in
+// the replies' headers, not as slots of their own (one per message took the wire from the peer's
+// next message). A few standalone acks may still go when a side is descheduled past
+// kTailAckDelay; every message but the last few has a reply.
+TEST(VerbsStaged, PingPongAcksRideOnTheReplies) {
+  auto p = make_pair("verbs-emu://apple-tb5");
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  Side* a = p->a.get();
+  Side* b = p->b.get();
+  auto abuf = a->provider->allocate_memory(1000, kAllAccess);
+  auto bbuf = b->provider->allocate_memory(1000, kAllAccess);
+  ASSERT_TRUE(abuf.ok() && bbuf.ok());
+  Pump pump({a->send_cq.get(), a->recv_cq.get(), b->send_cq.get(), b->recv_cq.get()});
+  constexpr int kTrips = 200;
+  const uint64_t acks_before = v::endpoint_stats(a->ep.get()).acks_sent + v::endpoint_stats(b->ep.get()).acks_sent;
+  for (int i = 0; i < kTrips; ++i) {
+    ASSERT_TRUE(b->ep->post_recv({bbuf->get(), 0, 1000}, i).ok());
+    ASSERT_TRUE(a->ep->post_send({abuf->get(), 0, 1000}, i).ok());
+    auto got = pump.next(b->recv_cq.get(), generous());
+    ASSERT_TRUE(got.ok() && got->status.ok()) << i;
+    ASSERT_TRUE(a->ep->post_recv({abuf->get(), 0, 1000}, i).ok());
+    ASSERT_TRUE(b->ep->post_send({bbuf->get(), 0, 1000}, i).ok());
+    auto back = pump.next(a->recv_cq.get(), generous());
+    ASSERT_TRUE(back.ok() && back->status.ok()) << i;
+    for (auto* cq : {a->send_cq.get(), b->send_cq.get()}) {
+      auto c = pump.next(cq, generous());
+      ASSERT_TRUE(c.ok() && c->status.ok()) << i;
+    }
+  }
+  const uint64_t acks = v::endpoint_stats(a->ep.get()).acks_sent + v::endpoint_stats(b->ep.get()).acks_sent - acks_before;
+  EXPECT_LT(acks, uint64_t{2 * kTrips / 4}) << "standalone acks for " << 2 * kTrips << " messages";
+}
+
 TEST(VerbsWire, Crc32cKnownVectorsAndAddressValidation) {
   EXPECT_EQ(v::crc32c("123456789", 9), 0xe3069283u);
   EXPECT_EQ(v::crc32c("", 0), 0u);

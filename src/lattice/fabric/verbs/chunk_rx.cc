@@ -87,7 +87,10 @@ bool ChunkReceiver::take_data(const ChunkHeader& h, uint32_t slot_index) {
   if (h.seq == expected_ && held_.size() < kRecvSlots - kRecvReserve) {
     expected_++;
     held_.push_back(slot_index);
-    if ((h.flags & kFlagLast) || ++accepted_since_ack_ >= kAckEveryChunks) ack_due_ = true;
+    if (++accepted_since_ack_ >= kAckEveryChunks || (h.flags & kFlagImm))
+      ack_due_ = true;
+    else if (h.flags & kFlagLast)
+      tail_due_ = true;
     return true;
   }
   if (h.seq < expected_) {

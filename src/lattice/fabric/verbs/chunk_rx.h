@@ -77,11 +77,21 @@ class ChunkReceiver {
     size_t room = kRecvSlots - kRecvReserve;
     return expected_ + (held_.size() >= room ? 0 : room - held_.size());
   }
+  // An ack slot is due now: kAckEveryChunks chunks since the last ack, a duplicate, or the end of
+  // a write-with-imm (its sender completes the write at the ack).
   bool ack_due() const { return ack_due_; }
+  // A message ended since the last ack: its sender completed the send when it staged the last
+  // chunk, so the ack may wait (kTailAckDelay) for a chunk going back to carry it.
+  bool tail_due() const { return tail_due_; }
   bool nack_due() const { return nack_due_; }
-  void ack_sent() {
-    ack_due_ = nack_due_ = false;
+  // Every slot's header carries expected() as its ack: any slot sent answers what is due but a nack.
+  void ack_carried() {
+    ack_due_ = tail_due_ = false;
     accepted_since_ack_ = 0;
+  }
+  void ack_sent() {
+    ack_carried();
+    nack_due_ = false;
   }
 
   const Counters& counters() const { return counters_; }
@@ -97,7 +107,7 @@ class ChunkReceiver {
     uint64_t total = 0, got = 0;
   } cur_;
   uint64_t accepted_since_ack_ = 0;
-  bool ack_due_ = false, nack_due_ = false;
+  bool ack_due_ = false, tail_due_ = false, nack_due_ = false;
   Counters counters_;
 };
 

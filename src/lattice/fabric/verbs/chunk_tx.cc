@@ -28,6 +28,8 @@ bool VerbsEndpoint::post_slot(std::byte* p, uint64_t id, Clock::time_point now) 
   last_credit_sent_ = h.credit_limit;
   last_ack_sent_ = h.ack;
   last_sent_ = now;
+  rx_.ack_carried();
+  tail_since_ = {};
   ibv_sge sge{reinterpret_cast<uintptr_t>(p), static_cast<uint32_t>(kSlotBytes), mr_->lkey};
   ibv_send_wr wr{};
   wr.wr_id = id;
@@ -86,13 +88,18 @@ void VerbsEndpoint::take_ack(const ChunkHeader& h, Clock::time_point now) {
     rto_ = kRto;
     while (!sends_.empty() && sends_.front().all_chunked && sends_.front().last_seq < acked_) {
       const UserSend& f = sends_.front();
-      scq_->push({f.id, f.op, Status(), f.op == Opcode::kSend ? f.src.length : f.bytes, 0});
-      link_.count({f.id, f.op, Status(), f.op == Opcode::kSend ? f.src.length : f.bytes, 0});
+      if (!f.completed) complete_send(f);
       sends_.pop_front();
     }
   }
   if ((h.flags & kFlagNack) && acked_ < next_seq_ && now - last_retransmit_ > std::chrono::milliseconds(1))
     go_back_n(now);
+}
+
+void VerbsEndpoint::complete_send(const UserSend& f) {
+  const size_t bytes = f.op == Opcode::kSend ? f.src.length : f.bytes;
+  scq_->push({f.id, f.op, Status(), bytes, 0});
+  link_.count({f.id, f.op, Status(), bytes, 0});
 }
 
 void VerbsEndpoint::go_back_n(Clock::time_point now) {
@@ -151,6 +158,14 @@ bool VerbsEndpoint::pump_sends(Clock::time_point now) {
       if (h.flags & kFlagLast) {
         s.all_chunked = true;
         s.last_seq = next_seq_;
+        // Every byte is in the staging slots, which go-back-N resends from: the caller's
+        // buffer is free, so its send completes now rather than a round trip later at the
+        // ack (the destructor drains unacked chunks before its bye). A write-with-imm's
+        // message completes the write, which only the ack confirms.
+        if (s.op == Opcode::kSend) {
+          complete_send(s);
+          s.completed = true;
+        }
       }
       next_seq_++;
       work = true;

@@ -64,6 +64,14 @@ VerbsEndpoint::~VerbsEndpoint() {
   }
   {
     std::unique_lock lk(mu_);
+    // Sends complete once staged (pump_sends): let the peer ack what is still on its way,
+    // as a tcp socket's close leaves its sent bytes to the kernel, before the bye (which fails
+    // its pending work). Bounded: a peer that stopped answering is not waited for.
+    const auto drain_until = Clock::now() + std::min<Clock::duration>(opts_.peer_timeout, std::chrono::seconds(1));
+    while (state_ == kConnected && acked_ < next_seq_ && Clock::now() < drain_until) {
+      kick_locked();
+      cv_.wait_for(lk, std::chrono::milliseconds(1));
+    }
     if (state_ == kConnected) {
       // Tell the peer (it fails its pending work at once instead of after its timeout), then
       // give the progress thread a moment to push the bye out.
@@ -273,7 +281,8 @@ void VerbsEndpoint::flush_locked(const Status& st) {
     if (r.used && !r.silent) scq_->push({r.id, r.op, st, 0, 0});
     r.used = false;
   }
-  for (auto& s : sends_) scq_->push({s.id, s.op, st, 0, 0});
+  for (auto& s : sends_)
+    if (!s.completed) scq_->push({s.id, s.op, st, 0, 0});
   sends_.clear();
   for (auto& r : recvs_) rcq_->push({r.id, Opcode::kRecv, st, 0, 0});
   recvs_.clear();
@@ -367,6 +376,7 @@ Clock::time_point VerbsEndpoint::next_timer_locked(Clock::time_point now) const 
     at(last_sent_ + hb_interval_);
     if (acked_ < next_seq_) at(std::max(last_ack_progress_, last_retransmit_) + rto_);
     if (rx_.nack_due()) at(last_nack_sent_ + std::chrono::milliseconds(1));
+    if (rx_.tail_due()) at(tail_since_ + kTailAckDelay);
   }
   // A timer already due that the step did not act on (its test is strict): not a spin.
   return std::max(t, now + std::chrono::microseconds(50));
@@ -387,6 +397,7 @@ bool VerbsEndpoint::step_locked(Clock::time_point now) {
   }
   for (int i = 0; i < n; ++i) handle_wc(wc[i], now);
   work = n > 0;
+  if (rx_.tail_due() && tail_since_ == Clock::time_point{}) tail_since_ = now;
   if (state_ == kFailed) return work;
   work |= deliver_held(now);
   if (state_ == kConnecting) {
@@ -412,8 +423,12 @@ bool VerbsEndpoint::step_locked(Clock::time_point now) {
   bool window_opened = credit_limit() >= last_credit_sent_ + 8 ||
                        (last_credit_sent_ <= rx_.expected() && credit_limit() > rx_.expected());
   const bool nack_due = rx_.nack_due();
-  if ((nack_due && now - last_nack_sent_ > std::chrono::milliseconds(1)) || rx_.ack_due() || window_opened ||
-      now - last_sent_ > hb_interval_) {
+  // A message's end is acked by the next slot going back (pump_sends above), or on its own after
+  // kTailAckDelay: a standalone ack slot took the wire from the peer's next message (a 2-rank
+  // all-reduce step sent each way its data and an ack).
+  const bool tail_ack_due = rx_.tail_due() && now - tail_since_ >= kTailAckDelay;
+  if ((nack_due && now - last_nack_sent_ > std::chrono::milliseconds(1)) || rx_.ack_due() || tail_ack_due ||
+      window_opened || now - last_sent_ > hb_interval_) {
     uint8_t flags = nack_due ? kFlagNack : 0;
     if (send_ctrl(ChunkType::kAck, flags, now)) {
       if (nack_due) last_nack_sent_ = now;

@@ -38,6 +38,9 @@ constexpr auto kRto = std::chrono::milliseconds(40);
 // (VerbsEndpoint::last_poll_).
 constexpr auto kPollerWindow = std::chrono::microseconds(500);
 constexpr auto kRtoMax = std::chrono::milliseconds(320);
+// How long the ack of a message's end waits for a slot going back to carry it (ChunkReceiver::
+// tail_due): past the gap between a decode step's collectives, far inside the RTO.
+constexpr auto kTailAckDelay = std::chrono::milliseconds(1);
 constexpr auto kHelloPeriod = std::chrono::milliseconds(5);
 
 using Clock = std::chrono::steady_clock;
@@ -76,6 +79,7 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
     uint64_t next_offset;
     uint64_t last_seq;
     bool all_chunked;
+    bool completed = false;  // a send's completion went out when its last chunk was staged
     Opcode op = Opcode::kSend;  // kWriteImm: the immediate's message after the write
     uint32_t imm = 0;
     size_t bytes = 0;  // kWriteImm: bytes written
@@ -134,6 +138,7 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
   void set_connected();
   void take_ack(const ChunkHeader& h, Clock::time_point now);
   void go_back_n(Clock::time_point now);
+  void complete_send(const UserSend& f);  // its completion, and its bytes counted
   bool pump_sends(Clock::time_point now);
 
   // Copies accepted chunks, in order, into the posted user receives.
@@ -179,6 +184,7 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
   bool bye_posted_ = false, bye_done_ = false;
   int bye_slot_ = -1;
   Clock::time_point last_heard_, last_sent_, last_ack_progress_, last_retransmit_, last_nack_sent_, last_hello_;
+  Clock::time_point tail_since_;  // when rx_.tail_due() was first seen (unset: not due)
   // The last liveness check (every loop of the progress thread, which naps 1 ms at most): a much
   // longer gap means this process did not run, not that the peer fell silent (unseen_stop).
   Clock::time_point last_liveness_check_{};

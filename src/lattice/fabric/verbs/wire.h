@@ -91,7 +91,8 @@ constexpr uint32_t kDataSlots = 32;       // send window (chunks in flight await
 constexpr uint32_t kCtrlSlots = 8;        // acks, hellos, byes
 constexpr uint32_t kRecvSlots = 48;
 constexpr uint32_t kRecvReserve = 8;      // receive slots never promised to data: control always fits
-constexpr uint32_t kAckEveryChunks = 8;   // a receiver acks after this many data chunks and after a message's last
+constexpr uint32_t kAckEveryChunks = 8;   // a receiver acks after this many data chunks, and a message's
+                                          // end with the next slot it sends back (at most kTailAckDelay later)
 
 // Where a chunk's payload starts in its slot, and how much it may hold.
 inline size_t chunk_body_offset(const ChunkHeader& h) {
