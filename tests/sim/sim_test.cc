@@ -166,7 +166,7 @@ TEST(Sim, MlxRanksWaitForTheLastOfTheirSynchronisations) {
   EXPECT_NEAR(four, 80.6, 80.6 * 0.15);
   EXPECT_NEAR(four / two, 80.6 / 58, 0.15);
   // The lattice engine has no such cost: what its ranks wait for is the staged verbs protocol's
-  // acks (whole slots, link.h), a fraction of MLX's draws.
+  // whole slots and the acks sharing the way back (link.h), a fraction of MLX's draws.
   ASSERT_TRUE(engine_profile("lattice").ok());
   EXPECT_EQ(engine_profile("lattice")->sync_us, 0);
   o.engine = "lattice";

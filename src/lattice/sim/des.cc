@@ -140,16 +140,18 @@ Result<Des::Delivery> Des::deliver(int from, int to, double bytes, double t) {
   stats_[c].busy_us += serial;
   Delivery d{start + serial + m.latency_us, m.latency_us, serial, 0};
   if (m.staged()) {
-    // The receiver's ack after every ack_every slots and after the last, each a slot on the
-    // way back, sent when the slot it answers has arrived.
+    // The receiver's ack after every ack_every slots, each a slot on the way back, sent when
+    // the slot it answers has arrived; the message's end is acked by the next slot going back
+    // (or, on an idle way back, later: off every path). The last slot is staged once the ack of
+    // the slot `window` before it is back (fabric/verbs/chunk_tx.cc, pump_sends).
     const double n = m.slots(bytes), slot_us = m.slot_bytes / (m.gbytes_s * 1e3);
-    const double every = std::max(1, m.ack_every);
-    for (double k = std::min(every, n);; k = std::min(k + every, n)) {
+    const double every = std::max(1, m.ack_every), need = m.window > 0 ? n - m.window : 0;
+    d.completes = t;
+    for (double k = every; k <= n; k += every) {
       const double heard = start + k * slot_us + m.latency_us;
       const double sent = back.reserve(heard, slot_us);
       stats_[c].busy_us += slot_us;
-      d.acked = std::max(d.acked, sent + slot_us + m.latency_us);
-      if (k >= n) break;
+      if (need > 0 && k >= need && d.completes == t) d.completes = sent + slot_us + m.latency_us;
     }
   }
   return d;
@@ -170,12 +172,13 @@ Status Des::send(int from, int to, double bytes) {
   parts_[to].bandwidth_us += bw;
   parts_[to].sync_us += wait - lat - bw;
   clock_[to] = std::max(clock_[to], d.arrival);
-  if (d.acked > clock_[from]) {
-    // A staged send completes when its ack is back (coll::send waits for it).
-    const double w = d.acked - clock_[from], l = std::min(w, d.latency);
+  if (d.completes > clock_[from]) {
+    // A staged send beyond the window completes when acks free its last slot (coll::send
+    // waits for it).
+    const double w = d.completes - clock_[from], l = std::min(w, d.latency);
     parts_[from].latency_us += l;
     parts_[from].bandwidth_us += w - l;
-    clock_[from] = d.acked;
+    clock_[from] = d.completes;
   }
   return Status::Ok();
 }
@@ -195,7 +198,7 @@ Status Des::run(const std::vector<coll::plan::Plan>& plans, double elem_bytes, d
   std::vector<size_t> next(world_, 0);
   std::vector<char> posted(world_, 0);
   std::vector<double> posted_at(world_, 0);
-  std::vector<Arrival> acked(world_);  // the last ack of a rank's sends this step (staged links)
+  std::vector<Arrival> completes(world_);  // when a rank's sends this step complete (staged links)
   for (;;) {
     bool progress = false, done = true;
     for (int r = 0; r < world_; ++r) {
@@ -214,7 +217,7 @@ Status Des::run(const std::vector<coll::plan::Plan>& plans, double elem_bytes, d
           t += cables_[cs[0]].model.per_message_us;
           LATTICE_ASSIGN_OR_RETURN(Delivery d, deliver(r, x.peer, x.n * elem_bytes, t));
           inflight[r][x.peer].push_back({d.arrival, d.latency, d.serial});
-          if (d.acked > acked[r].t) acked[r] = {d.acked, d.latency, d.serial};
+          if (d.completes > completes[r].t) completes[r] = {d.completes, d.latency, d.serial};
         }
         posted[r] = 1;
         posted_at[r] = t;
@@ -230,9 +233,9 @@ Status Des::run(const std::vector<coll::plan::Plan>& plans, double elem_bytes, d
       if (!ready) continue;
       const double start = clock_[r];
       // A step is done when its messages are: the receives arrived and the sends completed (on a
-      // staged link when their acks are back).
+      // staged link when their last slots are staged).
       Arrival last{start, 0, 0};
-      if (acked[r].t > last.t) last = acked[r];
+      if (completes[r].t > last.t) last = completes[r];
       double reduce_bytes = 0;
       for (const auto& x : step.recvs) {
         const Arrival a = inflight[x.peer][r].front();
@@ -252,7 +255,7 @@ Status Des::run(const std::vector<coll::plan::Plan>& plans, double elem_bytes, d
       clock_[r] = end + red;
       ++next[r];
       posted[r] = 0;
-      acked[r] = {};
+      completes[r] = {};
       progress = true;
     }
     if (done) break;

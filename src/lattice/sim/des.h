@@ -72,10 +72,11 @@ class Des {
 
  private:
   // Posts a message at time t on the sender's side; returns its arrival time and the cable's
-  // latency and serialisation time, and on a staged link (link.h) when its last ack is back at
-  // the sender (0 elsewhere: the send completes when it leaves).
+  // latency and serialisation time, and on a staged link (link.h) when the send completes: its
+  // last slot staged, which a message beyond the window waits for acks to free (0 elsewhere:
+  // the send completes when it leaves).
   struct Delivery {
-    double arrival = 0, latency = 0, serial = 0, acked = 0;
+    double arrival = 0, latency = 0, serial = 0, completes = 0;
   };
   Result<Delivery> deliver(int from, int to, double bytes, double t);
 

@@ -43,6 +43,7 @@ LinkModel with_verbs_staging(LinkModel m) {
   m.slot_bytes = double(fabric::verbs::kSlotBytes);
   m.slot_payload = double(fabric::verbs::kChunkPayload);
   m.ack_every = static_cast<int>(fabric::verbs::kAckEveryChunks);
+  m.window = static_cast<int>(fabric::verbs::kDataSlots);
   return m;
 }
 
