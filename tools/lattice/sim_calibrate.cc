@@ -331,9 +331,9 @@ int run_calibrate(const CalibrateArgs& a) {
   // stands for shm there, and this for what the device adds): the shm step over its own
   // (MeasuredLink::lockstep_scaling), each less its back-to-back call while the ranks have
   // cores of their own. Beyond the cores a back-to-back call measures the ranks' contention
-  // (the device's: 1.9 / 3.0 ms at 3 / 4 ranks on 2 cores, against 18 us at 2), not its wire,
-  // and the whole steps are compared. The device's progress threads share the ranks' cores,
-  // which shm and tcp have none of.
+  // (the device's: 143 / 903 us at 3 / 4 ranks on 2 cores, against 14 us at 2; docs/SIM.md,
+  // session 21), not its wire, and the whole steps are compared. The device's progress threads
+  // share the ranks' cores, which shm and tcp have none of.
   for (int k = 2; k <= most_ranks; ++k) {
     const bool own_cores = k <= cores;
     double sum = 0, sum_verbs = 0;
