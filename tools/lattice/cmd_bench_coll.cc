@@ -24,6 +24,10 @@
 // Over an emulated tcp link (tcp?latency_us=L...), --json also reports emulator_cpu_us_per_call:
 // the CPU its relays (fabric/tcp/link_emu.h) took over the timed calls, summed over the ranks,
 // per call (with --work, the rounds' barriers too).
+// Without --work, --json also reports time_us_per_call_wall: the slowest rank's wall clock over
+// the timed calls, per call. The median is each iteration's slowest rank; beyond the cores a rank
+// that runs ahead into its next call waits there for one off its core, which that counts and the
+// calls' throughput does not (docs/SIM.md, session 21).
 #include <unistd.h>
 
 #include <algorithm>
@@ -199,6 +203,7 @@ Status run_rank(cluster::Group& g, const Args& a, const Config& c) {
     double emu_cpu_us = -static_cast<double>(fabric::tcp::link_emulators_cpu_ns()) / 1e3;
     double work_us = 0, solo[2] = {0, 0};  // this rank's kernel time in lockstep; alone: time, calls
     auto us_since = [](Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); };
+    const auto loop_t0 = Clock::now();
     for (int round = 0, i = 0; round < (kernel ? kRounds : 1); ++round) {
       for (int s = 0; kernel && s < world; ++s) {
         LATTICE_RETURN_IF_ERROR(barrier(*comm, plain));
@@ -225,7 +230,9 @@ Status run_rank(cluster::Group& g, const Args& a, const Config& c) {
         t[size_t(i)] = us_since(t0);
       }
     }
+    double wall_us = us_since(loop_t0);
     emu_cpu_us += static_cast<double>(fabric::tcp::link_emulators_cpu_ns()) / 1e3;
+    LATTICE_RETURN_IF_ERROR(all_reduce(*comm, nullptr, &wall_us, 1, DType::kF64, ReduceOp::kMax, plain));
     LATTICE_RETURN_IF_ERROR(all_reduce(*comm, nullptr, &emu_cpu_us, 1, DType::kF64, ReduceOp::kSum, plain));
     // Each iteration costs what its slowest rank saw.
     LATTICE_RETURN_IF_ERROR(all_reduce(*comm, nullptr, t.data(), t.size(), DType::kF64, ReduceOp::kMax, plain));
@@ -262,6 +269,7 @@ Status run_rank(cluster::Group& g, const Args& a, const Config& c) {
                          {"time_us_min", lo}, {"algbw_gbps", algbw}, {"busbw_gbps", busbw}};
         if (a.check) j["wrong"] = wrong;
         if (emu_cpu_us > 0) j["emulator_cpu_us_per_call"] = emu_cpu_us / iters;
+        if (!kernel) j["time_us_per_call_wall"] = wall_us / iters;
         if (kernel) {
           j["work_bytes"] = kernel->weight_bytes();
           j["work_us_mean"] = work_us;
