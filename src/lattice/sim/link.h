@@ -22,8 +22,9 @@ struct LinkModel {
   // Staged framing (lattice's verbs provider, fabric/verbs/wire.h; 0: none, bytes go on the wire
   // as they are): a message goes out as whole slots of slot_bytes, each carrying up to
   // slot_payload bytes of it; the receiver answers with an ack slot after every ack_every slots
-  // (the message's end rides on the next slot going back). The sender holds at most `window` unacked slots; its send
-  // completes when its last slot is staged (at once for a message within the window).
+  // (the message's end rides on the next slot going back). The sender holds at most `window`
+  // unacked slots; its send completes when its last slot is staged (at once for a message within
+  // the window).
   double slot_bytes = 0, slot_payload = 0;
   int ack_every = 0, window = 0;
 

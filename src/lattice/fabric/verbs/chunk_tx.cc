@@ -88,7 +88,7 @@ void VerbsEndpoint::take_ack(const ChunkHeader& h, Clock::time_point now) {
     rto_ = kRto;
     while (!sends_.empty() && sends_.front().all_chunked && sends_.front().last_seq < acked_) {
       const UserSend& f = sends_.front();
-      if (!f.completed) complete_send(f);
+      if (!f.completed()) complete_send(f);
       sends_.pop_front();
     }
   }
@@ -162,10 +162,7 @@ bool VerbsEndpoint::pump_sends(Clock::time_point now) {
         // buffer is free, so its send completes now rather than a round trip later at the
         // ack (the destructor drains unacked chunks before its bye). A write-with-imm's
         // message completes the write, which only the ack confirms.
-        if (s.op == Opcode::kSend) {
-          complete_send(s);
-          s.completed = true;
-        }
+        if (s.completed()) complete_send(s);
       }
       next_seq_++;
       work = true;

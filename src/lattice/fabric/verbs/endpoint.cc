@@ -282,7 +282,7 @@ void VerbsEndpoint::flush_locked(const Status& st) {
     r.used = false;
   }
   for (auto& s : sends_)
-    if (!s.completed) scq_->push({s.id, s.op, st, 0, 0});
+    if (!s.completed()) scq_->push({s.id, s.op, st, 0, 0});
   sends_.clear();
   for (auto& r : recvs_) rcq_->push({r.id, Opcode::kRecv, st, 0, 0});
   recvs_.clear();

@@ -79,10 +79,12 @@ class VerbsEndpoint final : public Endpoint, public Progressable {
     uint64_t next_offset;
     uint64_t last_seq;
     bool all_chunked;
-    bool completed = false;  // a send's completion went out when its last chunk was staged
     Opcode op = Opcode::kSend;  // kWriteImm: the immediate's message after the write
     uint32_t imm = 0;
     size_t bytes = 0;  // kWriteImm: bytes written
+    // A send's completion went out when its last chunk was staged (pump_sends); a write-with-imm's
+    // waits for the ack.
+    bool completed() const { return op == Opcode::kSend && all_chunked; }
   };
   struct RmaSlot {
     bool used = false;
