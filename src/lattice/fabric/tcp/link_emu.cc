@@ -54,6 +54,22 @@ int64_t now_ns() { return clock_ns(CLOCK_MONOTONIC); }
 // recv() that also says when the kernel queued the bytes on `fd` (SO_TIMESTAMPNS, the last
 // segment read; CLOCK_REALTIME turned into CLOCK_MONOTONIC). Without a stamp, or with one that
 // a clock step made implausible: now.
+// CLOCK_REALTIME less CLOCK_MONOTONIC: the realtime read between two monotonic ones, the closest
+// pair of three. One read of each clock after the other is off by whatever ran between them (a
+// preemption under load: tens of microseconds, more than a loopback hop, which put a probe's
+// arrival before its send).
+int64_t realtime_less_monotonic_ns() {
+  int64_t gap = INT64_MAX, offset = 0;
+  for (int i = 0; i < 3; ++i) {
+    const int64_t before = now_ns(), real = clock_ns(CLOCK_REALTIME), after = now_ns();
+    if (after - before < gap) {
+      gap = after - before;
+      offset = real - (before + gap / 2);
+    }
+  }
+  return offset;
+}
+
 ssize_t recv_stamped(int fd, void* buf, size_t n, int64_t* arrived_ns) {
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(timespec))];
   iovec iov{buf, n};
@@ -70,7 +86,7 @@ ssize_t recv_stamped(int fd, void* buf, size_t n, int64_t* arrived_ns) {
     if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_TIMESTAMPNS) continue;
     timespec ts;
     std::memcpy(&ts, CMSG_DATA(h), sizeof ts);
-    const int64_t stamp = static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec - (clock_ns(CLOCK_REALTIME) - mono);
+    const int64_t stamp = static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec - realtime_less_monotonic_ns();
     if (stamp <= mono && stamp > mono - 1'000'000'000) *arrived_ns = stamp;
   }
   return got;
@@ -129,7 +145,7 @@ int dial(const SockAddr& to) {
 // (its kernel stamp), the least of kHopProbes one-byte sends to itself through `listen_fd`
 // (nothing else has its address yet). The least, not the median: a probe preempted on a loaded
 // machine measures the scheduler, and releasing by that much early would cut into the setting.
-// 0 when a probe fails.
+// 0 when fewer than half the probes measured a hop (a send or poll failed).
 int64_t measure_hop(int listen_fd, const SockAddr& self) {
   int tx = dial(self);
   if (tx < 0) return 0;
@@ -146,13 +162,14 @@ int64_t measure_hop(int listen_fd, const SockAddr& self) {
       pollfd rp{rx, POLLIN, 0};
       int64_t arrived = 0;
       if (::poll(&rp, 1, kConnectMs) != 1 || recv_stamped(rx, &byte, 1, &arrived) != 1) break;
-      hops.push_back(arrived - sent);
+      // An arrival stamped before its send is a clock read gone wrong, not a hop: left out.
+      if (arrived > sent) hops.push_back(arrived - sent);
     }
     ::close(rx);
   }
   ::close(tx);
-  if (hops.size() < static_cast<size_t>(kHopProbes)) return 0;
-  return std::max<int64_t>(0, *std::min_element(hops.begin(), hops.end()));
+  if (hops.size() < static_cast<size_t>(kHopProbes) / 2) return 0;
+  return *std::min_element(hops.begin(), hops.end());
 }
 
 // How late a timed sleep of tens of microseconds returns on this thread: the 90th percentile of
