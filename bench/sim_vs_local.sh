@@ -9,9 +9,11 @@
 # model: measured decode and prefill tok/s (the median of REPS), predicted, error, and the bound
 # (+-10% at 2 ranks, +-20% at 3-4). The default models are written by `lattice make-model` when
 # missing (the shapes of bench/engine_vs_llamacpp.sh and bench/ep_vs_single.sh, seed 1).
-# Each row is calibrated beside it (ADJACENT=1, the default: a one-rank run alternating with the
-# row's runs, and the co-run scaling again), since a VM's speed drifts within minutes; ADJACENT=0
-# calibrates once at the start. Not a timed test: run it on a quiet machine (the lead does). The machine file is kept in
+# Each row is calibrated beside each of its runs (ADJACENT=1, the default: REPS rounds of a one-rank
+# run, for tensor parallel a co-run pair, and the row's run, a one-rank run after the last; each
+# run predicted from the one-rank runs on either side and its co-run, the row the round of the
+# median error, every round's error in the last column), since a VM's speed drifts within
+# seconds; ADJACENT=0 calibrates once at the start. Not a timed test: run it on a quiet machine (the lead does). The machine file is kept in
 # BUILD_DIR/sim-validation/this-machine.json and reused: delete it to calibrate again (one
 # measured on a loaded machine is wrong for a quiet run).
 #

@@ -113,52 +113,126 @@ def measure(lattice, target, prompt, n, mode, prov, a, reps=None):
     return median_run(runs)
 
 
+def averaged_one_rank(j0, j1):
+    """Two one-rank runs (`run --json`) -> one calibration point between them: rates and each
+    token's times averaged (a row run between the two is calibrated on the machine's speed at its
+    side, not on one run before it)."""
+    j = dict(j0)
+    for k in ("decode_tok_s", "prefill_tok_s"):
+        j[k] = (j0[k] + j1[k]) / 2
+    r0, r1 = j0["ranks"][0], j1["ranks"][0]
+    j["ranks"] = [dict(r0, **{k: (r0[k] + r1[k]) / 2 for k in ("decode_ms_per_token", "step_ms_per_token")
+                              if k in r0 and k in r1})]
+    return j
+
+
 def adjacent(lattice, work, target, label, machine, prompt, n, mode, prov, a):
-    """--adjacent: the row's own calibration point, measured beside it. The one-rank run and the
-    row alternate --reps times (the median of each), then, for tensor parallel, the co-run scaling
-    is taken again: a host whose speed drifts within minutes (docs/SIM.md, session 15: one rank at
-    32-46 tok/s minutes apart) leaves a calibration from the table's start stale by its row.
-    Returns (measured row, one-rank JSON file, machine file)."""
-    ones, runs = [], []
-    for _ in range(a.reps):
-        ones.append(measure(lattice, target, prompt, 1, "-", "-", a, reps=1))
-        runs.append(measure(lattice, target, prompt, n, mode, prov, a, reps=1))
-    one_mid, row_mid = median_run(ones), median_run(runs)
+    """--adjacent: the row's calibration measured beside each of its runs. A host whose speed
+    drifts within seconds (docs/SIM.md, session 22: one rank 27-35 ms a token, the slower copy of a
+    co-run 35-46 ms, in three rounds a minute apart) leaves a calibration taken minutes before a run
+    wrong by more than the bound. So --reps rounds, each a one-rank run, for tensor parallel a
+    co-run pair (two one-rank runs at once: the slower copy's step against the one-rank runs on
+    either side), then the row's run, with a one-rank run after the last: every row run sits
+    between the two one-rank runs it is calibrated on, right after its co-run. Returns a list of
+    (the row's run (decode tok/s, prefill tok/s, JSON), one-rank JSON file, machine file), one a
+    round; nothing in them comes from a multi-rank run but the measured row."""
     tag = f"{label}-{n}-{mode}-{prov}"
-    one_rank = os.path.join(work, f"one-rank-{tag}.json")
-    with open(one_rank, "w") as f:
-        json.dump(dict(one_mid[2], prefill_tok_s=one_mid[1]), f)
-    machine, _ = raise_machine(lattice, work, target, machine, one_mid[0], f"this-machine-raised-{tag}.json")
-    if mode == "tp":
-        machine, _ = co_run_scaling(lattice, work, target, prompt, machine, one_mid[2], a, f"this-machine-corun-{tag}.json")
-    return row_mid, one_rank, machine
+    alone = [measure(lattice, target, prompt, 1, "-", "-", a, reps=1)]
+    pairs, runs = [], []
+    for _ in range(a.reps):
+        if mode == "tp":
+            pairs.append(co_run_pair(lattice, target, prompt, machine, a))
+        runs.append(measure(lattice, target, prompt, n, mode, prov, a, reps=1))
+        alone.append(measure(lattice, target, prompt, 1, "-", "-", a, reps=1))
+    rounds = []
+    for i, run in enumerate(runs):
+        j = averaged_one_rank(alone[i][2], alone[i + 1][2])
+        one_rank = os.path.join(work, f"one-rank-{tag}-{i}.json")
+        with open(one_rank, "w") as f:
+            json.dump(j, f)
+        m, _ = raise_machine(lattice, work, target, machine, j["decode_tok_s"], f"this-machine-raised-{tag}-{i}.json")
+        if pairs and pairs[i]:
+            m = with_kernel_scaling(work, m, j["ranks"][0]["step_ms_per_token"] / pairs[i],
+                                    "the slower of two copies of this model's decode on both cores at once "
+                                    "against the one-rank runs on either side, beside the row's run",
+                                    f"this-machine-corun-{tag}-{i}.json")
+        rounds.append((run, one_rank, m))
+    return rounds
 
 
-def one(lattice, work, target, label, machine, prompt, n, mode, prov, a, one_rank, measured=None):
-    """Measures (unless given) and predicts one configuration; a row of the table."""
-    if measured is None and a.adjacent and n > 1:
-        measured, one_rank, machine = adjacent(lattice, work, target, label, machine, prompt, n, mode, prov, a)
-    tg, pp, j = measured or measure(lattice, target, prompt, n, mode, prov, a)
-    n_prompt = j["n_prompt"]
+def predict(lattice, work, target, machine, one_rank, n, mode, prov, a, n_prompt):
+    """`lattice sim` for a row: (decode tok/s at the run's middle position, prefill tok/s, the
+    decode prediction's JSON)."""
     topo = topology(work, n, prov, machine, a)
     base = [lattice, "sim", "-m", target, "--hostfile", topo, "--parallel", mode, "-t", "1",
             "--calibrate-from", one_rank, "--json"]
     s = json.loads(sh(base + ["--prompt", str(n_prompt + a.n // 2)]))
     sp = json.loads(sh(base + ["--prompt", str(n_prompt)]))
-    return {"model": label, "ranks": n, "mode": mode if n > 1 else "-", "provider": prov if n > 1 else "-",
-            "measured_tok_s": tg, "predicted_tok_s": s["decode_tok_s"], "error": s["decode_tok_s"] / tg - 1,
-            "measured_prefill_tok_s": pp, "predicted_prefill_tok_s": sp["prefill_tok_s"],
-            "prefill_error": sp["prefill_tok_s"] / pp - 1,
-            "decode_efficiency": s.get("fitted_decode_efficiency"),
-            "prefill_efficiency": s.get("fitted_prefill_efficiency"),
-            "bound": None if n == 1 else 0.10 if n <= 2 else 0.20,
-            "one_rank_tok_s": json.load(open(one_rank))["decode_tok_s"],
-            "kernel_scaling": json.load(open(machine)).get("kernel_scaling")}
+    return s["decode_tok_s"], sp["prefill_tok_s"], s
+
+
+def one(lattice, work, target, label, machine, prompt, n, mode, prov, a, one_rank, measured=None):
+    """Measures (unless given) and predicts one configuration; a row of the table. With --adjacent,
+    each round's run against its own prediction, and the row is the round of the median decode
+    error (its prefill error the median of the rounds')."""
+    if measured is None and a.adjacent and n > 1:
+        rounds = adjacent(lattice, work, target, label, machine, prompt, n, mode, prov, a)
+    else:
+        rounds = [(measured or measure(lattice, target, prompt, n, mode, prov, a), one_rank, machine)]
+    rows = []
+    for (tg, pp, j), one_rank_i, machine_i in rounds:
+        dec, pre, s = predict(lattice, work, target, machine_i, one_rank_i, n, mode, prov, a, j["n_prompt"])
+        rows.append({"model": label, "ranks": n, "mode": mode if n > 1 else "-", "provider": prov if n > 1 else "-",
+                     "measured_tok_s": tg, "predicted_tok_s": dec, "error": dec / tg - 1,
+                     "measured_prefill_tok_s": pp, "predicted_prefill_tok_s": pre, "prefill_error": pre / pp - 1,
+                     "decode_efficiency": s.get("fitted_decode_efficiency"),
+                     "prefill_efficiency": s.get("fitted_prefill_efficiency"),
+                     "bound": None if n == 1 else 0.10 if n <= 2 else 0.20,
+                     "one_rank_tok_s": json.load(open(one_rank_i))["decode_tok_s"],
+                     "kernel_scaling": json.load(open(machine_i)).get("kernel_scaling")})
+    row = sorted(rows, key=lambda r: r["error"])[len(rows) // 2]
+    pre = sorted(rows, key=lambda r: r["prefill_error"])[len(rows) // 2]
+    row = dict(row, measured_prefill_tok_s=pre["measured_prefill_tok_s"],
+               predicted_prefill_tok_s=pre["predicted_prefill_tok_s"], prefill_error=pre["prefill_error"])
+    if len(rows) > 1:
+        row["round_errors"] = [r["error"] for r in rows]
+    return row
 
 
 def one_rank_cmd(lattice, target, prompt, a):
     return [lattice, "run", "-m", target, "-p", prompt, "-n", str(a.n), "-t", "1", "--ignore-eos", "--temp", "0",
             "--json", "--nodes", "1", "--provider", "shm"]
+
+
+def co_run_pair(lattice, target, prompt, machine, a):
+    """Two one-rank runs started together (as many as the machine's cores, at most 2): the slower
+    copy's forward step, ms a token; None on a machine of one core."""
+    m = json.load(open(machine))
+    if m.get("cores", 0) < 2:
+        return None
+    procs = [subprocess.Popen(one_rank_cmd(lattice, target, prompt, a), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    steps = []
+    for p in procs:
+        out, err = p.communicate(timeout=900)
+        if p.returncode != 0:
+            sys.exit(f"co-run of two one-rank runs failed ({p.returncode}):\n{err[-2000:]}")
+        steps.append(json.loads(out)["ranks"][0]["step_ms_per_token"])
+    return max(steps)
+
+
+def with_kernel_scaling(work, machine, scaling, how, name):
+    """A copy of the machine file with kernel_scaling set (and said in its source)."""
+    m = json.load(open(machine))
+    scaling = max(0.05, min(1.0, scaling))
+    m["kernel_scaling"] = scaling
+    # A machine copy made by an earlier co-run (a row's, from the table's) says so once, not twice.
+    kept = [c for c in m.get("source", "").split("; ") if not c.startswith("kernel_scaling")]
+    m["source"] = "; ".join(kept) + f"; kernel_scaling {scaling:.3f}: {how}"
+    out = os.path.join(work, name)
+    with open(out, "w") as f:
+        json.dump(m, f, indent=2)
+    return out
 
 
 def co_run_scaling(lattice, work, target, prompt, machine, alone, a, name="this-machine-corun.json"):
@@ -182,30 +256,17 @@ def co_run_scaling(lattice, work, target, prompt, machine, alone, a, name="this-
     ratios = []
     before = alone_step()
     for _ in range(max(3, a.reps)):
-        procs = [subprocess.Popen(one_rank_cmd(lattice, target, prompt, a), stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for _ in range(min(2, m["cores"]))]
-        steps = []
-        for p in procs:
-            out, err = p.communicate(timeout=900)
-            if p.returncode != 0:
-                sys.exit(f"co-run of two one-rank runs failed ({p.returncode}):\n{err[-2000:]}")
-            steps.append(json.loads(out)["ranks"][0]["step_ms_per_token"])
+        slower = co_run_pair(lattice, target, prompt, machine, a)
         # Against the runs alone on either side of the pair (the one after serves the next pair
         # too): a host whose speed drifts within seconds moved a ratio against the run before
         # alone by up to 14% (sessions 17-19: 0.72-1.00 on the same model and host).
         after = alone_step()
-        ratios.append((before + after) / 2 / max(steps))
+        ratios.append((before + after) / 2 / slower)
         before = after
     ratios.sort()
-    scaling = max(0.05, min(1.0, ratios[len(ratios) // 2]))
-    m["kernel_scaling"] = scaling
-    # A machine copy made by an earlier co-run (a row's, from the table's) says so once, not twice.
-    kept = [c for c in m.get("source", "").split("; ") if not c.startswith("kernel_scaling")]
-    m["source"] = "; ".join(kept) + f"; kernel_scaling {scaling:.3f}: the median over {len(ratios)} pairs of the slower of two copies of this model's decode on both cores at once, against the runs alone on either side"
-    out = os.path.join(work, name)
-    with open(out, "w") as f:
-        json.dump(m, f, indent=2)
-    return out, scaling
+    scaling = ratios[len(ratios) // 2]
+    out = with_kernel_scaling(work, machine, scaling, f"the median over {len(ratios)} pairs of the slower of two copies of this model's decode on both cores at once, against the runs alone on either side", name)
+    return out, max(0.05, min(1.0, scaling))
 
 
 def raise_machine(lattice, work, target, machine, tok_s, name="this-machine-raised.json"):
@@ -305,10 +366,11 @@ def main():
         print(f"(the machine file read slower than the one-rank run: its read rates raised to the {raised:.1f} GB/s "
               "that run read; a loaded machine)")
     if a.adjacent:
-        print("each row calibrated beside it (--adjacent): its one-rank decode tok/s and co-run scaling in the last columns")
+        print("each row calibrated beside each of its runs (--adjacent): the row is the round of the median error; its "
+              "one-rank decode tok/s, co-run scaling and every round's error in the last columns")
     print("| model | ranks | parallel | provider | decode measured | predicted | error | bound | prefill measured | predicted | error |"
-          + (" one rank | co-run |" if a.adjacent else ""))
-    print("| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if a.adjacent else ""))
+          + (" one rank | co-run | rounds |" if a.adjacent else ""))
+    print("| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: | --- |" if a.adjacent else ""))
     for r in rows:
         if "failed" in r:
             print(f"| {r['model']} | {r['ranks']} | {r['mode']} | {r['provider']} | failed: {r['failed'].splitlines()[-1]} |")
@@ -317,7 +379,8 @@ def main():
         print(f"| {r['model']} | {r['ranks']} | {r['mode']} | {r['provider']} | {r['measured_tok_s']:.1f} | "
               f"{r['predicted_tok_s']:.1f} | {100 * r['error']:+.1f}% | {bound} | "
               f"{r['measured_prefill_tok_s']:.1f} | {r['predicted_prefill_tok_s']:.1f} | {100 * r['prefill_error']:+.1f}% |"
-              + (f" {r['one_rank_tok_s']:.1f} | {r['kernel_scaling'] or 1:.3f} |" if a.adjacent else ""))
+              + (f" {r['one_rank_tok_s']:.1f} | {r['kernel_scaling'] or 1:.3f} | "
+                 + " ".join(f"{100 * e:+.0f}" for e in r.get("round_errors", [])) + " |" if a.adjacent else ""))
 
 
 if __name__ == "__main__":
