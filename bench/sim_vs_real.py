@@ -152,7 +152,7 @@ def adjacent(lattice, work, target, label, machine, prompt, n, mode, prov, a):
             json.dump(j, f)
         m, _ = raise_machine(lattice, work, target, machine, j["decode_tok_s"], f"this-machine-raised-{tag}-{i}.json")
         if pairs and pairs[i]:
-            m = with_kernel_scaling(work, m, j["ranks"][0]["step_ms_per_token"] / pairs[i],
+            m, _ = with_kernel_scaling(work, m, j["ranks"][0]["step_ms_per_token"] / pairs[i],
                                     "the slower of two copies of this model's decode on both cores at once "
                                     "against the one-rank runs on either side, beside the row's run",
                                     f"this-machine-corun-{tag}-{i}.json")
@@ -222,7 +222,8 @@ def co_run_pair(lattice, target, prompt, machine, a):
 
 
 def with_kernel_scaling(work, machine, scaling, how, name):
-    """A copy of the machine file with kernel_scaling set (and said in its source)."""
+    """A copy of the machine file with kernel_scaling set, within (0.05, 1] (and said in its source):
+    (the copy, the figure set)."""
     m = json.load(open(machine))
     scaling = max(0.05, min(1.0, scaling))
     m["kernel_scaling"] = scaling
@@ -232,7 +233,7 @@ def with_kernel_scaling(work, machine, scaling, how, name):
     out = os.path.join(work, name)
     with open(out, "w") as f:
         json.dump(m, f, indent=2)
-    return out
+    return out, scaling
 
 
 def co_run_scaling(lattice, work, target, prompt, machine, alone, a, name="this-machine-corun.json"):
@@ -264,9 +265,9 @@ def co_run_scaling(lattice, work, target, prompt, machine, alone, a, name="this-
         ratios.append((before + after) / 2 / slower)
         before = after
     ratios.sort()
-    scaling = ratios[len(ratios) // 2]
-    out = with_kernel_scaling(work, machine, scaling, f"the median over {len(ratios)} pairs of the slower of two copies of this model's decode on both cores at once, against the runs alone on either side", name)
-    return out, max(0.05, min(1.0, scaling))
+    return with_kernel_scaling(work, machine, ratios[len(ratios) // 2],
+                               f"the median over {len(ratios)} pairs of the slower of two copies of this model's "
+                               "decode on both cores at once, against the runs alone on either side", name)
 
 
 def raise_machine(lattice, work, target, machine, tok_s, name="this-machine-raised.json"):

@@ -51,9 +51,6 @@ int64_t clock_ns(clockid_t id) {
 }
 int64_t now_ns() { return clock_ns(CLOCK_MONOTONIC); }
 
-// recv() that also says when the kernel queued the bytes on `fd` (SO_TIMESTAMPNS, the last
-// segment read; CLOCK_REALTIME turned into CLOCK_MONOTONIC). Without a stamp, or with one that
-// a clock step made implausible: now.
 // CLOCK_REALTIME less CLOCK_MONOTONIC: the realtime read between two monotonic ones, the closest
 // pair of three. One read of each clock after the other is off by whatever ran between them (a
 // preemption under load: tens of microseconds, more than a loopback hop, which put a probe's
@@ -70,6 +67,9 @@ int64_t realtime_less_monotonic_ns() {
   return offset;
 }
 
+// recv() that also says when the kernel queued the bytes on `fd` (SO_TIMESTAMPNS, the last
+// segment read; CLOCK_REALTIME turned into CLOCK_MONOTONIC). Without a stamp, or with one that
+// a clock step made implausible: now.
 ssize_t recv_stamped(int fd, void* buf, size_t n, int64_t* arrived_ns) {
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(timespec))];
   iovec iov{buf, n};
