@@ -201,6 +201,63 @@ SimOptions one_node(double decode_efficiency) {
   return o;
 }
 
+TEST(Sim, APromptsLastPartialStepCostsItsOwnRows) {
+  // lattice's engine prefills 64 rows a step over several nodes: a prompt of 65 is one full step
+  // and a step of one row, not two full steps; compute-bound, 65 rows take about 65/64 of 64's time.
+  auto t = mesh(2, "m3-ultra", "verbs", "tb5");
+  auto s = *shape_preset("llama-1.1b-q4");
+  SimOptions o;
+  o.mode = Mode::kTensor;
+  o.prefill_efficiency = 0.3;
+  o.prompt = 64;
+  auto full = simulate(s, t, o);
+  o.prompt = 65;
+  auto more = simulate(s, t, o);
+  o.prompt = 128;
+  auto two = simulate(s, t, o);
+  ASSERT_TRUE(full.ok() && more.ok() && two.ok());
+  EXPECT_LT(more->ttft_ms, 1.2 * full->ttft_ms);
+  EXPECT_GT(more->ttft_ms, full->ttft_ms);
+  EXPECT_NEAR(two->ttft_ms, 2 * full->ttft_ms, 0.05 * full->ttft_ms);
+  // A pipeline's micro-batches too (32 rows): 33 rows are one micro-batch and a row.
+  o.mode = Mode::kPipeline;
+  o.prompt = 32;
+  auto pp32 = simulate(s, t, o);
+  o.prompt = 33;
+  auto pp33 = simulate(s, t, o);
+  ASSERT_TRUE(pp32.ok() && pp33.ok());
+  EXPECT_LT(pp33->ttft_ms, 1.6 * pp32->ttft_ms);
+}
+
+TEST(Sim, ARunOfOneRankThroughTheDistributedPathPrefillsInItsSteps) {
+  // One process prefills 256 rows a step, `run --nodes 1` 64 like several ranks: calibrated on
+  // the latter, a 100-token prompt is two steps of its rows (64 + 36), and the fit is the same
+  // efficiency whichever path the figure names, so two nodes are predicted alike.
+  auto t = mesh(2, "m4-pro", "tcp", "10gbe");
+  auto s = *shape_preset("llama-1.1b-q4");
+  SimOptions o = one_node(0.45);
+  o.prefill_efficiency = 0.2;
+  o.one_node_distributed = true;
+  o.prompt = 100;
+  auto dist = simulate(s, t, o);
+  o.one_node_distributed = false;
+  auto solo = simulate(s, t, o);
+  ASSERT_TRUE(dist.ok() && solo.ok());
+  EXPECT_NE(dist->ttft_ms, solo->ttft_ms);
+  OneNodeFigures f;
+  f.decode_tok_s = dist->decode_tok_s;
+  f.decode_pos = 40;
+  f.prefill_tok_s = dist->prefill_tok_s;
+  f.prefill_tokens = 100;
+  f.distributed = true;
+  SimOptions fresh;
+  fresh.mode = Mode::kTensor;
+  auto c = calibrate_one_node(s, t, fresh, f);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_TRUE(c->one_node_distributed);
+  EXPECT_NEAR(c->prefill_efficiency, 0.2, 1e-3);
+}
+
 TEST(Sim, OneNodeCalibrationReproducesTheMeasuredFigures) {
   // Figures of one node at known efficiencies; calibrating on them finds those efficiencies, and
   // the two-node prediction is what the simulator gives at them.

@@ -196,6 +196,7 @@ Result<sim::OneNodeFigures> read_bench_figures(const std::string& path, const st
       const auto num = [&](const char* k) { return r.contains(k) && r[k].is_number() ? r[k].get<double>() : -1.0; };
       const double tok = num("decode_ms_per_token"), step = num("step_ms_per_token");
       if (tok > 0 && step > 0 && step <= tok) fig.outside_ms = tok - step;
+      fig.distributed = true;
     }
     return fig;
   }

@@ -531,21 +531,36 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
 
   // Prefill: the prompt in steps of the engine's batch rows (micro-batches through a pipeline).
   Des pre(W, cables);
-  const uint32_t batch = W == 1 && prof.solo_prefill_batch ? prof.solo_prefill_batch
+  const uint32_t batch = W == 1 && prof.solo_prefill_batch && !o.one_node_distributed ? prof.solo_prefill_batch
                          : L.mode == Mode::kPipeline && prof.pp_micro_batch ? prof.pp_micro_batch
                                                                              : prof.prefill_batch;
+  // The last step holds what is left of the prompt, fewer rows than the others when the batch
+  // does not divide it.
   const uint32_t rows = std::min(o.prompt, batch);
   const uint32_t n_steps = (o.prompt + rows - 1) / rows;
+  const uint32_t last_rows = o.prompt - (n_steps - 1) * rows;
+  double prefill_us = 0;
   if (L.mode == Mode::kPipeline) {
     for (uint32_t i = 0; i < n_steps; ++i) {
-      Step ps{rows, 1, (i + 0.5) * rows};
+      const uint32_t r = i + 1 == n_steps ? last_rows : rows;
+      Step ps{r, 1, i * rows + r / 2.0};
       LATTICE_RETURN_IF_ERROR(run.pipeline_step(pre, ps, order, i + 1 == n_steps));
     }
+    prefill_us = pre.now();
   } else {
+    // Steps at the prompt's middle position; the full ones alike, then the last.
     Step ps{rows, 1, o.prompt / 2.0};
     LATTICE_RETURN_IF_ERROR(run.tensor_step(pre, ps, nullptr));
+    prefill_us = pre.now() * (n_steps - 1);
+    if (last_rows == rows) {
+      prefill_us += pre.now();
+    } else {
+      Des tail(W, cables);
+      Step ts{last_rows, 1, o.prompt / 2.0};
+      LATTICE_RETURN_IF_ERROR(run.tensor_step(tail, ts, nullptr));
+      prefill_us += tail.now();
+    }
   }
-  const double prefill_us = L.mode == Mode::kPipeline ? pre.now() : pre.now() * n_steps;
   R.ttft_ms = prefill_us / 1e3;
   R.prefill_tok_s = o.prompt * 1e6 / prefill_us;
 
@@ -636,6 +651,7 @@ Result<SimOptions> calibrate_one_node(const ModelShape& shape, const cluster::To
   if (f.threads < 1) return InvalidArgument("sim: the one-node figures need a thread count");
   if (f.outside_ms < 0) return InvalidArgument("sim: the one-node figures' time outside the step is negative");
   o.token_overhead_ms = f.outside_ms;
+  o.one_node_distributed = f.distributed;
   SimOptions one = o;
   one.threads = f.threads;
   one.batch = 1;

@@ -38,6 +38,10 @@ struct SimOptions {
   // Per decode step, on every rank: the time outside the forward step (sampling, the generator),
   // which does not shrink with the ranks (measured on one rank: calibrate_one_node).
   double token_overhead_ms = 0;
+  // One node runs the distributed path (`run --nodes 1`), whose prefill steps are as many rows as
+  // several nodes' (the engine's prefill_batch), not the single-process engine's
+  // (solo_prefill_batch). Set by calibrate_one_node from such a run.
+  bool one_node_distributed = false;
 };
 
 struct NodeResult {
@@ -109,6 +113,7 @@ struct OneNodeFigures {
   uint32_t prefill_tokens = 0;  // the prompt it prefilled
   int threads = 1;
   double outside_ms = 0;        // a decoded token's time outside the forward step (`run --json`'s ranks)
+  bool distributed = false;     // a `run --nodes 1` report (SimOptions::one_node_distributed)
 };
 
 // The decode efficiency, then the prefill efficiency, with which the first host of `topo` alone

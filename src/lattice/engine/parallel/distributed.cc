@@ -230,6 +230,7 @@ Result<DistResult> generate_distributed(cluster::Cluster& c, const DistOptions& 
     const bool decoding = before > 0;
     if (decoding && pl->forward) load0 = pl->forward->expert_load();
     const double step_s0 = timed->seconds;
+    const bool first_prefill = !decoding && first_prefill_s < 0;
     Status st = gen->step();
     if (st.ok()) {
       LATTICE_ASSIGN_OR_RETURN(const size_t after, gen->n_generated(id));
@@ -250,6 +251,10 @@ Result<DistResult> generate_distributed(cluster::Cluster& c, const DistOptions& 
         if (first_prefill_s < 0) first_prefill_s = std::chrono::duration<double>(t_first - t_start).count();
       } else if (have_first && after > before) {
         R.decode_s = std::chrono::duration<double>(Clock::now() - t_first).count();
+      }
+      if (first_prefill) {
+        R.prefill_coll_s += pl->coll_stats().seconds - cs0.seconds;
+        R.prefill_step_s += timed->seconds - step_s0;
       }
       if (decoding) {
         const CollStats& cs1 = pl->coll_stats();
@@ -332,7 +337,9 @@ Result<DistResult> generate_distributed(cluster::Cluster& c, const DistOptions& 
                          {"coll_ms_per_token", decode_cs.seconds * 1e3 / denom},
                          {"coll_calls_per_token", decode_cs.calls / denom},
                          {"decode_ms_per_token", R.decode_s * 1e3 / denom},
-                         {"step_ms_per_token", R.decode_step_s * 1e3 / denom}};
+                         {"step_ms_per_token", R.decode_step_s * 1e3 / denom},
+                         {"prefill_step_ms", R.prefill_step_s * 1e3},
+                         {"prefill_coll_ms", R.prefill_coll_s * 1e3}};
   auto all = c.allgather(mine.dump(), Deadline::after(a.recovery_timeout));
   if (!all.ok()) return all.status().with_context("report");
   R.ranks = nlohmann::json::array();
