@@ -592,8 +592,8 @@ TEST(Sim, LockstepOverAProviderWithItsOwnFigureMultiplies) {
   auto apart = simulate(shape, pair("verbs", true), o);
   ASSERT_TRUE(apart.ok()) << apart.status().to_string();
   EXPECT_DOUBLE_EQ(apart->lockstep_scaling, 1.0);
-  // Beyond the cores (4 ranks on 2): the machine's own figure stops at its cores, the
-  // provider's applies alone.
+  // Beyond the cores (4 ranks on 2): the cores meet as 2 ranks would (the machine's figure for
+  // 2, not one it might carry for 4), times the provider's own at 4.
   m.lockstep_scaling[4] = 0.7;
   m.links["verbs"].lockstep_scaling[4] = 0.5;
   std::ofstream(dir + "/cpu.json") << machine_to_json(m).dump();
@@ -609,12 +609,13 @@ TEST(Sim, LockstepOverAProviderWithItsOwnFigureMultiplies) {
   ASSERT_TRUE(t4.ok()) << t4.status().to_string();
   auto four = simulate(shape, *t4, o);
   ASSERT_TRUE(four.ok()) << four.status().to_string();
-  EXPECT_DOUBLE_EQ(four->lockstep_scaling, 0.5);
+  EXPECT_DOUBLE_EQ(four->lockstep_scaling, 0.9 * 0.5);
 }
 
 // Two ranks in lockstep on the cores of one machine that measured 0.8: every collective first
 // waits a quarter (1 / 0.8 - 1) of the work since the previous one, as synchronisation; nothing
-// else moves. Pipeline stages, ranks on machines of their own, and counts not measured: nothing.
+// else moves. Beyond the cores the cores' figure (as many ranks as cores). Pipeline stages,
+// ranks on machines of their own, and counts not measured: nothing.
 TEST(Sim, LockstepRanksWaitForEachSegmentsSlowest) {
   Machine m = two_core_cpu();
   m.lockstep_scaling = {{2, 0.8}};
@@ -647,9 +648,18 @@ TEST(Sim, LockstepRanksWaitForEachSegmentsSlowest) {
   auto apart = simulate(shape, shm_mesh("cpu.json", true, 2), o);
   ASSERT_TRUE(apart.ok());
   EXPECT_DOUBLE_EQ(apart->lockstep_scaling, 1.0);
-  auto four = simulate(shape, shm_mesh("cpu.json", false, 4), o);  // beyond the cores, and not measured
+  // Beyond the cores each core runs two ranks' segments in turn, and the two cores meet at
+  // every collective as two ranks do: the figure for 2.
+  auto four = simulate(shape, shm_mesh("cpu.json", false, 4), o);
   ASSERT_TRUE(four.ok());
-  EXPECT_DOUBLE_EQ(four->lockstep_scaling, 1.0);
+  EXPECT_DOUBLE_EQ(four->lockstep_scaling, 0.8);
+  auto three = simulate(shape, shm_mesh("cpu.json", false, 3), o);
+  ASSERT_TRUE(three.ok());
+  EXPECT_DOUBLE_EQ(three->lockstep_scaling, 0.8);
+  auto four_bare = simulate(shape, shm_mesh("bare.json", false, 4), o);  // not measured
+  ASSERT_TRUE(four_bare.ok());
+  EXPECT_DOUBLE_EQ(four_bare->lockstep_scaling, 1.0);
+  EXPECT_GT(four_bare->decode_tok_s, four->decode_tok_s);
 }
 
 // Ranks on one 2-core machine joined by emulated tcp links (a latency on tcp between processes of

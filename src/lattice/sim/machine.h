@@ -27,7 +27,7 @@ struct MeasuredLink {
   // between all-reduces, `bench coll --work`) against the same over shm: the shm step over this
   // one's (each less its back-to-back call while the ranks have cores of their own), a
   // fraction keyed by rank count (2 to 2x cores, at least 4, at most 8). The simulator multiplies Machine::lockstep_scaling by it for ranks
-  // joined by this provider (beyond the cores, where the turns model stands for shm, it alone).
+  // joined by this provider (beyond the cores, Machine::lockstep_scaling's figure for the cores).
   // Measured for the emulated verbs device, whose progress threads share the ranks' cores.
   std::map<int, double> lockstep_scaling;
   // tcp only: the CPU the link emulator's relays (fabric/tcp/link_emu.h) take for the 8 KiB
@@ -62,7 +62,8 @@ struct Machine {
   // changes from one segment to the next: keyed by rank count (2..cores, at most 8), the slower rank's mean
   // segment over the lockstep step less the collective (`sim --calibrate`: `bench coll --work`,
   // decode's kernel between all-reduces). The simulator charges each collective (1 / this - 1)
-  // times the work before it as synchronisation. Not measured: none.
+  // times the work before it as synchronisation; ranks beyond the cores, the figure for as many
+  // ranks as cores (the cores meet at each collective). Not measured: none.
   std::map<int, double> lockstep_scaling;
   double power_load_w = 0;     // drawn while decoding
   double power_idle_w = 0;

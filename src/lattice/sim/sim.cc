@@ -442,13 +442,16 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   LATTICE_ASSIGN_OR_RETURN(Colocated colo, colocated_cost(prof, ranks, chosen, rank_of, coll));
   coll.colocated_us = colo.extra_us;
   // Ranks that meet at every collective on one machine: each on cores of its own, the machine
-  // file's lockstep figure for that many; joined by a provider whose own figure it measured
-  // against shm (the emulated verbs device), that too, beyond the cores as well (the turns model
-  // stands for shm there).
+  // file's lockstep figure for that many. Beyond the cores each core runs its ranks' segments in
+  // turn and the cores meet at every collective as that many ranks would: the figure for as many
+  // ranks as cores (the turns model adds the hand-overs). Joined by a provider whose own figure
+  // it measured against shm (the emulated verbs device), that too, beyond the cores as well.
   if (L.mode != Mode::kPipeline && W > 1 && one_machine(ranks)) {
     const Machine& m = ranks[0].machine;
-    const auto it = m.lockstep_scaling.find(W);
-    if (it != m.lockstep_scaling.end() && (m.cores <= 0 || W * o.threads <= m.cores)) coll.lockstep = it->second;
+    const int threads = std::max(1, o.threads);
+    const int in_step = m.cores > 0 && W * threads > m.cores ? std::max(1, m.cores / threads) : W;
+    const auto it = m.lockstep_scaling.find(in_step);
+    if (it != m.lockstep_scaling.end()) coll.lockstep = it->second;
     const auto common = common_provider(chosen);
     const auto link = common ? m.links.find(std::string(cluster::to_string(*common))) : m.links.end();
     if (link != m.links.end()) {
