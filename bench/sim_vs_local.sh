@@ -15,10 +15,15 @@
 # median error, every round's error in the last column), since a VM's speed drifts within
 # seconds; ADJACENT=0 calibrates once at the start. Not a timed test: run it on a quiet machine (the lead does). The machine file is kept in
 # BUILD_DIR/sim-validation/this-machine.json and reused: delete it to calibrate again (one
-# measured on a loaded machine is wrong for a quiet run).
+# measured on a loaded machine is wrong for a quiet run). The one-rank runs beside a row are pinned
+# (taskset) to the CPUs its ranks start on, in turn, and the co-run's two copies to two ranks' CPUs
+# (PIN_ALONE=1, the default; 0: unpinned, a single rank then runs on the faster vCPU). Every round's run and calibration is kept
+# there too: REPREDICT=1 runs nothing and predicts the last table's rounds again with this build (a
+# change to the model against the same measurements, the host's drift out of the comparison).
 #
 #   bench/sim_vs_local.sh [BUILD_DIR]     env: RANKS=1,2,3,4 MODES=tp,pp N=32 REPS=2
 #       PROVIDERS=shm,tcp,tcp-emu,verbs-emu LAT_US=50 GBYTES_S=1 MODELS="a.gguf b.gguf" JSON=1 ADJACENT=1
+#       PIN_ALONE=1 REPREDICT=1
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-build}
@@ -46,6 +51,6 @@ for m in $models; do
   python3 "$here/sim_vs_real.py" --build "$build" --model "$m" --machine "$machine" \
     --ranks "${RANKS:-1,2,3,4}" --modes "${MODES:-tp,pp}" --providers "${PROVIDERS:-shm,tcp,tcp-emu,verbs-emu}" \
     --reps "${REPS:-2}" --n "${N:-32}" --link-latency-us "${LAT_US:-50}" --link-gbytes-s "${GBYTES_S:-1}" \
-    $( [ "${ADJACENT:-1}" = 1 ] && echo --adjacent ) ${JSON:+--json}
+    $( [ "${ADJACENT:-1}" = 1 ] && echo --adjacent ) $( [ "${PIN_ALONE:-1}" = 1 ] && echo --pin-alone ) $( [ "${REPREDICT:-0}" = 1 ] && echo --repredict ) ${JSON:+--json}
   echo
 done

@@ -95,7 +95,28 @@ def median_run(ms):
     return mid[0], sorted(m[1] for m in ms)[len(ms) // 2], mid[2]
 
 
-def measure(lattice, target, prompt, n, mode, prov, a, reps=None):
+def usable_cpus():
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+
+
+def rank_cpus(n):
+    """The CPU each of n ranks of `run --nodes n` starts on, as lattice launch pins them
+    (cluster::bind_cpus: a block of CPUs each while they fit, the first of each block here; beyond
+    the CPUs unpinned, so every CPU)."""
+    cpus = usable_cpus()
+    if not cpus:
+        return []
+    if n > len(cpus):
+        return cpus
+    block = len(cpus) // n
+    return [cpus[r * block] for r in range(n)]
+
+
+def pinned(cmd, cpu):
+    return cmd if cpu is None else ["taskset", "-c", str(cpu)] + cmd
+
+
+def measure(lattice, target, prompt, n, mode, prov, a, reps=None, cpu=None):
     """The median of --reps runs: (decode tok/s, prefill tok/s, the median decode run's JSON)."""
     runs = []
     for _ in range(reps or a.reps):
@@ -108,7 +129,7 @@ def measure(lattice, target, prompt, n, mode, prov, a, reps=None):
             # 10 read the single-node `run` 2.6x slower on the MoE bench model; session 13, quiet,
             # read both at 15.9 / 15.3 tok/s on one thread: not reproduced.)
             cmd += ["--nodes", "1", "--provider", "shm"]
-        j = json.loads(sh(cmd))
+        j = json.loads(sh(pinned(cmd, cpu)))
         runs.append((j["decode_tok_s"], j["prefill_tok_s"], j))
     return median_run(runs)
 
@@ -137,13 +158,25 @@ def adjacent(lattice, work, target, label, machine, prompt, n, mode, prov, a):
     (the row's run (decode tok/s, prefill tok/s, JSON), one-rank JSON file, machine file), one a
     round; nothing in them comes from a multi-rank run but the measured row."""
     tag = f"{label}-{n}-{mode}-{prov}"
-    alone = [measure(lattice, target, prompt, 1, "-", "-", a, reps=1)]
+    manifest = os.path.join(work, f"rounds-{tag}.json")
+    if a.repredict:
+        # The rounds of the last measured table: the same runs and calibrations, predicted again.
+        try:
+            saved = json.load(open(manifest))
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"--repredict: no saved rounds for {tag} ({e})")
+        return [((r["decode_tok_s"], r["prefill_tok_s"], r["run"]), r["one_rank"], r["machine"]) for r in saved]
+    # The one-rank runs on the CPUs the row's ranks run on, in turn (a VM's vCPUs differ: on
+    # session 23's host one rank read 20% slower pinned to CPU 0 than to CPU 1 for minutes at a
+    # time, and an unpinned rank ran on the faster), so each round's two sides are two of them.
+    cpus = rank_cpus(n) if a.pin_alone and usable_cpus() and len(usable_cpus()) > 1 else [None]
+    alone = [measure(lattice, target, prompt, 1, "-", "-", a, reps=1, cpu=cpus[0])]
     pairs, runs = [], []
-    for _ in range(a.reps):
+    for i in range(a.reps):
         if mode == "tp":
             pairs.append(co_run_pair(lattice, target, prompt, machine, a))
         runs.append(measure(lattice, target, prompt, n, mode, prov, a, reps=1))
-        alone.append(measure(lattice, target, prompt, 1, "-", "-", a, reps=1))
+        alone.append(measure(lattice, target, prompt, 1, "-", "-", a, reps=1, cpu=cpus[(i + 1) % len(cpus)]))
     rounds = []
     for i, run in enumerate(runs):
         j = averaged_one_rank(alone[i][2], alone[i + 1][2])
@@ -157,6 +190,9 @@ def adjacent(lattice, work, target, label, machine, prompt, n, mode, prov, a):
                                     "against the one-rank runs on either side, beside the row's run",
                                     f"this-machine-corun-{tag}-{i}.json")
         rounds.append((run, one_rank, m))
+    with open(manifest, "w") as f:
+        json.dump([{"decode_tok_s": r[0][0], "prefill_tok_s": r[0][1], "run": r[0][2], "one_rank": r[1], "machine": r[2]}
+                   for r in rounds], f)
     return rounds
 
 
@@ -210,8 +246,10 @@ def co_run_pair(lattice, target, prompt, machine, a):
     m = json.load(open(machine))
     if m.get("cores", 0) < 2:
         return None
-    procs = [subprocess.Popen(one_rank_cmd(lattice, target, prompt, a), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    # Each copy on a CPU of its own, as two ranks are pinned (unpinned when not --pin-alone).
+    cpus = rank_cpus(2) if a.pin_alone and len(usable_cpus()) > 1 else [None, None]
+    procs = [subprocess.Popen(pinned(one_rank_cmd(lattice, target, prompt, a), cpus[k]), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for k in range(2)]
     steps = []
     for p in procs:
         out, err = p.communicate(timeout=900)
@@ -311,8 +349,16 @@ def main():
     ap.add_argument("--quick", action="store_true", help="quick calibration")
     ap.add_argument("--adjacent", action="store_true",
                     help="each row calibrated on a one-rank run (and co-run) measured beside it, not once at the start")
+    ap.add_argument("--pin-alone", action="store_true",
+                    help="with --adjacent: each one-rank run pinned to the CPU a rank of the row starts on, in "
+                         "turn, and the co-run's copies to the CPUs of two ranks (taskset)")
+    ap.add_argument("--repredict", action="store_true",
+                    help="with --adjacent: no runs; predict the last table's saved runs and calibrations again "
+                         "(a model change against the same measurements)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    if a.repredict and not (a.adjacent and a.machine and os.path.exists(a.machine)):
+        ap.error("--repredict needs --adjacent and the table's --machine file")
     lattice = os.path.abspath(os.path.join(a.build, "lattice"))
     work = os.path.abspath(os.path.join(a.build, "sim-validation"))
     os.makedirs(work, exist_ok=True)
@@ -328,13 +374,19 @@ def main():
     # The calibration point: this model on one rank (the median of --reps, and of at least 3:
     # every other row inherits it, and a lone cold run read 9.4 tok/s where two pipeline stages of
     # the same file read 35), the same `run` as every other row; its row of the table is this.
-    m1 = measure(lattice, target, prompt, 1, "-", "-", a, reps=max(3, a.reps))
+    saved_m1 = os.path.join(work, f"one-rank-row-{label}.json")
+    if a.repredict:
+        m1 = tuple(json.load(open(saved_m1)))
+    else:
+        m1 = measure(lattice, target, prompt, 1, "-", "-", a, reps=max(3, a.reps))
+        with open(saved_m1, "w") as f:
+            json.dump(m1, f)
     one_rank = os.path.join(work, f"one-rank-{label}.json")
     with open(one_rank, "w") as f:
         json.dump(dict(m1[2], prefill_tok_s=m1[1]), f)
     machine, raised = raise_machine(lattice, work, target, machine, m1[0])
     scaling = None
-    if "tp" in a.modes.split(",") and any(int(x) > 1 for x in a.ranks.split(",")):
+    if "tp" in a.modes.split(",") and any(int(x) > 1 for x in a.ranks.split(",")) and not a.repredict:
         machine, scaling = co_run_scaling(lattice, work, target, prompt, machine, m1[2], a)
     for n in [int(x) for x in a.ranks.split(",")]:
         for mode in a.modes.split(","):
