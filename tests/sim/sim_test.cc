@@ -230,9 +230,9 @@ TEST(Sim, APromptsLastPartialStepCostsItsOwnRows) {
 }
 
 TEST(Sim, ARunOfOneRankThroughTheDistributedPathPrefillsInItsSteps) {
-  // One process prefills 256 rows a step, `run --nodes 1` 64 like several ranks: calibrated on
-  // the latter, a 100-token prompt is two steps of its rows (64 + 36), and the fit is the same
-  // efficiency whichever path the figure names, so two nodes are predicted alike.
+  // One process prefills 256 rows a step, `run --nodes 1` 64 like several ranks: a 100-token
+  // prompt is one step or two (64 + 36). Calibrated on a figure of the latter, the fit finds the
+  // efficiency it was made with and keeps the path for the predictions.
   auto t = mesh(2, "m4-pro", "tcp", "10gbe");
   auto s = *shape_preset("llama-1.1b-q4");
   SimOptions o = one_node(0.45);
