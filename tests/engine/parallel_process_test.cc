@@ -93,10 +93,11 @@ TEST_F(ParallelProcess, RunNodesMatchesSingleNodeOverShmAndTcp) {
         const double step = r["step_ms_per_token"].get<double>(), tok = r["decode_ms_per_token"].get<double>();
         EXPECT_GT(step, 0);
         EXPECT_LE(step, tok);
-        // The prompt's prefill: its forward steps, of which its collectives (every layer's).
+        // The prompt's prefill: its forward steps, and its collectives (every layer's, and the
+        // chosen token's gather outside the steps).
         const double pre = r["prefill_step_ms"].get<double>(), pre_coll = r["prefill_coll_ms"].get<double>();
         EXPECT_GT(pre_coll, 0);
-        EXPECT_LT(pre_coll, pre);
+        EXPECT_GT(pre, 0);
         if (r["rank"] == 0) EXPECT_LE(pre, j["prefill_ms"].get<double>() + 1e-6);  // rank 0's clock
       }
     }

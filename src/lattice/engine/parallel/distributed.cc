@@ -217,6 +217,10 @@ Result<DistResult> generate_distributed(cluster::Cluster& c, const DistOptions& 
     // which recovers from it.
     coll::CollOptions bo;
     bo.timeout = a.coll_timeout;
+    // The one-sided paths' landing zones are set up by the first call that takes them (a key
+    // exchange, every peer's zone mapped): here, not inside the prompt's first step.
+    float warm[8] = {}, summed[8];
+    (void)coll::all_reduce(*comm, warm, summed, 8, coll::DType::kF32, coll::ReduceOp::kSum, bo);
     (void)coll::barrier(*comm, bo);
   }
   Clock::time_point t_start = Clock::now(), t_first{};

@@ -109,8 +109,9 @@ struct DistResult {
   double decode_step_s = 0;      // of decode_s, inside the stepper's forward steps (their collectives included; the
                                  // chosen token's gather is outside)
   ExpertLoad decode_load;        // mixture of experts: the decode steps' expert load (last placement)
-  // The first prefill (the steps before the first chosen token): inside the stepper's forward
-  // steps, and of that in collectives (both 0 until it ends).
+  // The first prefill (the steps up to the first chosen token): inside the stepper's forward
+  // steps, and in collectives during those steps (the chosen token's gather too, which is outside
+  // the forward steps: a pipeline's first stage waits there for the last). Both 0 until it ends.
   double prefill_step_s = 0, prefill_coll_s = 0;
   nlohmann::json ranks;          // every rank's report, by current rank (on every rank)
   // Mixture of experts: tokens per expert (summed over layers) per rank that owns it, the
