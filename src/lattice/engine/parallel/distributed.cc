@@ -162,6 +162,16 @@ Result<std::unique_ptr<Placement>> place(const DistOptions& a, cluster::Cluster&
     fo.max_items = a.max_seqs;
     LATTICE_ASSIGN_OR_RETURN(pl->forward, Forward::create(*pl->model, *pl->group, fo));
   }
+  if (c.world_size() > 1) {
+    // The one-sided paths' landing zones are set up by the first call that takes them (a key
+    // exchange, every peer's zone mapped): here, not inside the first request's prefill (`run`,
+    // `serve`, a re-placement after a loss). Outside the placement's counted collectives. A
+    // failure here (a lost rank) shows again in the first step, which recovers from it.
+    coll::CollOptions wo;
+    wo.timeout = a.coll_timeout;
+    float warm[8] = {}, summed[8];
+    (void)coll::all_reduce(comm, warm, summed, 8, coll::DType::kF32, coll::ReduceOp::kSum, wo);
+  }
   return pl;
 }
 
@@ -217,10 +227,6 @@ Result<DistResult> generate_distributed(cluster::Cluster& c, const DistOptions& 
     // which recovers from it.
     coll::CollOptions bo;
     bo.timeout = a.coll_timeout;
-    // The one-sided paths' landing zones are set up by the first call that takes them (a key
-    // exchange, every peer's zone mapped): here, not inside the prompt's first step.
-    float warm[8] = {}, summed[8];
-    (void)coll::all_reduce(*comm, warm, summed, 8, coll::DType::kF32, coll::ReduceOp::kSum, bo);
     (void)coll::barrier(*comm, bo);
   }
   Clock::time_point t_start = Clock::now(), t_first{};
