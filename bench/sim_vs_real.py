@@ -112,6 +112,12 @@ def rank_cpus(n):
     return [cpus[r * block] for r in range(n)]
 
 
+def pin_cpus(n, a):
+    """With --pin-alone on a machine of several CPUs, the CPUs to pin one-rank runs to for a row
+    of n ranks (rank_cpus); otherwise n times None (unpinned)."""
+    return rank_cpus(n) if a.pin_alone and len(usable_cpus()) > 1 else [None] * n
+
+
 def pinned(cmd, cpu):
     return cmd if cpu is None else ["taskset", "-c", str(cpu)] + cmd
 
@@ -169,7 +175,7 @@ def adjacent(lattice, work, target, label, machine, prompt, n, mode, prov, a):
     # The one-rank runs on the CPUs the row's ranks run on, in turn (a VM's vCPUs differ: on
     # session 23's host one rank read 20% slower pinned to CPU 0 than to CPU 1 for minutes at a
     # time, and an unpinned rank ran on the faster), so each round's two sides are two of them.
-    cpus = rank_cpus(n) if a.pin_alone and usable_cpus() and len(usable_cpus()) > 1 else [None]
+    cpus = pin_cpus(n, a)
     alone = [measure(lattice, target, prompt, 1, "-", "-", a, reps=1, cpu=cpus[0])]
     pairs, runs = [], []
     for i in range(a.reps):
@@ -247,7 +253,7 @@ def co_run_pair(lattice, target, prompt, machine, a):
     if m.get("cores", 0) < 2:
         return None
     # Each copy on a CPU of its own, as two ranks are pinned (unpinned when not --pin-alone).
-    cpus = rank_cpus(2) if a.pin_alone and len(usable_cpus()) > 1 else [None, None]
+    cpus = pin_cpus(2, a)
     procs = [subprocess.Popen(pinned(one_rank_cmd(lattice, target, prompt, a), cpus[k]), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for k in range(2)]
     steps = []

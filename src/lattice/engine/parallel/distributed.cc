@@ -162,11 +162,12 @@ Result<std::unique_ptr<Placement>> place(const DistOptions& a, cluster::Cluster&
     fo.max_items = a.max_seqs;
     LATTICE_ASSIGN_OR_RETURN(pl->forward, Forward::create(*pl->model, *pl->group, fo));
   }
-  if (c.world_size() > 1) {
+  if (!pp && c.world_size() > 1) {
     // The one-sided paths' landing zones are set up by the first call that takes them (a key
     // exchange, every peer's zone mapped): here, not inside the first request's prefill (`run`,
-    // `serve`, a re-placement after a loss). Outside the placement's counted collectives. A
-    // failure here (a lost rank) shows again in the first step, which recovers from it.
+    // `serve`, a re-placement after a loss). A pipeline's stages pass activations two-sided and
+    // never take them. Outside the placement's counted collectives. A failure here (a lost
+    // rank) shows again in the first step, which recovers from it.
     coll::CollOptions wo;
     wo.timeout = a.coll_timeout;
     float warm[8] = {}, summed[8];
