@@ -379,6 +379,8 @@ TEST(BenchCliProcess, BenchCollWorkTimesTheKernelBetweenCalls) {
   EXPECT_GT(j.at("solo_us_mean").get<double>(), 0.0);
   EXPECT_GT(j.at("work_us_mean").get<double>(), 0.0);
   EXPECT_GT(j.at("step_us_mean").get<double>(), j.at("work_us_mean").get<double>());
+  // The steps' pace: the slowest rank's wall clock over them, which holds its kernels.
+  EXPECT_GT(j.at("lockstep_wall_us_per_step").get<double>(), j.at("work_us_mean").get<double>());
   EXPECT_EQ(j.at("iters").get<int>(), 40);
   CliRun bad = run_lattice("bench coll -n 2 --work 100", true);
   EXPECT_EQ(bad.exit_code, 2) << bad.out;
@@ -386,6 +388,28 @@ TEST(BenchCliProcess, BenchCollWorkTimesTheKernelBetweenCalls) {
   CliRun junk = run_lattice("bench coll -n 2 --work lots", true);
   EXPECT_EQ(junk.exit_code, 2) << junk.out;
   EXPECT_NE(junk.out.find("--work"), std::string::npos) << junk.out;
+}
+
+// --op chain: a pipeline's decode step, the buffer through the ranks with the kernel at each in
+// turn and the last rank's token broadcast, so a step holds every rank's kernel one after the
+// other: its pace is more than one rank's kernel. Not a collective --check knows.
+TEST(BenchCliProcess, BenchCollChainRunsAPipelinesStep) {
+  CliRun r = run_lattice("bench coll -n 3 --procs --provider shm --op chain -b 8K -e 8K --iters 16 --work 1M --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const size_t at = r.out.find("[rank 0] {");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  auto j = nlohmann::json::parse(r.out.substr(at + 9, r.out.find('\n', at) - at - 9), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  EXPECT_EQ(j.at("op"), "chain");
+  EXPECT_EQ(j.at("ranks"), 3);
+  EXPECT_GT(j.at("work_us_mean").get<double>(), 0.0);
+  EXPECT_GT(j.at("lockstep_wall_us_per_step").get<double>(), j.at("work_us_mean").get<double>());
+  CliRun checked = run_lattice("bench coll -n 2 --op chain --check", true);
+  EXPECT_EQ(checked.exit_code, 2) << checked.out;
+  EXPECT_NE(checked.out.find("not --op chain"), std::string::npos) << checked.out;
+  CliRun bad = run_lattice("bench coll -n 2 --op chains", true);
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("(or chain)"), std::string::npos) << bad.out;
 }
 
 // Rank processes run the emulated links too; threads in one process cannot, and say so.

@@ -18,9 +18,17 @@
 // ranks compute between their all-reduces; the call then also holds the wait for the last rank to
 // arrive. The timed calls come in 8 rounds, each after every rank ran the kernel alone in turn.
 // Each size then reports solo_us_mean (the kernel alone, mean over ranks), work_us_mean (the
-// slowest rank's mean kernel time in lockstep) and step_us_mean (the mean, over iterations, of
+// slowest rank's mean kernel time in lockstep), step_us_mean (the mean, over iterations, of
 // the slowest rank's kernel + call): ranks that compute between collectives step at
-// solo / (step - the call back to back) of their speed alone.
+// solo / (step - the call back to back) of their speed alone; and lockstep_wall_us_per_step (the
+// slowest rank's wall clock over the lockstep iterations, per iteration): the ranks' pace. Beyond
+// the cores the two part: ranks sharing a core interleave, so one rank's call completes only
+// after its core-mate's next kernel, and each iteration's slowest step spans three kernels where
+// the pace is two (docs/SIM.md, session 24).
+// --op chain: not a collective but a pipeline's decode step, each iteration the buffer through
+// ranks 0, 1, ..., W-1 (point to point), each rank running the --work kernel once it holds it,
+// then the last rank's 4-byte broadcast (the chosen token); lockstep_wall_us_per_step is the
+// pipeline's pace.
 // Over an emulated tcp link (tcp?latency_us=L...), --json also reports emulator_cpu_us_per_call:
 // the CPU its relays (fabric/tcp/link_emu.h) took over the timed calls, summed over the ranks,
 // per call (with --work, the rounds' barriers too).
@@ -122,6 +130,7 @@ struct Config {
   size_t direct_chunk;
   size_t slice;
   size_t work;
+  bool chain = false;  // --op chain: a pipeline's decode step (chain_step) instead of a collective
 };
 
 Status call(Communicator& comm, const Config& c, const reference::Case& k, const void* in, void* out,
@@ -136,6 +145,23 @@ Status call(Communicator& comm, const Config& c, const reference::Case& k, const
     case CollOp::kBarrier: return barrier(comm, o);
   }
   return Internal("op");
+}
+
+// --op chain, one iteration: a pipeline's decode step. The buffer passes rank 0 -> 1 -> ... ->
+// W-1 (each rank runs the kernel, if any, once it holds it, as a stage runs its layers), then the
+// last rank broadcasts 4 bytes (the chosen token) to all. *work_us gains this rank's kernel time.
+Status chain_step(Communicator& comm, const Config& c, const reference::Case& k, void* buf, sim::DecodeKernel* kernel,
+                  double* work_us, const CollOptions& o) {
+  const int world = comm.world_size(), rank = comm.rank();
+  if (rank > 0) LATTICE_RETURN_IF_ERROR(recv(comm, buf, k.count, c.dtype, rank - 1, o));
+  if (kernel) {
+    const auto t0 = std::chrono::steady_clock::now();
+    kernel->run();
+    *work_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  }
+  if (rank + 1 < world) LATTICE_RETURN_IF_ERROR(send(comm, buf, k.count, c.dtype, rank + 1, o));
+  int32_t token = rank == world - 1 ? 7 : 0;
+  return broadcast(comm, &token, &token, 1, DType::kI32, world - 1, o);
 }
 
 // One rank's whole sweep; rank 0 prints.
@@ -184,6 +210,11 @@ Status run_rank(cluster::Group& g, const Args& a, const Config& c) {
     const double warm_ms = bytes == std::max(c.min, esize) ? std::max(200.0, a.warmup_ms) : a.warmup_ms;
     for (auto w0 = Clock::now(); a.warmup > 0;) {
       for (int i = 0; i < a.warmup; ++i) {
+        double unused = 0;
+        if (c.chain) {
+          LATTICE_RETURN_IF_ERROR(chain_step(*comm, c, k, in.data(), kernel.get(), &unused, o));
+          continue;
+        }
         if (kernel) kernel->run();
         LATTICE_RETURN_IF_ERROR(call(*comm, c, k, in.data(), out.data(), o));
       }
@@ -198,10 +229,11 @@ Status run_rank(cluster::Group& g, const Args& a, const Config& c) {
     constexpr int kRounds = 8;
     const int per = kernel ? std::max(1, iters / kRounds) : iters;
     if (kernel) iters = per * kRounds;
-    std::vector<double> t(static_cast<size_t>(iters)), step(kernel ? t.size() : 0);
+    std::vector<double> t(static_cast<size_t>(iters)), step(kernel || c.chain ? t.size() : 0);
     // The CPU the tcp link emulators' relays of every rank took over the calls (0 without them).
     double emu_cpu_us = -static_cast<double>(fabric::tcp::link_emulators_cpu_ns()) / 1e3;
     double work_us = 0, solo[2] = {0, 0};  // this rank's kernel time in lockstep; alone: time, calls
+    double lockstep_wall_us = 0;  // the lockstep loops' wall time (the ranks' pace, however they interleave)
     auto us_since = [](Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); };
     const auto loop_t0 = Clock::now();
     for (int round = 0, i = 0; round < (kernel ? kRounds : 1); ++round) {
@@ -215,8 +247,14 @@ Status run_rank(cluster::Group& g, const Args& a, const Config& c) {
         }
         LATTICE_RETURN_IF_ERROR(barrier(*comm, plain));
       }
+      const auto lock_t0 = Clock::now();
       for (int j = 0; j < per; ++j, ++i) {
         const auto t0 = Clock::now();
+        if (c.chain) {
+          LATTICE_RETURN_IF_ERROR(chain_step(*comm, c, k, in.data(), kernel.get(), &work_us, o));
+          t[size_t(i)] = step[size_t(i)] = us_since(t0);
+          continue;
+        }
         if (kernel) {
           kernel->run();
           const auto t1 = Clock::now();
@@ -229,6 +267,7 @@ Status run_rank(cluster::Group& g, const Args& a, const Config& c) {
         LATTICE_RETURN_IF_ERROR(call(*comm, c, k, in.data(), out.data(), o));
         t[size_t(i)] = us_since(t0);
       }
+      lockstep_wall_us += us_since(lock_t0);
     }
     double wall_us = us_since(loop_t0);
     emu_cpu_us += static_cast<double>(fabric::tcp::link_emulators_cpu_ns()) / 1e3;
@@ -240,6 +279,8 @@ Status run_rank(cluster::Group& g, const Args& a, const Config& c) {
     if (kernel) {
       LATTICE_RETURN_IF_ERROR(all_reduce(*comm, nullptr, step.data(), step.size(), DType::kF64, ReduceOp::kMax, plain));
       LATTICE_RETURN_IF_ERROR(all_reduce(*comm, nullptr, &work_us, 1, DType::kF64, ReduceOp::kMax, plain));
+      LATTICE_RETURN_IF_ERROR(all_reduce(*comm, nullptr, &lockstep_wall_us, 1, DType::kF64, ReduceOp::kMax, plain));
+      lockstep_wall_us /= iters;
       LATTICE_RETURN_IF_ERROR(all_reduce(*comm, nullptr, solo, 2, DType::kF64, ReduceOp::kSum, plain));
       work_us /= iters;
       solo_mean = solo[0] / std::max(1.0, solo[1]);
@@ -263,7 +304,7 @@ Status run_rank(cluster::Group& g, const Args& a, const Config& c) {
       double busbw = algbw * bus_factor(c.op, world);
       Algorithm used = resolve_algorithm(*comm, c.op, k.count, c.dtype, c.algo);
       if (a.json) {
-        nlohmann::json j{{"op", to_string(c.op)}, {"ranks", world}, {"provider", c.provider},
+        nlohmann::json j{{"op", c.chain ? std::string("chain") : std::string(to_string(c.op))}, {"ranks", world}, {"provider", c.provider},
                          {"algo", to_string(used)}, {"dtype", to_string(c.dtype)}, {"redop", to_string(c.redop)},
                          {"bytes", nbytes}, {"count", k.count}, {"iters", iters}, {"time_us_median", med},
                          {"time_us_min", lo}, {"algbw_gbps", algbw}, {"busbw_gbps", busbw}};
@@ -274,6 +315,7 @@ Status run_rank(cluster::Group& g, const Args& a, const Config& c) {
           j["work_bytes"] = kernel->weight_bytes();
           j["work_us_mean"] = work_us;
           j["step_us_mean"] = step_mean;
+          j["lockstep_wall_us_per_step"] = lockstep_wall_us;
           j["solo_us_mean"] = solo_mean;
         }
         std::printf("%s\n", j.dump().c_str());
@@ -336,8 +378,11 @@ int run(const Args& a) {
     return 2;
   };
   Config c;
-  auto op = parse_coll_op(a.op);
-  if (!op.ok()) return bad(op.status().message());
+  // chain: a pipeline's decode step (chain_step); its sizes count as a broadcast's.
+  const bool chain = a.op == "chain";
+  auto op = parse_coll_op(chain ? "broadcast" : a.op);
+  if (!op.ok()) return bad(op.status().message() + " (or chain)");
+  if (chain && a.check) return bad("--check verifies collectives, not --op chain");
   auto algo = parse_algorithm(a.algo);
   if (!algo.ok()) return bad(algo.status().message());
   auto dt = parse_dtype(a.dtype);
@@ -363,7 +408,7 @@ int run(const Args& a) {
   auto wk = parse_bytes(a.work);
   if (!wk.ok()) return bad("--work: " + wk.status().message());
   if (*wk > 0 && *wk < 4096) return bad("--work: at least 4K (or 0: no kernel between calls)");
-  c = Config{*op, *algo, *dt, *ro, *mn, *mx, *ch, a.provider, *tc, *dc, *sl, *wk};
+  c = Config{*op, *algo, *dt, *ro, *mn, *mx, *ch, a.provider, *tc, *dc, *sl, *wk, chain};
   if (c.algo != Algorithm::kAuto) {
     auto algs = plan::algorithms_for(c.op);
     if (std::find(algs.begin(), algs.end(), c.algo) == algs.end())
@@ -407,7 +452,10 @@ const Registrar kBenchColl{
        auto a = std::make_shared<Args>();
        app.add_option("--ranks,-n", a->ranks, "ranks (threads, or processes with --procs)")->capture_default_str();
        app.add_option("--provider", a->provider, "shm | tcp (with --procs also tcp?latency_us=L&gbytes_s=R, verbs-emu://...)")->capture_default_str();
-       app.add_option("--op", a->op, "all_reduce | all_gather | reduce_scatter | broadcast | reduce | all_to_all | barrier")
+       app.add_option("--op", a->op,
+                      "all_reduce | all_gather | reduce_scatter | broadcast | reduce | all_to_all | barrier | chain "
+                      "(a pipeline's decode step: the buffer through ranks 0..W-1, --work at each, the last "
+                      "rank's 4-byte broadcast)")
            ->capture_default_str();
        app.add_option("--min,-b", a->min, "smallest size (bytes; K/M/G suffixes)")->capture_default_str();
        app.add_option("--max,-e", a->max, "largest size")->capture_default_str();
