@@ -3,8 +3,8 @@
 // the fabric figures from `lattice bench fabric` over shm, tcp and the emulated verbs device (two
 // processes of this binary) and `lattice bench coll --procs` (a small all-reduce among 2 to 2x
 // cores rank processes, and with --work the same ranks in lockstep, decode's kernel between the
-// calls, over shm and the emulated verbs device; over tcp through the link emulator, the CPU its
-// relays take a call);
+// calls, over shm and the emulated verbs device, and as a pipeline's stages (--op chain); over tcp
+// through the link emulator, the CPU its relays take a call);
 // with -m, the engine's decode efficiency from `lattice bench engine` on that model with one
 // thread (tok/s x bytes read per token / one thread's read bandwidth) and its prefill efficiency:
 // the fraction of the measured matmul throughput with which the simulator, on this machine, predicts
@@ -145,23 +145,26 @@ Result<AllReduce> measure_allreduce(const std::string& provider, int ranks, bool
 }
 
 // `ranks` rank processes in lockstep over `provider`, decode's kernel over `work` bytes before every
-// 8 KiB all-reduce (`bench coll --work`): the slowest rank's mean kernel time and the mean step
-// (kernel + call), microseconds.
+// 8 KiB all-reduce (`bench coll --work`; with op "chain", a pipeline's decode step: the kernel at
+// each rank in turn): the slowest rank's mean kernel time, the mean step (kernel + call) and the
+// steps' pace (the slowest rank's wall clock over them, per step), microseconds.
 struct Lockstep {
-  double work_us = 0, step_us = 0;
+  double work_us = 0, step_us = 0, wall_us = 0;
 };
-Result<Lockstep> measure_lockstep(const std::string& provider, int ranks, const std::string& work, bool quick) {
+Result<Lockstep> measure_lockstep(const std::string& provider, int ranks, const std::string& work, bool quick,
+                                  const std::string& op = "all_reduce", int iters = 1600) {
   LATTICE_ASSIGN_OR_RETURN(std::string out,
                            run_capture({cluster::self_exe(), "bench", "coll", "--procs", "-n", std::to_string(ranks),
-                                        "--provider", provider, "--op", "all_reduce", "-b", "8K", "-e", "8K", "--iters",
-                                        quick ? "400" : "1600", "--work", work, "--timeout", "30", "--json"},
+                                        "--provider", provider, "--op", op, "-b", "8K", "-e", "8K", "--iters",
+                                        std::to_string(quick ? std::max(8, iters / 4) : iters), "--work", work,
+                                        "--timeout", "30", "--json"},
                                        120));
   for (const auto& j : coll_rows(out)) {
-    Lockstep l{j.value("work_us_mean", 0.0), j.value("step_us_mean", 0.0)};
-    if (l.work_us > 0 && l.step_us > 0) return l;
+    Lockstep l{j.value("work_us_mean", 0.0), j.value("step_us_mean", 0.0), j.value("lockstep_wall_us_per_step", 0.0)};
+    if (l.work_us > 0 && l.step_us > 0 && l.wall_us > 0) return l;
   }
-  return IoError("bench coll --procs -n " + std::to_string(ranks) + " --provider " + provider + " --work " + work +
-                 " gave no step time");
+  return IoError("bench coll --procs -n " + std::to_string(ranks) + " --provider " + provider + " --op " + op +
+                 " --work " + work + " gave no step time");
 }
 
 std::string base_name(const std::string& p) { return std::filesystem::path(p).filename().string(); }
@@ -369,6 +372,45 @@ int run_calibrate(const CalibrateArgs& a) {
     else
       std::printf("%d ranks in lockstep on %d cores: over the emulated verbs device %.3f of shm's pace\n", k, cores,
                   m.links.at("verbs").lockstep_scaling[k]);
+  }
+  // Pipeline stages: one computes while the others wait on the provider. The emulated verbs
+  // device's waiting stages poll it and its progress threads wake, on the cores the computing
+  // stage runs on; over shm the waiting costs next to nothing. A chain of K rank processes with
+  // decode's kernel at each, over the device right after over shm, at 16 and 128 MiB (a small
+  // model's stage, 6-8 ms here); the median of 3 starts each (1 with --quick). What the device
+  // adds to a step at the two sizes, as a line in the shm step: a part that grows with the
+  // stages' work (MeasuredLink::pipeline_scaling) and one that does not (pipeline_step_us).
+  // Session 24's host: ~0.3 ms a step and none growing at 2 ranks, 1-2 ms and 7-11% at 3-4.
+  for (int k = 2; k <= most_ranks; ++k) {
+    struct Size {
+      const char* work;
+      int iters;
+      std::vector<double> shm, extra;
+    } sizes[] = {{"16M", 200, {}, {}}, {"128M", 32, {}, {}}};
+    for (int i = 0; i < (a.quick ? 1 : 3); ++i) {
+      for (Size& z : sizes) {
+        auto l = measure_lockstep("shm", k, z.work, a.quick, "chain", z.iters);
+        if (!l.ok()) return fail(l.status().to_string());
+        auto v = measure_lockstep(kVerbsEmu, k, z.work, a.quick, "chain", z.iters);
+        if (!v.ok()) return fail(v.status().to_string());
+        z.shm.push_back(l->wall_us);
+        z.extra.push_back(v->wall_us - l->wall_us);
+      }
+    }
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    const double s1 = median(sizes[0].shm), s2 = median(sizes[1].shm);
+    const double e1 = median(sizes[0].extra), e2 = median(sizes[1].extra);
+    const double grows = s2 > s1 ? std::clamp((e2 - e1) / (s2 - s1), 0.0, 19.0) : 0.0;
+    const double fixed = std::max(0.0, e1 - grows * s1);
+    sim::MeasuredLink& verbs = m.links.at("verbs");
+    verbs.pipeline_scaling[k] = 1 / (1 + grows);
+    if (fixed > 0) verbs.pipeline_step_us[k] = std::min(fixed, 1e6);
+    std::printf("%d pipeline stages over the emulated verbs device (decode kernel of 16 / 128 MiB at each: %.0f / %.0f us "
+                "a step over shm, %+.0f / %+.0f us over the device): %.0f us a step and %.1f%% of the work\n",
+                k, s1, s2, e1, e2, fixed, 100 * grows);
   }
   std::string src = "lattice sim --calibrate";
   auto write = [&]() -> bool {

@@ -38,6 +38,10 @@ struct Collectives {
   // Ranks in lockstep on one machine's cores (Machine::lockstep_scaling): each collective first
   // waits (1 / lockstep - 1) x each rank's work since the previous one. 1: none.
   double lockstep = 1;
+  // Pipeline stages on one machine (MeasuredLink::pipeline_scaling, pipeline_step_us): each
+  // stage's work is followed by (1 / stages - 1) x it of waiting, and each message of a step
+  // (the hops and the token's broadcast) holds its receivers stage_msg_us. 1 and 0: none.
+  double stages = 1, stage_msg_us = 0;
   // Ranks beyond one machine's cores joined by emulated tcp links: what every message of a
   // collective holds each rank, its relay's CPU spread over the cores (microseconds). 0: none.
   double emulator_us_per_msg = 0;
@@ -253,16 +257,21 @@ class Runner {
         ffn(des, r, l, st, 0);
       }
       if (r == last && last_micro) output(des, last, st);
+      if (coll_.stages < 1) des.wait(r, des.take_work(r) * (1 / coll_.stages - 1));
       if (rpc && i > 0) {
         const double back = r == last && last_micro ? double(st.seqs) * s_.n_vocab * 4 : act;
         LATTICE_RETURN_IF_ERROR(rpc_call(des, order[0], r, back, false));
       } else if (!rpc && i + 1 < W) {
         LATTICE_RETURN_IF_ERROR(des.send(r, order[i + 1], act));
+        des.wait(order[i + 1], coll_.stage_msg_us);
       }
     }
     if (!last_micro) return Status::Ok();
     // The tokens and how many random draws each took (PpSession::choose).
-    if (!rpc) LATTICE_RETURN_IF_ERROR(coll_.run(des, CollOp::kBroadcast, 2 * st.seqs, 4, nullptr, last));
+    if (!rpc) {
+      LATTICE_RETURN_IF_ERROR(coll_.run(des, CollOp::kBroadcast, 2 * st.seqs, 4, nullptr, last));
+      for (int r = 0; r < W && coll_.stage_msg_us > 0; ++r) des.wait(r, coll_.stage_msg_us);
+    }
     des.barrier();
     return Status::Ok();
   }
@@ -459,6 +468,19 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
       if (own != link->second.lockstep_scaling.end()) coll.lockstep *= own->second;
     }
   }
+  // Pipeline stages on one machine joined by a provider whose chain it measured against shm (the
+  // emulated verbs device: the waiting stages' polls and its progress threads share the cores).
+  if (L.mode == Mode::kPipeline && prof.comm == CommStyle::kLattice && W > 1 && one_machine(ranks)) {
+    const auto common = common_provider(chosen);
+    const auto link = common ? ranks[0].machine.links.find(std::string(cluster::to_string(*common)))
+                             : ranks[0].machine.links.end();
+    if (link != ranks[0].machine.links.end()) {
+      const auto at = link->second.pipeline_scaling.find(W);
+      if (at != link->second.pipeline_scaling.end()) coll.stages = at->second;
+      const auto step = link->second.pipeline_step_us.find(W);
+      if (step != link->second.pipeline_step_us.end()) coll.stage_msg_us = step->second / W;
+    }
+  }
   // Ranks in lockstep on one machine beyond its cores, joined by emulated tcp links (a latency or
   // rate on tcp between processes of one machine: `run --provider 'tcp?latency_us=..'`, whose
   // link emulator relays every byte): the relays' CPU (MeasuredLink::emulator_cpu_us, an 8 KiB
@@ -501,6 +523,8 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   R.colocated_allreduce_us = colo.measured_us;
   R.colocated_sync_us = colo.extra_us;
   R.lockstep_scaling = coll.lockstep;
+  R.pipeline_scaling = coll.stages;
+  R.pipeline_msg_us = coll.stage_msg_us;
   R.emulator_cpu_us = emulator_cpu_us;
   R.emulator_us_per_msg = coll.emulator_us_per_msg;
   R.model = shape.name;
