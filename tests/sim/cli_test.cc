@@ -172,7 +172,7 @@ TEST(Calibrate, MeasurementsAreSaneAndCheckTheirArguments) {
 }
 
 // Calibration runs bench fabric three times, bench coll at 2-4 ranks four times (in lockstep
-// twice, as a pipeline's chain four times) and streams a 256 MiB buffer: tens of seconds.
+// twice, as a pipeline's chain twice) and streams a 256 MiB buffer: tens of seconds.
 TEST(SimSlow, CalibrateWritesAUsableMachineFile) {
   const std::string dir = testing::scratch_dir("cal");
   auto o = lattice("sim --calibrate --quick -o " + dir + "/here.json");
@@ -222,13 +222,11 @@ TEST(SimSlow, CalibrateWritesAUsableMachineFile) {
     EXPECT_GT(m->links.at("verbs").lockstep_scaling.at(k), 0.05) << k;
     EXPECT_LE(m->links.at("verbs").lockstep_scaling.at(k), 1.0) << k;
   }
-  // Pipeline stages over the device against shm (bench coll --op chain), at every count: a
-  // fraction, and microseconds a step where the device adds a part that does not grow.
+  // Pipeline stages over the device against shm (bench coll --op chain), at every count.
   for (int k : {2, 3, 4}) {
     ASSERT_EQ(m->links.at("verbs").pipeline_scaling.count(k), 1u) << k;
     EXPECT_GT(m->links.at("verbs").pipeline_scaling.at(k), 0.04) << k;
     EXPECT_LE(m->links.at("verbs").pipeline_scaling.at(k), 1.0) << k;
-    if (m->links.at("verbs").pipeline_step_us.count(k)) EXPECT_LT(m->links.at("verbs").pipeline_step_us.at(k), 1e6) << k;
   }
   EXPECT_EQ(m->links.at("shm").pipeline_scaling.size(), 0u);
 }

@@ -553,40 +553,35 @@ TEST(Machine, LockstepScalingRoundTripsAndRejectsWhatIsNotAFraction) {
       << r.status().message();
 }
 
-// A provider's pipeline figures (links.P.pipeline_scaling, pipeline_step_us) round-trip, by rank
-// count: a fraction and microseconds.
-TEST(Machine, PipelineFiguresRoundTripAndRejectWhatIsOutOfRange) {
+// A provider's pipeline figure (links.P.pipeline_scaling) round-trips: a fraction by rank count.
+TEST(Machine, PipelineScalingRoundTripsAndRejectsWhatIsNotAFraction) {
   Machine m = two_core_cpu();
   m.links["verbs"] = {6.0, 5.0, {}, {}, {}};
   m.links["verbs"].pipeline_scaling = {{2, 1.0}, {4, 0.87}};
-  m.links["verbs"].pipeline_step_us = {{4, 1200.0}};
   auto back = machine_from_json(machine_to_json(m), "m.json");
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   EXPECT_EQ(back->links.at("verbs").pipeline_scaling, (std::map<int, double>{{2, 1.0}, {4, 0.87}}));
-  EXPECT_EQ(back->links.at("verbs").pipeline_step_us, (std::map<int, double>{{4, 1200.0}}));
-  auto bad = [&](const char* key, nlohmann::json v) {
+  auto bad = [&](nlohmann::json v) {
     nlohmann::json j = machine_to_json(m);
-    j["links"]["verbs"][key]["3"] = std::move(v);
+    j["links"]["verbs"]["pipeline_scaling"]["3"] = std::move(v);
     auto r = machine_from_json(j, "m.json");
     EXPECT_FALSE(r.ok()) << j.dump();
     return r.ok() ? std::string() : r.status().message();
   };
-  EXPECT_NE(bad("pipeline_scaling", 1.3).find("links.verbs.pipeline_scaling.3 must be a fraction in (0, 1]"),
-            std::string::npos);
-  EXPECT_NE(bad("pipeline_step_us", -5).find("links.verbs.pipeline_step_us.3 must be microseconds"), std::string::npos);
-  EXPECT_NE(bad("pipeline_step_us", "slow").find("pipeline_step_us.3 must be microseconds"), std::string::npos);
+  EXPECT_NE(bad(1.3).find("links.verbs.pipeline_scaling.3 must be a fraction in (0, 1]"), std::string::npos);
+  EXPECT_NE(bad(0.0).find("links.verbs.pipeline_scaling.3 must be a fraction"), std::string::npos);
+  EXPECT_NE(bad("slow").find("links.verbs.pipeline_scaling.3 must be a fraction"), std::string::npos);
 }
 
 // Three pipeline stages of one machine over the emulated verbs device, whose chain the machine
-// file measured: each stage's work costs (1 / 0.8 - 1) more and the step's three messages (two
-// hops, the token's broadcast) 900 us between them, all as synchronisation on the token's path.
+// file measured at 0.8: each stage's work costs a quarter (1 / 0.8 - 1) more, as
+// synchronisation on the token's path.
 // Over shm, tensor parallel, on machines of their own, or at a rank count not measured: nothing.
 TEST(Sim, PipelineStagesOverAProviderPayItsMeasuredChain) {
   Machine m = two_core_cpu();
   m.tb5_ports = 5;
   m.links["verbs"] = {6.0, 5.0, {}, {}, {}};
   m.links["verbs"].pipeline_scaling = {{3, 0.8}};
-  m.links["verbs"].pipeline_step_us = {{3, 900.0}};
   const std::string dir = testing::scratch_dir("pipeline-verbs");
   std::ofstream(dir + "/cpu.json") << machine_to_json(m).dump();
   auto three = [](const char* provider, bool apart, int n = 3) {
@@ -616,20 +611,18 @@ TEST(Sim, PipelineStagesOverAProviderPayItsMeasuredChain) {
   auto verbs = simulate(shape, three("verbs", false), o);
   ASSERT_TRUE(verbs.ok()) << verbs.status().to_string();
   EXPECT_DOUBLE_EQ(verbs->pipeline_scaling, 0.8);
-  EXPECT_DOUBLE_EQ(verbs->pipeline_msg_us, 300.0);
   auto apart = simulate(shape, three("verbs", true), o);
   ASSERT_TRUE(apart.ok()) << apart.status().to_string();
   EXPECT_DOUBLE_EQ(apart->pipeline_scaling, 1.0);
-  EXPECT_DOUBLE_EQ(apart->pipeline_msg_us, 0.0);
   // The same stages and links on machines of their own work alike: the difference is the charge,
   // on the token's path through every stage's work.
   double work = 0;
   for (const NodeResult& n : apart->nodes) work += n.token.weights_us + n.token.compute_us;
-  EXPECT_NEAR(verbs->token_ms * 1e3 - apart->token_ms * 1e3, work * (1 / 0.8 - 1) + 900.0, 0.01 * work);
+  EXPECT_NEAR(verbs->token_ms * 1e3 - apart->token_ms * 1e3, work * (1 / 0.8 - 1), 0.01 * work);
+  EXPECT_NEAR(verbs->token.sync_us - apart->token.sync_us, work * (1 / 0.8 - 1), 0.01 * work);
   auto shm = simulate(shape, three("shm", false), o);
   ASSERT_TRUE(shm.ok()) << shm.status().to_string();
   EXPECT_DOUBLE_EQ(shm->pipeline_scaling, 1.0);
-  EXPECT_DOUBLE_EQ(shm->pipeline_msg_us, 0.0);
   auto two = simulate(shape, three("verbs", false, 2), o);
   ASSERT_TRUE(two.ok()) << two.status().to_string();
   EXPECT_DOUBLE_EQ(two->pipeline_scaling, 1.0);
@@ -637,7 +630,6 @@ TEST(Sim, PipelineStagesOverAProviderPayItsMeasuredChain) {
   auto tp = simulate(shape, three("verbs", false), o);
   ASSERT_TRUE(tp.ok()) << tp.status().to_string();
   EXPECT_DOUBLE_EQ(tp->pipeline_scaling, 1.0);
-  EXPECT_DOUBLE_EQ(tp->pipeline_msg_us, 0.0);
 }
 
 // Two ranks of one machine over the emulated verbs device, whose own lockstep figure the machine

@@ -132,8 +132,6 @@ Result<Machine> machine_from_json(const nlohmann::json& j, const std::string& so
                                                             1e6, "microseconds in (0, 1e6]"));
       LATTICE_ASSIGN_OR_RETURN(ml.pipeline_scaling, rank_map(*l, "pipeline_scaling", source + ": links." + l.key() + ".",
                                                              1.0, "a fraction in (0, 1]"));
-      LATTICE_ASSIGN_OR_RETURN(ml.pipeline_step_us, rank_map(*l, "pipeline_step_us", source + ": links." + l.key() + ".",
-                                                             1e6, "microseconds in (0, 1e6]"));
     }
   }
   return m;
@@ -163,7 +161,6 @@ nlohmann::json machine_to_json(const Machine& m) {
     for (const auto& [ranks, f] : l.lockstep_scaling) j["links"][k]["lockstep_scaling"][std::to_string(ranks)] = f;
     for (const auto& [ranks, us] : l.emulator_cpu_us) j["links"][k]["emulator_cpu_8k_us"][std::to_string(ranks)] = us;
     for (const auto& [ranks, f] : l.pipeline_scaling) j["links"][k]["pipeline_scaling"][std::to_string(ranks)] = f;
-    for (const auto& [ranks, us] : l.pipeline_step_us) j["links"][k]["pipeline_step_us"][std::to_string(ranks)] = us;
   }
   return j;
 }

@@ -38,16 +38,13 @@ struct MeasuredLink {
   // Keyed by K; empty when not measured.
   std::map<int, double> emulator_cpu_us;
   // Pipeline stages of this machine over this provider (one stage computes while the others wait
-  // on the provider, as a pipeline decodes) against the same over shm (`bench coll --op chain
-  // --work`: the buffer through the K ranks with decode's kernel at each, then the last rank's
-  // token broadcast, at two kernel sizes): what a step takes beyond shm's, fitted as a part
-  // that grows with the stages' work (pipeline_scaling: shm's pace over this one's, a fraction)
-  // and a part that does not (pipeline_step_us: microseconds a step, its K messages). Keyed by
-  // rank count (2 to 2x cores, at least 4, at most 8). The simulator charges each stage's work
-  // (1 / pipeline_scaling - 1) more, and each message of a step pipeline_step_us / K, as
-  // synchronisation. Measured for the emulated verbs device, whose waiting stages' polls and
-  // progress threads share the cores. Empty when not measured.
-  std::map<int, double> pipeline_scaling, pipeline_step_us;
+  // on the provider, as a pipeline decodes) against the same over shm: the shm step's pace over
+  // this one's (`bench coll --op chain --work`: the buffer through the K ranks with decode's
+  // kernel at each, then the last rank's token broadcast), a fraction keyed by rank count (2 to
+  // 2x cores, at least 4, at most 8). The simulator charges each stage's work (1 / this - 1)
+  // more as synchronisation. Measured for the emulated verbs device, whose waiting stages' polls
+  // and progress threads share the cores. Empty when not measured.
+  std::map<int, double> pipeline_scaling;
 };
 
 struct Machine {

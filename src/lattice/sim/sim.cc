@@ -38,10 +38,9 @@ struct Collectives {
   // Ranks in lockstep on one machine's cores (Machine::lockstep_scaling): each collective first
   // waits (1 / lockstep - 1) x each rank's work since the previous one. 1: none.
   double lockstep = 1;
-  // Pipeline stages on one machine (MeasuredLink::pipeline_scaling, pipeline_step_us): each
-  // stage's work is followed by (1 / stages - 1) x it of waiting, and each message of a step
-  // (the hops and the token's broadcast) holds its receivers stage_msg_us. 1 and 0: none.
-  double stages = 1, stage_msg_us = 0;
+  // Pipeline stages on one machine (MeasuredLink::pipeline_scaling): each stage's work is
+  // followed by (1 / stages - 1) x it of waiting. 1: none.
+  double stages = 1;
   // Ranks beyond one machine's cores joined by emulated tcp links: what every message of a
   // collective holds each rank, its relay's CPU spread over the cores (microseconds). 0: none.
   double emulator_us_per_msg = 0;
@@ -263,15 +262,11 @@ class Runner {
         LATTICE_RETURN_IF_ERROR(rpc_call(des, order[0], r, back, false));
       } else if (!rpc && i + 1 < W) {
         LATTICE_RETURN_IF_ERROR(des.send(r, order[i + 1], act));
-        des.wait(order[i + 1], coll_.stage_msg_us);
       }
     }
     if (!last_micro) return Status::Ok();
     // The tokens and how many random draws each took (PpSession::choose).
-    if (!rpc) {
-      LATTICE_RETURN_IF_ERROR(coll_.run(des, CollOp::kBroadcast, 2 * st.seqs, 4, nullptr, last));
-      for (int r = 0; r < W && coll_.stage_msg_us > 0; ++r) des.wait(r, coll_.stage_msg_us);
-    }
+    if (!rpc) LATTICE_RETURN_IF_ERROR(coll_.run(des, CollOp::kBroadcast, 2 * st.seqs, 4, nullptr, last));
     des.barrier();
     return Status::Ok();
   }
@@ -477,8 +472,6 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
     if (link != ranks[0].machine.links.end()) {
       const auto at = link->second.pipeline_scaling.find(W);
       if (at != link->second.pipeline_scaling.end()) coll.stages = at->second;
-      const auto step = link->second.pipeline_step_us.find(W);
-      if (step != link->second.pipeline_step_us.end()) coll.stage_msg_us = step->second / W;
     }
   }
   // Ranks in lockstep on one machine beyond its cores, joined by emulated tcp links (a latency or
@@ -524,7 +517,6 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   R.colocated_sync_us = colo.extra_us;
   R.lockstep_scaling = coll.lockstep;
   R.pipeline_scaling = coll.stages;
-  R.pipeline_msg_us = coll.stage_msg_us;
   R.emulator_cpu_us = emulator_cpu_us;
   R.emulator_us_per_msg = coll.emulator_us_per_msg;
   R.model = shape.name;

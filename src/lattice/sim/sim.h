@@ -72,10 +72,9 @@ struct SimResult {
   // rest is charged as synchronisation at each collective. 1: not charged.
   double lockstep_scaling = 1;
   // Pipeline stages on one machine over a provider whose chain it measured against shm
-  // (MeasuredLink::pipeline_scaling, pipeline_step_us) keep this of their speed, the rest charged
-  // as synchronisation after each stage's work, and pay this much a message (microseconds).
-  // 1 and 0: not charged.
-  double pipeline_scaling = 1, pipeline_msg_us = 0;
+  // (MeasuredLink::pipeline_scaling) keep this of their speed: the rest is charged as
+  // synchronisation after each stage's work. 1: not charged.
+  double pipeline_scaling = 1;
   // Ranks beyond one machine's cores over emulated tcp links: the relays' measured CPU an 8 KiB
   // all-reduce (MeasuredLink::emulator_cpu_us), and what each message of a collective holds
   // every rank for it. 0: not charged.

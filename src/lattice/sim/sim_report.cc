@@ -35,7 +35,6 @@ nlohmann::json to_json(const SimResult& r) {
                       {"colocated_sync_us", r.colocated_sync_us},
                       {"lockstep_scaling", r.lockstep_scaling},
                       {"pipeline_scaling", r.pipeline_scaling},
-                      {"pipeline_msg_us", r.pipeline_msg_us},
                       {"emulator_cpu_us", r.emulator_cpu_us},
                       {"decode_tok_s", r.decode_tok_s},
                       {"prefill_tok_s", r.prefill_tok_s},
@@ -86,10 +85,9 @@ std::string render_text(const SimResult& r) {
   if (r.lockstep_scaling < 1)
     s += "ranks in lockstep on one machine: each segment waits for its slowest rank, " +
          fmt("%.1f%% of the work before each collective (sync)\n", 100 / r.lockstep_scaling - 100);
-  if (r.pipeline_scaling < 1 || r.pipeline_msg_us > 0)
-    s += "pipeline stages on one machine over this provider, beyond shm: " +
-         fmt("%.1f%% of each stage's work and ", 100 / r.pipeline_scaling - 100) +
-         fmt("%.1f us a message (sync)\n", r.pipeline_msg_us);
+  if (r.pipeline_scaling < 1)
+    s += "pipeline stages on one machine over this provider: " +
+         fmt("%.1f%% of each stage's work more than over shm (sync)\n", 100 / r.pipeline_scaling - 100);
   if (r.emulator_cpu_us > 0)
     s += "ranks beyond the cores over emulated tcp links: the relays' " + fmt("%.1f us of CPU", r.emulator_cpu_us) +
          " a small all-reduce hold every rank " + fmt("%.1f us a message (sync)\n", r.emulator_us_per_msg);
