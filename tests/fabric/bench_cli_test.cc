@@ -63,6 +63,14 @@ std::vector<nlohmann::json> json_lines(const std::string& out) {
   return v;
 }
 
+// The JSON row rank 0 of a `bench coll --procs ... --json` job printed ("[rank 0] {...}");
+// discarded when there is none.
+nlohmann::json rank0_row(const std::string& out) {
+  const size_t at = out.find("[rank 0] {");
+  if (at == std::string::npos) return nlohmann::json::value_t::discarded;
+  return nlohmann::json::parse(out.substr(at + 9, out.find('\n', at) - at - 9), nullptr, false);
+}
+
 // shm and tcp are built into every lattice binary: one missing from `lattice providers` is a
 // failure, never a skip.
 #define REQUIRE_PROVIDER(name) \
@@ -371,9 +379,7 @@ TEST(BenchCliProcess, BenchCollChecksEveryResultOverThreadsAndProcesses) {
 TEST(BenchCliProcess, BenchCollWorkTimesTheKernelBetweenCalls) {
   CliRun r = run_lattice("bench coll -n 2 --procs --provider shm -b 8K -e 8K --iters 40 --work 1M --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  const size_t at = r.out.find("[rank 0] {");
-  ASSERT_NE(at, std::string::npos) << r.out;
-  auto j = nlohmann::json::parse(r.out.substr(at + 9, r.out.find('\n', at) - at - 9), nullptr, false);
+  auto j = rank0_row(r.out);
   ASSERT_FALSE(j.is_discarded()) << r.out;
   EXPECT_GT(j.at("work_bytes").get<double>(), 0.9e6);
   EXPECT_GT(j.at("solo_us_mean").get<double>(), 0.0);
@@ -396,9 +402,7 @@ TEST(BenchCliProcess, BenchCollWorkTimesTheKernelBetweenCalls) {
 TEST(BenchCliProcess, BenchCollChainRunsAPipelinesStep) {
   CliRun r = run_lattice("bench coll -n 3 --procs --provider shm --op chain -b 8K -e 8K --iters 16 --work 1M --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  const size_t at = r.out.find("[rank 0] {");
-  ASSERT_NE(at, std::string::npos) << r.out;
-  auto j = nlohmann::json::parse(r.out.substr(at + 9, r.out.find('\n', at) - at - 9), nullptr, false);
+  auto j = rank0_row(r.out);
   ASSERT_FALSE(j.is_discarded()) << r.out;
   EXPECT_EQ(j.at("op"), "chain");
   EXPECT_EQ(j.at("ranks"), 3);

@@ -516,6 +516,10 @@ cluster::Topology shm_mesh(const char* machine, bool apart, int n, const char* p
     for (int k = i + 1; k < n; ++k) {
       nlohmann::json l = {{"a", "r" + std::to_string(i)}, {"b", "r" + std::to_string(k)}, {"provider", provider}};
       if (latency_us > 0) l["latency_us"] = latency_us;
+      if (std::string(provider) == "verbs") {  // each end's port for its peer, as cables are plugged
+        l["a_device"] = "emu_tb5_" + std::to_string(k);
+        l["b_device"] = "emu_tb5_" + std::to_string(i);
+      }
       j["links"].push_back(l);
     }
   auto t = cluster::parse_topology(j.dump(), "t.json");
@@ -584,34 +588,14 @@ TEST(Sim, PipelineStagesOverAProviderPayItsMeasuredChain) {
   m.links["verbs"].pipeline_scaling = {{3, 0.8}};
   const std::string dir = testing::scratch_dir("pipeline-verbs");
   std::ofstream(dir + "/cpu.json") << machine_to_json(m).dump();
-  auto three = [](const char* provider, bool apart, int n = 3) {
-    nlohmann::json j = {{"version", 1}, {"hosts", nlohmann::json::array()}, {"links", nlohmann::json::array()}};
-    for (int i = 0; i < n; ++i)
-      j["hosts"].push_back({{"name", "r" + std::to_string(i)},
-                            {"address", (apart ? "10.0.0." + std::to_string(i + 1) : std::string("127.0.0.1")) + ":" +
-                                            std::to_string(7100 + i)},
-                            {"machine", "cpu.json"}});
-    for (int i = 0; i < n; ++i)
-      for (int k = i + 1; k < n; ++k) {
-        nlohmann::json l = {{"a", "r" + std::to_string(i)}, {"b", "r" + std::to_string(k)}, {"provider", provider}};
-        if (std::string(provider) == "verbs") {
-          l["a_device"] = "emu_tb5_" + std::to_string(k);
-          l["b_device"] = "emu_tb5_" + std::to_string(i);
-        }
-        j["links"].push_back(l);
-      }
-    auto t = cluster::parse_topology(j.dump(), "t.json");
-    EXPECT_TRUE(t.ok()) << t.status().to_string();
-    return t.ok() ? *t : cluster::Topology{};
-  };
   SimOptions o;
   o.base_dir = dir;
   o.mode = Mode::kPipeline;
   const auto shape = *shape_preset("llama-1.1b-q4");
-  auto verbs = simulate(shape, three("verbs", false), o);
+  auto verbs = simulate(shape, shm_mesh("cpu.json", false, 3, "verbs"), o);
   ASSERT_TRUE(verbs.ok()) << verbs.status().to_string();
   EXPECT_DOUBLE_EQ(verbs->pipeline_scaling, 0.8);
-  auto apart = simulate(shape, three("verbs", true), o);
+  auto apart = simulate(shape, shm_mesh("cpu.json", true, 3, "verbs"), o);
   ASSERT_TRUE(apart.ok()) << apart.status().to_string();
   EXPECT_DOUBLE_EQ(apart->pipeline_scaling, 1.0);
   // The same stages and links on machines of their own work alike: the difference is the charge,
@@ -620,14 +604,14 @@ TEST(Sim, PipelineStagesOverAProviderPayItsMeasuredChain) {
   for (const NodeResult& n : apart->nodes) work += n.token.weights_us + n.token.compute_us;
   EXPECT_NEAR(verbs->token_ms * 1e3 - apart->token_ms * 1e3, work * (1 / 0.8 - 1), 0.01 * work);
   EXPECT_NEAR(verbs->token.sync_us - apart->token.sync_us, work * (1 / 0.8 - 1), 0.01 * work);
-  auto shm = simulate(shape, three("shm", false), o);
+  auto shm = simulate(shape, shm_mesh("cpu.json", false, 3), o);
   ASSERT_TRUE(shm.ok()) << shm.status().to_string();
   EXPECT_DOUBLE_EQ(shm->pipeline_scaling, 1.0);
-  auto two = simulate(shape, three("verbs", false, 2), o);
+  auto two = simulate(shape, shm_mesh("cpu.json", false, 2, "verbs"), o);
   ASSERT_TRUE(two.ok()) << two.status().to_string();
   EXPECT_DOUBLE_EQ(two->pipeline_scaling, 1.0);
   o.mode = Mode::kTensor;
-  auto tp = simulate(shape, three("verbs", false), o);
+  auto tp = simulate(shape, shm_mesh("cpu.json", false, 3, "verbs"), o);
   ASSERT_TRUE(tp.ok()) << tp.status().to_string();
   EXPECT_DOUBLE_EQ(tp->pipeline_scaling, 1.0);
 }
@@ -676,17 +660,7 @@ TEST(Sim, LockstepOverAProviderWithItsOwnFigureMultiplies) {
   m.lockstep_scaling[4] = 0.7;
   m.links["verbs"].lockstep_scaling[4] = 0.5;
   std::ofstream(dir + "/cpu.json") << machine_to_json(m).dump();
-  nlohmann::json j = {{"version", 1}, {"hosts", nlohmann::json::array()}, {"links", nlohmann::json::array()}};
-  for (int i = 0; i < 4; ++i)
-    j["hosts"].push_back({{"name", "r" + std::to_string(i)}, {"address", "127.0.0.1:" + std::to_string(7100 + i)},
-                          {"machine", "cpu.json"}});
-  for (int i = 0; i < 4; ++i)
-    for (int k = i + 1; k < 4; ++k)
-      j["links"].push_back({{"a", "r" + std::to_string(i)}, {"b", "r" + std::to_string(k)}, {"provider", "verbs"},
-                            {"a_device", "emu_tb5_" + std::to_string(k)}, {"b_device", "emu_tb5_" + std::to_string(i)}});
-  auto t4 = cluster::parse_topology(j.dump(), "t4.json");
-  ASSERT_TRUE(t4.ok()) << t4.status().to_string();
-  auto four = simulate(shape, *t4, o);
+  auto four = simulate(shape, shm_mesh("cpu.json", false, 4, "verbs"), o);
   ASSERT_TRUE(four.ok()) << four.status().to_string();
   EXPECT_DOUBLE_EQ(four->lockstep_scaling, 0.9 * 0.5);
 }
