@@ -190,7 +190,9 @@ Status run_rank(cluster::Group& g, const Args& a, const Config& c) {
   plain.timeout = step_timeout;
   if (rank == 0 && !a.json) {
     std::printf("# lattice bench coll: %s, %d ranks, provider %s, dtype %s, redop %s, algo %s\n",
-                std::string(to_string(c.op)).c_str(), world, c.provider.c_str(), std::string(to_string(c.dtype)).c_str(),
+                c.chain ? "chain (a pipeline's step: the buffer through the ranks, then the token's broadcast)"
+                        : std::string(to_string(c.op)).c_str(),
+                world, c.provider.c_str(), std::string(to_string(c.dtype)).c_str(),
                 std::string(to_string(c.redop)).c_str(), std::string(to_string(c.algo)).c_str());
     std::printf("%12s %12s %10s %12s %12s %12s %12s %8s\n", "size(B)", "count", "algo", "time(us)", "min(us)",
                 "algbw(GB/s)", "busbw(GB/s)", "#wrong");
@@ -323,9 +325,13 @@ Status run_rank(cluster::Group& g, const Args& a, const Config& c) {
         std::printf("%12zu %12zu %10s %12.2f %12.2f %12.3f %12.3f %8s\n", nbytes, k.count,
                     std::string(to_string(used)).c_str(), med, lo, algbw, busbw,
                     a.check ? std::to_string(wrong).c_str() : "n/a");
-        if (kernel)
+        if (kernel && c.chain)
+          std::printf("%12s with %.0f B of decode kernel at each rank: kernel alone %.2f us, in the chain %.2f us, "
+                      "pace %.2f us a step (means)\n", "", kernel->weight_bytes(), solo_mean, work_us, lockstep_wall_us);
+        else if (kernel)
           std::printf("%12s with %.0f B of decode kernel first: kernel alone %.2f us, in lockstep %.2f us, kernel + call "
-                      "%.2f us (means)\n", "", kernel->weight_bytes(), solo_mean, work_us, step_mean);
+                      "%.2f us, pace %.2f us a step (means)\n", "", kernel->weight_bytes(), solo_mean, work_us, step_mean,
+                      lockstep_wall_us);
       }
       std::fflush(stdout);
     }
