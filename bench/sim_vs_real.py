@@ -24,6 +24,7 @@ wire, fabric/verbs/emu/emu.h), and the simulator's topology gives every link tho
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -195,6 +196,11 @@ def adjacent(lattice, work, target, label, machine, prompt, n, mode, prov, a):
                                     "the slower of two copies of this model's decode on both cores at once "
                                     "against the one-rank runs on either side, beside the row's run",
                                     f"this-machine-corun-{tag}-{i}.json")
+        if m == machine:
+            # The round's own copy: the shared file is rewritten by the next table (or a rerun of
+            # some rows), and --repredict must read what this round was predicted with.
+            m = os.path.join(work, f"this-machine-{tag}-{i}.json")
+            shutil.copyfile(machine, m)
         rounds.append((run, one_rank, m))
     with open(manifest, "w") as f:
         json.dump([{"decode_tok_s": r[0][0], "prefill_tok_s": r[0][1], "run": r[0][2], "one_rank": r[1], "machine": r[2]}

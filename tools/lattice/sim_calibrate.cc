@@ -169,6 +169,12 @@ Result<Lockstep> measure_lockstep(const std::string& provider, int ranks, const 
 
 std::string base_name(const std::string& p) { return std::filesystem::path(p).filename().string(); }
 
+// The median of some starts' readings (the upper middle of an even count).
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 }  // namespace
 
 Result<sim::OneNodeFigures> read_bench_figures(const std::string& path, const std::string& model) {
@@ -295,8 +301,7 @@ int run_calibrate(const CalibrateArgs& a) {
         if (!us.ok()) return fail(us.status().to_string());
         runs.push_back(us->us);
       }
-      std::sort(runs.begin(), runs.end());
-      const double us = runs[runs.size() / 2];
+      const double us = median(runs);
       m.links[prov].allreduce_us[k] = us;
       char part[64];
       std::snprintf(part, sizeof part, " %.1f us (%d ranks)", us, k);
@@ -317,10 +322,9 @@ int run_calibrate(const CalibrateArgs& a) {
         if (r->emulator_cpu_us <= 0) return fail(std::string("bench coll over ") + kTcpEmu + " reported no relay CPU");
         runs.push_back(r->emulator_cpu_us);
       }
-      std::sort(runs.begin(), runs.end());
-      m.links["tcp"].emulator_cpu_us[k] = runs[runs.size() / 2];
+      m.links["tcp"].emulator_cpu_us[k] = median(runs);
       char part[64];
-      std::snprintf(part, sizeof part, " %.1f us (%d ranks)", runs[runs.size() / 2], k);
+      std::snprintf(part, sizeof part, " %.1f us (%d ranks)", m.links["tcp"].emulator_cpu_us[k], k);
       line += part;
     }
     std::printf("%s\n", line.c_str());
@@ -345,10 +349,6 @@ int run_calibrate(const CalibrateArgs& a) {
     // The calls are subtracted only where the ranks have cores of their own.
     const double call = own_cores ? m.links.at("shm").allreduce_us.at(k) : 0.0;
     const double call_verbs = own_cores ? m.links.at("verbs").allreduce_us.at(k) : 0.0;
-    auto median = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      return v[v.size() / 2];
-    };
     for (const char* w : sizes) {
       std::vector<double> runs, runs_verbs;
       for (int i = 0; i < (a.quick ? 1 : 3); ++i) {
@@ -389,8 +389,7 @@ int run_calibrate(const CalibrateArgs& a) {
       if (!v.ok()) return fail(v.status().to_string());
       runs.push_back(std::clamp(l->wall_us / v->wall_us, 0.05, 1.0));
     }
-    std::sort(runs.begin(), runs.end());
-    m.links.at("verbs").pipeline_scaling[k] = runs[runs.size() / 2];
+    m.links.at("verbs").pipeline_scaling[k] = median(runs);
     std::printf("%d pipeline stages (decode kernel of 128 MiB at each): over the emulated verbs device %.3f of shm's pace\n",
                 k, m.links.at("verbs").pipeline_scaling[k]);
   }

@@ -311,6 +311,16 @@ std::optional<cluster::LinkProvider> common_provider(const std::vector<const clu
   return chosen[0]->provider;
 }
 
+// The machine file's figures for the provider that joins every rank, when every rank is on that
+// one machine (MeasuredLink: measured between processes of it); null otherwise.
+const MeasuredLink* colocated_link(const std::vector<Rank>& ranks, const std::vector<const cluster::Link*>& chosen) {
+  const auto common = common_provider(chosen);
+  if (!common || !one_machine(ranks)) return nullptr;
+  const auto& links = ranks[0].machine.links;
+  const auto it = links.find(std::string(cluster::to_string(*common)));
+  return it == links.end() ? nullptr : &it->second;
+}
+
 // Ranks of lattice's engine all on one machine, joined by one provider whose all-reduce among
 // that many ranks the machine file measured (MeasuredLink::allreduce_us): the measured call less
 // what the wire model gives the same call over the provider's measured figures (the carrier, not
@@ -326,13 +336,12 @@ Result<Colocated> colocated_cost(const EngineProfile& prof, const std::vector<Ra
   Colocated out;
   const int W = static_cast<int>(ranks.size());
   const auto common = common_provider(chosen);
-  if (prof.comm != CommStyle::kLattice || W < 2 || !common || !one_machine(ranks)) return out;
-  const cluster::LinkProvider provider = *common;
-  if (provider != cluster::LinkProvider::kShm && provider != cluster::LinkProvider::kTcp) return out;
-  const auto link = ranks[0].machine.links.find(std::string(cluster::to_string(provider)));
-  if (link == ranks[0].machine.links.end()) return out;
-  const auto at = link->second.allreduce_us.find(W);
-  if (at == link->second.allreduce_us.end()) return out;
+  if (prof.comm != CommStyle::kLattice || W < 2 || !common) return out;
+  if (*common != cluster::LinkProvider::kShm && *common != cluster::LinkProvider::kTcp) return out;
+  const MeasuredLink* link = colocated_link(ranks, chosen);
+  if (link == nullptr) return out;
+  const auto at = link->allreduce_us.find(W);
+  if (at == link->allreduce_us.end()) return out;
   std::vector<Cable> carrier;
   for (const cluster::Link* l : chosen) {
     cluster::Link plain = *l;
@@ -456,22 +465,17 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
     const int in_step = m.cores > 0 && W * threads > m.cores ? std::max(1, m.cores / threads) : W;
     const auto it = m.lockstep_scaling.find(in_step);
     if (it != m.lockstep_scaling.end()) coll.lockstep = it->second;
-    const auto common = common_provider(chosen);
-    const auto link = common ? m.links.find(std::string(cluster::to_string(*common))) : m.links.end();
-    if (link != m.links.end()) {
-      const auto own = link->second.lockstep_scaling.find(W);
-      if (own != link->second.lockstep_scaling.end()) coll.lockstep *= own->second;
+    if (const MeasuredLink* link = colocated_link(ranks, chosen)) {
+      const auto own = link->lockstep_scaling.find(W);
+      if (own != link->lockstep_scaling.end()) coll.lockstep *= own->second;
     }
   }
   // Pipeline stages on one machine joined by a provider whose chain it measured against shm (the
   // emulated verbs device: the waiting stages' polls and its progress threads share the cores).
-  if (L.mode == Mode::kPipeline && prof.comm == CommStyle::kLattice && W > 1 && one_machine(ranks)) {
-    const auto common = common_provider(chosen);
-    const auto link = common ? ranks[0].machine.links.find(std::string(cluster::to_string(*common)))
-                             : ranks[0].machine.links.end();
-    if (link != ranks[0].machine.links.end()) {
-      const auto at = link->second.pipeline_scaling.find(W);
-      if (at != link->second.pipeline_scaling.end()) coll.stages = at->second;
+  if (L.mode == Mode::kPipeline && prof.comm == CommStyle::kLattice && W > 1) {
+    if (const MeasuredLink* link = colocated_link(ranks, chosen)) {
+      const auto at = link->pipeline_scaling.find(W);
+      if (at != link->pipeline_scaling.end()) coll.stages = at->second;
     }
   }
   // Ranks in lockstep on one machine beyond its cores, joined by emulated tcp links (a latency or
@@ -482,14 +486,14 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   // ranks wait for the messages they carry, and pipeline stages leave cores to them: not charged.
   // The relay is lattice's tcp provider's: other engines pay nothing.
   double emulator_cpu_us = 0;
-  if (prof.comm == CommStyle::kLattice && L.mode != Mode::kPipeline && W > 1 && one_machine(ranks) &&
+  if (prof.comm == CommStyle::kLattice && L.mode != Mode::kPipeline && W > 1 &&
       common_provider(chosen) == cluster::LinkProvider::kTcp &&
       std::all_of(chosen.begin(), chosen.end(), [](const cluster::Link* l) { return l->latency_us || l->gbps; })) {
     const Machine& m = ranks[0].machine;
-    const auto link = m.links.find("tcp");
-    if (m.cores > 0 && W * o.threads > m.cores && link != m.links.end()) {
-      const auto at = link->second.emulator_cpu_us.find(W);
-      if (at != link->second.emulator_cpu_us.end()) {
+    const MeasuredLink* link = colocated_link(ranks, chosen);
+    if (m.cores > 0 && W * o.threads > m.cores && link != nullptr) {
+      const auto at = link->emulator_cpu_us.find(W);
+      if (at != link->emulator_cpu_us.end()) {
         Des probe(W, cables);
         LATTICE_ASSIGN_OR_RETURN(Collectives::Sched s, coll.make(probe, CollOp::kAllReduce, 2048, 4.0));
         const double msgs = static_cast<double>(Collectives::messages(s) * static_cast<size_t>(s.repeat));
