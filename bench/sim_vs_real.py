@@ -149,8 +149,8 @@ def averaged_one_rank(j0, j1):
     for k in ("decode_tok_s", "prefill_tok_s"):
         j[k] = (j0[k] + j1[k]) / 2
     r0, r1 = j0["ranks"][0], j1["ranks"][0]
-    j["ranks"] = [dict(r0, **{k: (r0[k] + r1[k]) / 2 for k in ("decode_ms_per_token", "step_ms_per_token")
-                              if k in r0 and k in r1})]
+    j["ranks"] = [dict(r0, **{k: (r0[k] + r1[k]) / 2 for k in ("decode_ms_per_token", "step_ms_per_token",
+                                                               "prefill_step_ms") if k in r0 and k in r1})]
     return j
 
 
@@ -192,10 +192,12 @@ def adjacent(lattice, work, target, label, machine, prompt, n, mode, prov, a):
             json.dump(j, f)
         m, _ = raise_machine(lattice, work, target, machine, j["decode_tok_s"], f"this-machine-raised-{tag}-{i}.json")
         if pairs and pairs[i]:
-            m, _ = with_kernel_scaling(work, m, j["ranks"][0]["step_ms_per_token"] / pairs[i],
-                                    "the slower of two copies of this model's decode on both cores at once "
-                                    "against the one-rank runs on either side, beside the row's run",
-                                    f"this-machine-corun-{tag}-{i}.json")
+            alone_i = j["ranks"][0]
+            m, _ = with_scaling(work, m, {"kernel_scaling": alone_i["step_ms_per_token"] / pairs[i][0],
+                                          "compute_scaling": alone_i.get("prefill_step_ms", 0) / pairs[i][1]},
+                                "the slower of two copies of this model's decode (kernel_scaling) and prefill "
+                                "(compute_scaling) on both cores at once against the one-rank runs on either side, "
+                                "beside the row's run", f"this-machine-corun-{tag}-{i}.json")
         if m == machine:
             # The round's own copy: the shared file is rewritten by the next table (or a rerun of
             # some rows), and --repredict must read what this round was predicted with.
@@ -237,13 +239,15 @@ def one(lattice, work, target, label, machine, prompt, n, mode, prov, a, one_ran
                      "prefill_efficiency": s.get("fitted_prefill_efficiency"),
                      "bound": None if n == 1 else 0.10 if n <= 2 else 0.20,
                      "one_rank_tok_s": json.load(open(one_rank_i))["decode_tok_s"],
-                     "kernel_scaling": json.load(open(machine_i)).get("kernel_scaling")})
+                     "kernel_scaling": json.load(open(machine_i)).get("kernel_scaling"),
+                     "compute_scaling": json.load(open(machine_i)).get("compute_scaling")})
     row = sorted(rows, key=lambda r: r["error"])[len(rows) // 2]
     pre = sorted(rows, key=lambda r: r["prefill_error"])[len(rows) // 2]
     row = dict(row, measured_prefill_tok_s=pre["measured_prefill_tok_s"],
                predicted_prefill_tok_s=pre["predicted_prefill_tok_s"], prefill_error=pre["prefill_error"])
     if len(rows) > 1:
         row["round_errors"] = [r["error"] for r in rows]
+        row["round_prefill_errors"] = [r["prefill_error"] for r in rows]
     return row
 
 
@@ -253,8 +257,8 @@ def one_rank_cmd(lattice, target, prompt, a):
 
 
 def co_run_pair(lattice, target, prompt, machine, a):
-    """Two one-rank runs started together (as many as the machine's cores, at most 2): the slower
-    copy's forward step, ms a token; None on a machine of one core."""
+    """Two one-rank runs started together (as many as the machine's cores, at most 2): (the slower
+    copy's forward step, ms a token; the slower copy's prefill, ms); None on a machine of one core."""
     m = json.load(open(machine))
     if m.get("cores", 0) < 2:
         return None
@@ -262,62 +266,68 @@ def co_run_pair(lattice, target, prompt, machine, a):
     cpus = pin_cpus(2, a)
     procs = [subprocess.Popen(pinned(one_rank_cmd(lattice, target, prompt, a), cpus[k]), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for k in range(2)]
-    steps = []
+    steps, prefills = [], []
     for p in procs:
         out, err = p.communicate(timeout=900)
         if p.returncode != 0:
             sys.exit(f"co-run of two one-rank runs failed ({p.returncode}):\n{err[-2000:]}")
-        steps.append(json.loads(out)["ranks"][0]["step_ms_per_token"])
-    return max(steps)
+        r = json.loads(out)["ranks"][0]
+        steps.append(r["step_ms_per_token"])
+        prefills.append(r.get("prefill_step_ms", 0))
+    return max(steps), max(prefills)
 
 
-def with_kernel_scaling(work, machine, scaling, how, name):
-    """A copy of the machine file with kernel_scaling set, within (0.05, 1] (and said in its source):
-    (the copy, the figure set)."""
+def with_scaling(work, machine, figures, how, name):
+    """A copy of the machine file with each of `figures` ({"kernel_scaling": f, ...}) set within
+    (0.05, 1] (a figure that is not positive, as from a run that did not report it, is left out),
+    and said in its source: (the copy, the figures set)."""
     m = json.load(open(machine))
-    scaling = max(0.05, min(1.0, scaling))
-    m["kernel_scaling"] = scaling
+    figures = {k: max(0.05, min(1.0, f)) for k, f in figures.items() if f > 0}
+    m.update(figures)
     # A machine copy made by an earlier co-run (a row's, from the table's) says so once, not twice.
-    kept = [c for c in m.get("source", "").split("; ") if not c.startswith("kernel_scaling")]
-    m["source"] = "; ".join(kept) + f"; kernel_scaling {scaling:.3f}: {how}"
+    kept = [c for c in m.get("source", "").split("; ") if not c.startswith(("kernel_scaling", "compute_scaling"))]
+    m["source"] = "; ".join(kept + [" ".join(f"{k} {f:.3f}" for k, f in figures.items()) + f": {how}"])
     out = os.path.join(work, name)
     with open(out, "w") as f:
         json.dump(m, f, indent=2)
-    return out, scaling
+    return out, figures
 
 
 def co_run_scaling(lattice, work, target, prompt, machine, alone, a, name="this-machine-corun.json"):
-    """How this model's own decode step scales when both cores run it at once: two one-rank runs
-    started together, the slower copy's forward step time a token against the mean of the runs
-    alone just before and just after them; the median of max(3, --reps) such pairs. The slower,
-    not the mean: tensor-parallel ranks meet at every all-reduce, so they step at the pace of the
-    slower core, and the two copies differ by 2-9% on this VM (docs/SIM.md, session 16). Each
-    pair against the runs beside it, and the median, since the host's speed moves within seconds
-    (session 17: one pair of three read 0.61 where its neighbours read 0.93). The calibration's
-    kernel_scaling comes from one large matmul; the model's matrices (k and v a few hundred rows a
-    rank, an expert's 512) scale worse (session 10). Written into a copy of the machine file;
-    returns (machine file, scaling or None)."""
+    """How this model's own decode step and prefill scale when both cores run them at once: two
+    one-rank runs started together, the slower copy's forward step time a token (and its prefill)
+    against the mean of the runs alone just before and just after them; the median of max(3,
+    --reps) such pairs. The slower, not the mean: tensor-parallel ranks meet at every all-reduce,
+    so they step at the pace of the slower core, and the two copies differ by 2-9% on this VM
+    (docs/SIM.md, session 16). Each pair against the runs beside it, and the median, since the
+    host's speed moves within seconds (session 17: one pair of three read 0.61 where its
+    neighbours read 0.93). The calibration's kernel_scaling comes from one large matmul; the
+    model's matrices (k and v a few hundred rows a rank, an expert's 512) scale worse (session
+    10). Written into a copy of the machine file; returns (machine file, the figures set or None)."""
     m = json.load(open(machine))
     if m.get("cores", 0) < 2 or not alone.get("ranks") or alone["ranks"][0].get("step_ms_per_token", 0) <= 0:
         return machine, None
 
-    def alone_step():
-        return json.loads(sh(one_rank_cmd(lattice, target, prompt, a)))["ranks"][0]["step_ms_per_token"]
+    def alone_run():
+        r = json.loads(sh(one_rank_cmd(lattice, target, prompt, a)))["ranks"][0]
+        return r["step_ms_per_token"], r.get("prefill_step_ms", 0)
 
-    ratios = []
-    before = alone_step()
+    decode, prefill = [], []
+    before = alone_run()
     for _ in range(max(3, a.reps)):
         slower = co_run_pair(lattice, target, prompt, machine, a)
         # Against the runs alone on either side of the pair (the one after serves the next pair
         # too): a host whose speed drifts within seconds moved a ratio against the run before
         # alone by up to 14% (sessions 17-19: 0.72-1.00 on the same model and host).
-        after = alone_step()
-        ratios.append((before + after) / 2 / slower)
+        after = alone_run()
+        decode.append((before[0] + after[0]) / 2 / slower[0])
+        prefill.append((before[1] + after[1]) / 2 / slower[1] if slower[1] > 0 else 0)
         before = after
-    ratios.sort()
-    return with_kernel_scaling(work, machine, ratios[len(ratios) // 2],
-                               f"the median over {len(ratios)} pairs of the slower of two copies of this model's "
-                               "decode on both cores at once, against the runs alone on either side", name)
+    return with_scaling(work, machine, {"kernel_scaling": sorted(decode)[len(decode) // 2],
+                                        "compute_scaling": sorted(prefill)[len(prefill) // 2]},
+                        f"the median over {len(decode)} pairs of the slower of two copies of this model's "
+                        "decode (kernel_scaling) and prefill (compute_scaling) on both cores at once, against the "
+                        "runs alone on either side", name)
 
 
 def raise_machine(lattice, work, target, machine, tok_s, name="this-machine-raised.json"):
@@ -422,7 +432,9 @@ def main():
           f"calibrated on one rank ({one_rank}): decode efficiency {eff.get('decode_efficiency') or 0:.3f}, "
           f"prefill {eff.get('prefill_efficiency') or 0:.3f} of compute")
     if scaling:
-        print(f"this model's decode step on both cores at once: {scaling:.3f} of alone (kernel_scaling of the machine copy)")
+        print(f"this model on both cores at once: decode step {scaling['kernel_scaling']:.3f} of alone (kernel_scaling "
+              "of the machine copy)" + (f", prefill {scaling['compute_scaling']:.3f} (compute_scaling)"
+                                        if "compute_scaling" in scaling else ""))
     lockstep = json.load(open(machine)).get("lockstep_scaling") or {}
     if lockstep:
         print("ranks in lockstep (sim --calibrate, bench coll --work): " +
@@ -432,10 +444,12 @@ def main():
               "that run read; a loaded machine)")
     if a.adjacent:
         print("each row calibrated beside each of its runs (--adjacent): the row is the round of the median error; its "
-              "one-rank decode tok/s, co-run scaling and every round's error in the last columns")
+              "one-rank decode tok/s, co-run scaling (decode / prefill) and every round's decode and prefill error in the last "
+              "columns")
     print("| model | ranks | parallel | provider | decode measured | predicted | error | bound | prefill measured | predicted | error |"
-          + (" one rank | co-run | rounds |" if a.adjacent else ""))
-    print("| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: | --- |" if a.adjacent else ""))
+          + (" one rank | co-run | rounds | prefill rounds |" if a.adjacent else ""))
+    print("| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+          + (" ---: | ---: | --- | --- |" if a.adjacent else ""))
     for r in rows:
         if "failed" in r:
             print(f"| {r['model']} | {r['ranks']} | {r['mode']} | {r['provider']} | failed: {r['failed'].splitlines()[-1]} |")
@@ -444,8 +458,9 @@ def main():
         print(f"| {r['model']} | {r['ranks']} | {r['mode']} | {r['provider']} | {r['measured_tok_s']:.1f} | "
               f"{r['predicted_tok_s']:.1f} | {100 * r['error']:+.1f}% | {bound} | "
               f"{r['measured_prefill_tok_s']:.1f} | {r['predicted_prefill_tok_s']:.1f} | {100 * r['prefill_error']:+.1f}% |"
-              + (f" {r['one_rank_tok_s']:.1f} | {r['kernel_scaling'] or 1:.3f} | "
-                 + " ".join(f"{100 * e:+.0f}" for e in r.get("round_errors", [])) + " |" if a.adjacent else ""))
+              + (f" {r['one_rank_tok_s']:.1f} | {r['kernel_scaling'] or 1:.3f} / {r.get('compute_scaling') or 1:.3f} | "
+                 + " ".join(f"{100 * e:+.0f}" for e in r.get("round_errors", [])) + " | "
+                 + " ".join(f"{100 * e:+.0f}" for e in r.get("round_prefill_errors", [])) + " |" if a.adjacent else ""))
 
 
 if __name__ == "__main__":

@@ -191,6 +191,17 @@ TEST(SimSlow, CalibrateWritesAUsableMachineFile) {
       EXPECT_GT(m->links.at(prov).allreduce_us.at(k), 0.1) << prov << " " << k;
       EXPECT_LT(m->links.at(prov).allreduce_us.at(k), 1e5) << prov << " " << k;
     }
+  // At 256 KiB too over shm and tcp (the simulator's colocated cost grows with a call's bytes),
+  // more than the 8 KiB call; not over the device.
+  for (const char* prov : {"shm", "tcp"})
+    for (int k : {2, 3, 4}) {
+      ASSERT_EQ(m->links.at(prov).allreduce_256k_us.count(k), 1u) << prov << " " << k;
+      EXPECT_GT(m->links.at(prov).allreduce_256k_us.at(k), m->links.at(prov).allreduce_us.at(k)) << prov << " " << k;
+    }
+  EXPECT_EQ(m->links.at("verbs").allreduce_256k_us.size(), 0u);
+  // Prefill's matmul on every core against one (a fraction; 1 where it scales fully).
+  EXPECT_GT(m->compute_scaling, 0.04);
+  EXPECT_LE(m->compute_scaling, 1.0);
   std::ofstream(dir + "/t.json") << R"({"version": 1, "hosts": [
       {"name": "r0", "address": "127.0.0.1:7100", "machine": "here.json"},
       {"name": "r1", "address": "127.0.0.1:7101", "machine": "here.json"}],
@@ -201,6 +212,7 @@ TEST(SimSlow, CalibrateWritesAUsableMachineFile) {
   ASSERT_FALSE(j.is_discarded()) << o.text;
   EXPECT_EQ(j["links"][0]["medium"], "tcp (measured)");
   EXPECT_EQ(j["colocated_allreduce_us"], m->links.at("tcp").allreduce_us.at(2));
+  EXPECT_EQ(j["colocated_allreduce_256k_us"], m->links.at("tcp").allreduce_256k_us.at(2));
   // Ranks in lockstep, up to the cores (two or more here).
   ASSERT_EQ(m->lockstep_scaling.count(2), 1u);
   EXPECT_GT(m->lockstep_scaling.at(2), 0.05);

@@ -126,22 +126,28 @@ std::vector<nlohmann::json> coll_rows(const std::string& out) {
 
 // A small all-reduce (8 KiB of f32) among `ranks` rank processes of this binary over `provider`,
 // back to back: bench coll's median microseconds a call, and over an emulated tcp link the CPU
-// its relays took a call (0 otherwise).
+// its relays took a call (0 otherwise); with `large`, the same run's 256 KiB call too (a prefill
+// step's, where the provider's copies of every byte show).
 struct AllReduce {
-  double us = 0, emulator_cpu_us = 0;
+  double us = 0, emulator_cpu_us = 0, large_us = 0;
 };
-Result<AllReduce> measure_allreduce(const std::string& provider, int ranks, bool quick) {
+Result<AllReduce> measure_allreduce(const std::string& provider, int ranks, bool quick, bool large = false) {
   LATTICE_ASSIGN_OR_RETURN(std::string out,
                            run_capture({cluster::self_exe(), "bench", "coll", "--procs", "-n", std::to_string(ranks),
-                                        "--provider", provider, "--op", "all_reduce", "-b", "8K", "-e", "8K", "--iters",
-                                        quick ? "100" : "300", "--timeout", "30", "--json"},
+                                        "--provider", provider, "--op", "all_reduce", "-b", "8K", "-e",
+                                        large ? "256K" : "8K", "-f", "32", "--iters", quick ? "100" : "300",
+                                        "--timeout", "30", "--json"},
                                        90));
+  AllReduce r;
   for (const auto& j : coll_rows(out)) {
-    const double us = j.value("bytes", 0.0) == 8192 ? j.value("time_us_median", 0.0) : 0.0;
-    if (us > 0) return AllReduce{us, j.value("emulator_cpu_us_per_call", 0.0)};
+    const double bytes = j.value("bytes", 0.0), us = j.value("time_us_median", 0.0);
+    if (bytes == 8192 && us > 0) r = AllReduce{us, j.value("emulator_cpu_us_per_call", 0.0), r.large_us};
+    if (bytes == 262144 && us > 0) r.large_us = us;
   }
-  return IoError("bench coll --procs -n " + std::to_string(ranks) + " --provider " + provider +
-                 " gave no 8 KiB all-reduce time");
+  if (r.us <= 0 || (large && r.large_us <= 0))
+    return IoError("bench coll --procs -n " + std::to_string(ranks) + " --provider " + provider + " gave no " +
+                   (r.us <= 0 ? "8 KiB" : "256 KiB") + " all-reduce time");
+  return r;
 }
 
 // `ranks` rank processes in lockstep over `provider`, decode's kernel over `work` bytes before every
@@ -275,6 +281,13 @@ int run_calibrate(const CalibrateArgs& a) {
     m.kernel_scaling = std::clamp(*kn / *k1, 0.05, 1.0);
     std::printf("decode kernel: %.1f GB/s alone, %.1f GB/s each with %d at once: scaling %.2f\n", *k1, *kn, cores,
                 m.kernel_scaling);
+    // Prefill's matmul on one thread against its share of every core's (tensor-parallel ranks
+    // prefill on every core at once; the one-rank fit runs alone).
+    auto mm1 = sim::measure_matmul_tflops(1, 2048, 2048, 64, a.quick ? 3 : 5);
+    if (!mm1.ok()) return fail(mm1.status().to_string());
+    m.compute_scaling = std::clamp(*mm / cores / *mm1, 0.05, 1.0);
+    std::printf("Q4_0 matmul: %.3f TFLOP/s on 1 thread, %.3f a core on %d: scaling %.2f\n", *mm1, *mm / cores, cores,
+                m.compute_scaling);
   }
   // The providers whose ranks can share this machine, by the key of the machine file: verbs
   // between two processes of one machine is the emulated device (a real NIC's figures are the
@@ -291,20 +304,29 @@ int run_calibrate(const CalibrateArgs& a) {
   // costs, turns on shared cores included, which no ping-pong shows.
   const int most_ranks = std::min(8, std::max(4, 2 * cores));
   for (const auto& [prov, word] : providers) {
-    std::string line = std::string(word) + ": 8 KiB all-reduce,";
+    // The simulator adds a call's cost beyond the wire to ranks sharing the machine over shm and
+    // tcp; for those, 256 KiB too (sim.cc, colocated_cost).
+    const bool large = std::string(prov) != "verbs";
+    std::string line = std::string(word) + (large ? ": 8 / 256 KiB all-reduce," : ": 8 KiB all-reduce,");
     for (int k = 2; k <= most_ranks; ++k) {
       // Beyond the cores the scheduler's placement of the ranks decides, and it differs from one
       // start to the next (4 ranks on 2 cores over shm: 17 or 30 us): the median of 3 starts.
-      std::vector<double> runs;
+      std::vector<double> small_runs, large_runs;
       for (int i = 0; i < (k > cores && !a.quick ? 3 : 1); ++i) {
-        auto us = measure_allreduce(word, k, a.quick);
-        if (!us.ok()) return fail(us.status().to_string());
-        runs.push_back(us->us);
+        auto r = measure_allreduce(word, k, a.quick, large);
+        if (!r.ok()) return fail(r.status().to_string());
+        small_runs.push_back(r->us);
+        large_runs.push_back(r->large_us);
       }
-      const double us = median(runs);
+      const double us = median(small_runs);
       m.links[prov].allreduce_us[k] = us;
       char part[64];
-      std::snprintf(part, sizeof part, " %.1f us (%d ranks)", us, k);
+      if (large) {
+        m.links[prov].allreduce_256k_us[k] = median(large_runs);
+        std::snprintf(part, sizeof part, " %.1f / %.1f us (%d ranks)", us, median(large_runs), k);
+      } else {
+        std::snprintf(part, sizeof part, " %.1f us (%d ranks)", us, k);
+      }
       line += part;
     }
     std::printf("%s\n", line.c_str());

@@ -32,12 +32,14 @@ double Machine::engine_read_gbs(int threads, int sharers, double efficiency) con
   const double bus = cores <= 0 || all <= cores ? mem_bw_gbs / std::max(1, sharers)
                                                 : mem_bw_gbs * t / cores / waves(all, cores);
   if (core_bw_gbs <= 0) return bus * efficiency;
-  double scale = 1;
-  if (cores > 1) {
-    const double busy = std::min<double>(cores, double(std::max(1, threads)) * std::max(1, sharers));
-    scale = 1 - (1 - kernel_scaling) * (busy - 1) / (cores - 1);
-  }
-  return std::min(core_bw_gbs * cores_held(threads, sharers) * efficiency * scale, bus);
+  return std::min(core_bw_gbs * cores_held(threads, sharers) * efficiency * busy_scale(kernel_scaling, threads, sharers),
+                  bus);
+}
+
+double Machine::busy_scale(double fraction, int threads, int sharers) const {
+  if (cores <= 1) return 1;
+  const double busy = std::min<double>(cores, double(std::max(1, threads)) * std::max(1, sharers));
+  return 1 - (1 - fraction) * (busy - 1) / (cores - 1);
 }
 
 namespace {
@@ -81,7 +83,7 @@ Result<std::map<int, double>> rank_map(const nlohmann::json& j, const char* key,
 Result<Machine> machine_from_json(const nlohmann::json& j, const std::string& source) {
   if (!j.is_object()) return InvalidArgument(source + ": a machine file holds one JSON object");
   static const char* known[] = {"name", "source", "mem_bw_gbs", "core_bw_gbs", "cores", "compute_tflops", "memory_gb",
-                                "decode_efficiency", "prefill_efficiency", "kernel_scaling", "lockstep_scaling", "power_load_w", "power_idle_w", "throttles", "sustained_factor",
+                                "decode_efficiency", "prefill_efficiency", "kernel_scaling", "compute_scaling", "lockstep_scaling", "power_load_w", "power_idle_w", "throttles", "sustained_factor",
                                 "tb5_ports", "tb5_controllers", "links", "measured", "comment"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return it.key() == k; }) == std::end(known))
@@ -104,6 +106,9 @@ Result<Machine> machine_from_json(const nlohmann::json& j, const std::string& so
   LATTICE_ASSIGN_OR_RETURN(m.kernel_scaling, num(j, "kernel_scaling", false, 1, source));
   if (m.kernel_scaling <= 0 || m.kernel_scaling > 1)
     return InvalidArgument(source + ": kernel_scaling is a fraction in (0, 1]");
+  LATTICE_ASSIGN_OR_RETURN(m.compute_scaling, num(j, "compute_scaling", false, 1, source));
+  if (m.compute_scaling <= 0 || m.compute_scaling > 1)
+    return InvalidArgument(source + ": compute_scaling is a fraction in (0, 1]");
   LATTICE_ASSIGN_OR_RETURN(m.lockstep_scaling, rank_map(j, "lockstep_scaling", source + ": ", 1.0, "a fraction in (0, 1]"));
   LATTICE_ASSIGN_OR_RETURN(m.power_load_w, num(j, "power_load_w", false, 0, source));
   LATTICE_ASSIGN_OR_RETURN(m.power_idle_w, num(j, "power_idle_w", false, 0, source));
@@ -126,6 +131,8 @@ Result<Machine> machine_from_json(const nlohmann::json& j, const std::string& so
       ml.gbytes_s = bw;
       LATTICE_ASSIGN_OR_RETURN(ml.allreduce_us, rank_map(*l, "allreduce_8k_us", source + ": links." + l.key() + ".", 1e6,
                                                          "microseconds in (0, 1e6]"));
+      LATTICE_ASSIGN_OR_RETURN(ml.allreduce_256k_us, rank_map(*l, "allreduce_256k_us", source + ": links." + l.key() + ".",
+                                                              1e6, "microseconds in (0, 1e6]"));
       LATTICE_ASSIGN_OR_RETURN(ml.lockstep_scaling, rank_map(*l, "lockstep_scaling", source + ": links." + l.key() + ".",
                                                              1.0, "a fraction in (0, 1]"));
       LATTICE_ASSIGN_OR_RETURN(ml.emulator_cpu_us, rank_map(*l, "emulator_cpu_8k_us", source + ": links." + l.key() + ".",
@@ -148,6 +155,7 @@ nlohmann::json machine_to_json(const Machine& m) {
                       {"decode_efficiency", m.decode_efficiency},
                       {"prefill_efficiency", m.prefill_efficiency},
                       {"kernel_scaling", m.kernel_scaling},
+                      {"compute_scaling", m.compute_scaling},
                       {"power_load_w", m.power_load_w},
                       {"power_idle_w", m.power_idle_w},
                       {"throttles", m.throttles},
@@ -158,6 +166,7 @@ nlohmann::json machine_to_json(const Machine& m) {
   for (const auto& [k, l] : m.links) {
     j["links"][k] = {{"latency_us", l.latency_us}, {"gbytes_s", l.gbytes_s}};
     for (const auto& [ranks, us] : l.allreduce_us) j["links"][k]["allreduce_8k_us"][std::to_string(ranks)] = us;
+    for (const auto& [ranks, us] : l.allreduce_256k_us) j["links"][k]["allreduce_256k_us"][std::to_string(ranks)] = us;
     for (const auto& [ranks, f] : l.lockstep_scaling) j["links"][k]["lockstep_scaling"][std::to_string(ranks)] = f;
     for (const auto& [ranks, us] : l.emulator_cpu_us) j["links"][k]["emulator_cpu_8k_us"][std::to_string(ranks)] = us;
     for (const auto& [ranks, f] : l.pipeline_scaling) j["links"][k]["pipeline_scaling"][std::to_string(ranks)] = f;

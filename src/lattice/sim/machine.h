@@ -45,6 +45,12 @@ struct MeasuredLink {
   // more as synchronisation. Measured for the emulated verbs device, whose waiting stages' polls
   // and progress threads share the cores. Empty when not measured.
   std::map<int, double> pipeline_scaling;
+  // allreduce_us's call at 256 KiB (a prefill step's hidden state: 32 rows of 2048 f32), where the
+  // provider's own copies of every byte show (loopback tcp: the kernel's copies and its receive
+  // path on the cores the ranks compute on, which the one-way stream's GB/s spreads over both).
+  // The simulator takes the cost beyond the wire linearly in bytes between the two sizes (and
+  // beyond, at the same slope). Keyed by K; empty when not measured.
+  std::map<int, double> allreduce_256k_us;
 };
 
 struct Machine {
@@ -65,6 +71,10 @@ struct Machine {
   // (`sim --calibrate`: shared execution units, caches and memory the streaming test does not
   // show); 1 when not measured.
   double kernel_scaling = 1;
+  // The same for prefill's compute-bound kernel (the engine's quantized matmul over a prompt's
+  // rows): what each core keeps of its rate alone when every core runs it at once (`sim
+  // --calibrate`: the matmul on one thread and on every core; 1 when not measured).
+  double compute_scaling = 1;
   // Ranks of this machine that meet at every collective (tensor and expert parallel, each rank on
   // cores of its own) wait at each for that segment's slowest rank, and which rank is slowest
   // changes from one segment to the next: keyed by rank count (2..cores, at most 8), the slower rank's mean
@@ -98,6 +108,13 @@ struct Machine {
   // shared among the processes; elsewhere (a GPU) `efficiency` of its share of mem_bw_gbs. The
   // threads' rate falls from alone to kernel_scaling as the busy cores go from one to all.
   double engine_read_gbs(int threads, int sharers, double efficiency) const;
+  // What each of `sharers` processes of `threads` threads working at once keeps of its compute
+  // rate alone: falls from 1 to compute_scaling as the busy cores go from one to all.
+  double compute_scale(int threads, int sharers) const { return busy_scale(compute_scaling, threads, sharers); }
+
+ private:
+  // 1 - (1 - fraction) (busy - 1) / (cores - 1), busy the cores the processes' threads occupy.
+  double busy_scale(double fraction, int threads, int sharers) const;
 };
 
 Result<Machine> machine_preset(const std::string& name);

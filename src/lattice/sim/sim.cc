@@ -30,11 +30,15 @@ std::string phys_of(const std::string& address) {
   return address.substr(0, address.find(':'));
 }
 
+// The two all-reduce sizes the machine file measures (MeasuredLink::allreduce_us and allreduce_256k_us).
+constexpr double kColocatedSmall = 8192, kColocatedLarge = 262144;
+
 struct Collectives {
   const EngineProfile* profile = nullptr;
   bool rma = false;  // every cable has passive one-sided writes (shm): lattice's landing zones
   std::mt19937* rng = nullptr;  // the engine's synchronisation draws (a fixed seed per simulation)
   double colocated_us = 0;      // every call's cost beyond the wire when the ranks share a machine
+  double colocated_us_per_byte = 0;  // and what it grows by a byte beyond 8 KiB (MeasuredLink::allreduce_256k_us)
   // Ranks in lockstep on one machine's cores (Machine::lockstep_scaling): each collective first
   // waits (1 / lockstep - 1) x each rank's work since the previous one. 1: none.
   double lockstep = 1;
@@ -136,7 +140,9 @@ struct Collectives {
         for (int r = 0; r < des.world(); ++r) des.wait(r, d(*rng));
         sync = 0;
       }
-      LATTICE_RETURN_IF_ERROR(des.run(s.plans, elem_bytes, sync + colocated_us, 10.0));
+      const double bytes = static_cast<double>(count) * elem_bytes;
+      const double colocated = colocated_us + colocated_us_per_byte * std::max(0.0, bytes - kColocatedSmall);
+      LATTICE_RETURN_IF_ERROR(des.run(s.plans, elem_bytes, sync + colocated, 10.0));
     }
     return Status::Ok();
   }
@@ -328,6 +334,7 @@ const MeasuredLink* colocated_link(const std::vector<Rank>& ranks, const std::ve
 // otherwise, and never negative.
 struct Colocated {
   double measured_us = 0, extra_us = 0;
+  double measured_large_us = 0, per_byte_us = 0;  // the large call, and the extra's growth a byte (0: not measured)
 };
 
 Result<Colocated> colocated_cost(const EngineProfile& prof, const std::vector<Rank>& ranks,
@@ -354,12 +361,24 @@ Result<Colocated> colocated_cost(const EngineProfile& prof, const std::vector<Ra
     LATTICE_ASSIGN_OR_RETURN(c.model, link_for(plain, ranks[c.a].machine, ranks[c.b].machine));
     carrier.push_back(std::move(c));
   }
-  Des probe(W, carrier);
   Collectives bare = coll;
   bare.colocated_us = 0;
-  LATTICE_RETURN_IF_ERROR(bare.run(probe, CollOp::kAllReduce, 2048, 4.0));
+  bare.colocated_us_per_byte = 0;
+  // What the wire model gives one call of `bytes` over the carrier.
+  auto wire_us = [&](double bytes) -> Result<double> {
+    Des probe(W, carrier);
+    LATTICE_RETURN_IF_ERROR(bare.run(probe, CollOp::kAllReduce, size_t(bytes / 4), 4.0));
+    return probe.now();
+  };
+  LATTICE_ASSIGN_OR_RETURN(const double small, wire_us(kColocatedSmall));
   out.measured_us = at->second;
-  out.extra_us = std::max(0.0, at->second - probe.now());
+  out.extra_us = std::max(0.0, at->second - small);
+  // A prefill step's larger call: the extra at 256 KiB, and linear in bytes from the small one's.
+  if (const auto big = link->allreduce_256k_us.find(W); big != link->allreduce_256k_us.end()) {
+    LATTICE_ASSIGN_OR_RETURN(const double large, wire_us(kColocatedLarge));
+    out.measured_large_us = big->second;
+    out.per_byte_us = std::max(0.0, (big->second - large - out.extra_us) / (kColocatedLarge - kColocatedSmall));
+  }
   return out;
 }
 
@@ -448,12 +467,14 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
     if (m.cores > 0) cf = std::min(1.0, m.cores_held(o.threads, share) / m.cores);
     const double ceff = o.prefill_efficiency > 0 ? o.prefill_efficiency
                         : m.prefill_efficiency > 0 ? m.prefill_efficiency : prof.compute_efficiency;
-    k.flops = m.compute_tflops * 1e12 * ceff * sus * cf;
+    // Ranks computing at once keep compute_scaling of a core's rate alone (the one-rank fit runs alone).
+    k.flops = m.compute_tflops * 1e12 * ceff * sus * cf * m.compute_scale(o.threads, share);
   }
   std::mt19937 sync_rng(2026);
   Collectives coll{&prof, all_rma && !cables.empty(), &sync_rng};
   LATTICE_ASSIGN_OR_RETURN(Colocated colo, colocated_cost(prof, ranks, chosen, rank_of, coll));
   coll.colocated_us = colo.extra_us;
+  coll.colocated_us_per_byte = colo.per_byte_us;
   // Ranks that meet at every collective on one machine: each on cores of its own, the machine
   // file's lockstep figure for that many. Beyond the cores each core runs its ranks' segments in
   // turn and the cores meet at every collective as that many ranks would: the figure for as many
@@ -519,6 +540,8 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   SimResult R;
   R.colocated_allreduce_us = colo.measured_us;
   R.colocated_sync_us = colo.extra_us;
+  R.colocated_allreduce_256k_us = colo.measured_large_us;
+  R.colocated_sync_us_per_kib = colo.per_byte_us * 1024;
   R.lockstep_scaling = coll.lockstep;
   R.pipeline_scaling = coll.stages;
   R.emulator_cpu_us = emulator_cpu_us;

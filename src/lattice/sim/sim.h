@@ -68,6 +68,9 @@ struct SimResult {
   // Ranks sharing one machine whose file measured their all-reduce (Machine::links[..]
   // .allreduce_us): that 8 KiB call, and what each collective costs beyond the wire model.
   double colocated_allreduce_us = 0, colocated_sync_us = 0;
+  // And at 256 KiB (MeasuredLink::allreduce_256k_us): the measured call, and what the sync grows
+  // by a KiB beyond 8 (a prefill step's larger calls); 0 when not measured.
+  double colocated_allreduce_256k_us = 0, colocated_sync_us_per_kib = 0;
   // Ranks in lockstep on one machine (Machine::lockstep_scaling) keep this of their speed: the
   // rest is charged as synchronisation at each collective. 1: not charged.
   double lockstep_scaling = 1;

@@ -33,6 +33,8 @@ nlohmann::json to_json(const SimResult& r) {
                       {"allreduce", r.allreduce},
                       {"colocated_allreduce_us", r.colocated_allreduce_us},
                       {"colocated_sync_us", r.colocated_sync_us},
+                      {"colocated_allreduce_256k_us", r.colocated_allreduce_256k_us},
+                      {"colocated_sync_us_per_kib", r.colocated_sync_us_per_kib},
                       {"lockstep_scaling", r.lockstep_scaling},
                       {"pipeline_scaling", r.pipeline_scaling},
                       {"emulator_cpu_us", r.emulator_cpu_us},
@@ -82,6 +84,9 @@ std::string render_text(const SimResult& r) {
   if (r.colocated_allreduce_us > 0)
     s += fmt("ranks on one machine: its measured %.1f us a small all-reduce", r.colocated_allreduce_us) +
          fmt(" adds %.1f us a collective to the wire model (sync)\n", r.colocated_sync_us);
+  if (r.colocated_allreduce_256k_us > 0)
+    s += fmt("  and at 256 KiB its measured %.1f us:", r.colocated_allreduce_256k_us) +
+         fmt(" %.3f us more a KiB beyond 8 (sync)\n", r.colocated_sync_us_per_kib);
   if (r.lockstep_scaling < 1)
     s += "ranks in lockstep on one machine: each segment waits for its slowest rank, " +
          fmt("%.1f%% of the work before each collective (sync)\n", 100 / r.lockstep_scaling - 100);
