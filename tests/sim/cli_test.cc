@@ -157,6 +157,15 @@ TEST(Calibrate, MeasurementsAreSaneAndCheckTheirArguments) {
   EXPECT_GT(*k, 0.01);
   EXPECT_LT(*k, 1000);
   EXPECT_FALSE(measure_decode_kernel_gbs(0, 8u << 20, 1).ok());
+  // Prefill's matmul by separate workers at once: each its own rate, of the same order alone.
+  auto w1 = measure_matmul_workers_tflops(1, 256, 512, 16, 2);
+  auto w2 = measure_matmul_workers_tflops(2, 256, 512, 16, 2);
+  ASSERT_TRUE(w1.ok()) << w1.status().to_string();
+  ASSERT_TRUE(w2.ok()) << w2.status().to_string();
+  EXPECT_GT(*w1, 1e-4);
+  EXPECT_GT(*w2, 1e-4);
+  EXPECT_FALSE(measure_matmul_workers_tflops(0, 256, 512, 16, 1).ok());
+  EXPECT_FALSE(measure_matmul_workers_tflops(1, 256, 100, 16, 1).ok());
   EXPECT_FALSE(measure_decode_kernel_gbs(1, 1000, 1).ok());
   // A rank's share between two collectives: rows of a larger weight in turn.
   auto d = DecodeKernel::make(1u << 20, 8u << 20);

@@ -281,12 +281,14 @@ int run_calibrate(const CalibrateArgs& a) {
     m.kernel_scaling = std::clamp(*kn / *k1, 0.05, 1.0);
     std::printf("decode kernel: %.1f GB/s alone, %.1f GB/s each with %d at once: scaling %.2f\n", *k1, *kn, cores,
                 m.kernel_scaling);
-    // Prefill's matmul on one thread against its share of every core's (tensor-parallel ranks
-    // prefill on every core at once; the one-rank fit runs alone).
-    auto mm1 = sim::measure_matmul_tflops(1, 2048, 2048, 64, a.quick ? 3 : 5);
-    if (!mm1.ok()) return fail(mm1.status().to_string());
-    m.compute_scaling = std::clamp(*mm / cores / *mm1, 0.05, 1.0);
-    std::printf("Q4_0 matmul: %.3f TFLOP/s on 1 thread, %.3f a core on %d: scaling %.2f\n", *mm1, *mm / cores, cores,
+    // Prefill's matmul alone and on every core at once, each worker its own weight as separate
+    // ranks (tensor-parallel ranks prefill on every core at once; the one-rank fit runs alone).
+    auto c1 = sim::measure_matmul_workers_tflops(1, 2048, 2048, 64, a.quick ? 2 : 3);
+    if (!c1.ok()) return fail(c1.status().to_string());
+    auto cn = sim::measure_matmul_workers_tflops(cores, 2048, 2048, 64, a.quick ? 2 : 3);
+    if (!cn.ok()) return fail(cn.status().to_string());
+    m.compute_scaling = std::clamp(*cn / *c1, 0.05, 1.0);
+    std::printf("prefill matmul: %.3f TFLOP/s alone, %.3f each with %d at once: scaling %.2f\n", *c1, *cn, cores,
                 m.compute_scaling);
   }
   // The providers whose ranks can share this machine, by the key of the machine file: verbs

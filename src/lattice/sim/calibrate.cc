@@ -86,28 +86,82 @@ Result<double> measure_read_gbs(int threads, size_t bytes, int reps) {
   return best;
 }
 
-Result<double> measure_matmul_tflops(int threads, size_t rows, size_t cols, size_t n_tok, int reps) {
+namespace {
+
+// A random rows x cols Q4_0 weight, packed, and n_tok random activations.
+struct MatmulCase {
+  std::vector<uint8_t> q;
+  std::vector<float> x, y;
+  engine::Weight w;
+};
+Result<MatmulCase> matmul_case(size_t rows, size_t cols, size_t n_tok, uint32_t seed) {
   using engine::TensorType;
-  if (threads < 1 || threads > 1024 || reps < 1 || rows == 0 || cols % 32 || n_tok == 0)
-    return InvalidArgument("calibrate: matmul needs threads in 1..1024, cols a multiple of 32");
+  MatmulCase c;
   const size_t row_bytes = engine::row_bytes(TensorType::kQ4_0, cols).value_or(0);
-  std::vector<uint8_t> q(rows * row_bytes);
-  std::vector<float> src(cols), x(n_tok * cols), y(n_tok * rows);
-  std::mt19937 rng(7);
+  c.q.resize(rows * row_bytes);
+  std::vector<float> src(cols);
+  c.x.resize(n_tok * cols);
+  c.y.resize(n_tok * rows);
+  std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0, 1);
   for (size_t r = 0; r < rows; ++r) {
     for (float& v : src) v = nd(rng);
-    LATTICE_RETURN_IF_ERROR(engine::quantize_row(TensorType::kQ4_0, src.data(), q.data() + r * row_bytes, cols));
+    LATTICE_RETURN_IF_ERROR(engine::quantize_row(TensorType::kQ4_0, src.data(), c.q.data() + r * row_bytes, cols));
   }
-  for (float& v : x) v = nd(rng);
-  LATTICE_ASSIGN_OR_RETURN(engine::Weight w, engine::Weight::pack({TensorType::kQ4_0, q.data(), rows, cols, 0}));
+  for (float& v : c.x) v = nd(rng);
+  LATTICE_ASSIGN_OR_RETURN(c.w, engine::Weight::pack({TensorType::kQ4_0, c.q.data(), rows, cols, 0}));
+  return c;
+}
+
+}  // namespace
+
+Result<double> measure_matmul_tflops(int threads, size_t rows, size_t cols, size_t n_tok, int reps) {
+  if (threads < 1 || threads > 1024 || reps < 1 || rows == 0 || cols % 32 || n_tok == 0)
+    return InvalidArgument("calibrate: matmul needs threads in 1..1024, cols a multiple of 32");
+  LATTICE_ASSIGN_OR_RETURN(MatmulCase c, matmul_case(rows, cols, n_tok, 7));
   engine::ThreadPool pool(static_cast<size_t>(threads));
-  engine::matmul(w, x.data(), n_tok, y.data(), pool);  // warm up
+  engine::matmul(c.w, c.x.data(), n_tok, c.y.data(), pool);  // warm up
   double best = 0;
   for (int rep = 0; rep < reps; ++rep) {
     auto t0 = Clock::now();
-    engine::matmul(w, x.data(), n_tok, y.data(), pool);
+    engine::matmul(c.w, c.x.data(), n_tok, c.y.data(), pool);
     best = std::max(best, 2.0 * rows * cols * n_tok / seconds_since(t0) / 1e12);
+  }
+  return best;
+}
+
+Result<double> measure_matmul_workers_tflops(int workers, size_t rows, size_t cols, size_t n_tok, int reps) {
+  if (workers < 1 || workers > 1024 || reps < 1 || rows == 0 || cols % 32 || n_tok == 0)
+    return InvalidArgument("calibrate: matmul needs workers in 1..1024, cols a multiple of 32");
+  // Each worker its own weight and a pool of one: separate ranks, as decode's kernel is measured.
+  std::vector<MatmulCase> cases;
+  std::vector<std::unique_ptr<engine::ThreadPool>> pools;
+  for (int t = 0; t < workers; ++t) {
+    LATTICE_ASSIGN_OR_RETURN(MatmulCase c, matmul_case(rows, cols, n_tok, 7 + uint32_t(t)));
+    cases.push_back(std::move(c));
+    pools.push_back(std::make_unique<engine::ThreadPool>(1));
+  }
+  const double flops = 2.0 * rows * cols * n_tok;
+  double best = 0;
+  for (int rep = 0; rep < reps; ++rep) {
+    std::atomic<int> ready{0};
+    std::vector<double> tflops(static_cast<size_t>(workers), 0);
+    std::vector<std::thread> ts;
+    for (int t = 0; t < workers; ++t)
+      ts.emplace_back([&, t] {
+        MatmulCase& c = cases[size_t(t)];
+        engine::matmul(c.w, c.x.data(), n_tok, c.y.data(), *pools[size_t(t)]);  // warm up
+        ready.fetch_add(1);
+        while (ready.load() < workers) std::this_thread::yield();
+        const auto t0 = Clock::now();
+        constexpr int kPasses = 3;
+        for (int i = 0; i < kPasses; ++i) engine::matmul(c.w, c.x.data(), n_tok, c.y.data(), *pools[size_t(t)]);
+        tflops[size_t(t)] = kPasses * flops / seconds_since(t0) / 1e12;
+      });
+    for (auto& th : ts) th.join();
+    double mean = 0;
+    for (double f : tflops) mean += f / workers;
+    best = std::max(best, mean);
   }
   return best;
 }

@@ -19,6 +19,9 @@ Result<double> measure_read_gbs(int threads, size_t bytes, int reps);
 // Q4_0 matmul (rows x cols weight, n_tok activations) on `threads` threads through the engine's
 // kernels: best of `reps`, TFLOP/s (2 rows cols n_tok per call).
 Result<double> measure_matmul_tflops(int threads, size_t rows, size_t cols, size_t n_tok, int reps);
+// The same matmul run by `workers` threads at once, each with its own weight and a pool of one, as
+// separate ranks prefill: TFLOP/s each reaches (the mean over the workers, best of `reps` passes).
+Result<double> measure_matmul_workers_tflops(int workers, size_t rows, size_t cols, size_t n_tok, int reps);
 // Decode's kernel (the engine's one-token Q4_0 matmul over a weight of about `bytes`) run by
 // `workers` threads at once, each with its own weight and a pool of one, as separate ranks run it:
 // GB/s of weight each reads (the mean over the workers, best of `reps` passes).
