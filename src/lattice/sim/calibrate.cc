@@ -113,6 +113,33 @@ Result<MatmulCase> matmul_case(size_t rows, size_t cols, size_t n_tok, uint32_t 
   return c;
 }
 
+// `workers` threads at once, as separate ranks: each runs `pass(t)` once to warm up, waits for
+// the others, then `passes` times timed. Each worker's rate is `work_per_pass` (in the unit
+// reported) a pass over its time; the best over `reps` starts of the workers' mean.
+template <typename Pass>
+double run_workers(int workers, int reps, int passes, double work_per_pass, Pass pass) {
+  double best = 0;
+  for (int rep = 0; rep < reps; ++rep) {
+    std::atomic<int> ready{0};
+    std::vector<double> rate(static_cast<size_t>(workers), 0);
+    std::vector<std::thread> ts;
+    for (int t = 0; t < workers; ++t)
+      ts.emplace_back([&, t] {
+        pass(t);  // warm up
+        ready.fetch_add(1);
+        while (ready.load() < workers) std::this_thread::yield();
+        const auto t0 = Clock::now();
+        for (int i = 0; i < passes; ++i) pass(t);
+        rate[size_t(t)] = passes * work_per_pass / seconds_since(t0);
+      });
+    for (auto& th : ts) th.join();
+    double mean = 0;
+    for (double r : rate) mean += r / workers;
+    best = std::max(best, mean);
+  }
+  return best;
+}
+
 }  // namespace
 
 Result<double> measure_matmul_tflops(int threads, size_t rows, size_t cols, size_t n_tok, int reps) {
@@ -142,28 +169,10 @@ Result<double> measure_matmul_workers_tflops(int workers, size_t rows, size_t co
     pools.push_back(std::make_unique<engine::ThreadPool>(1));
   }
   const double flops = 2.0 * rows * cols * n_tok;
-  double best = 0;
-  for (int rep = 0; rep < reps; ++rep) {
-    std::atomic<int> ready{0};
-    std::vector<double> tflops(static_cast<size_t>(workers), 0);
-    std::vector<std::thread> ts;
-    for (int t = 0; t < workers; ++t)
-      ts.emplace_back([&, t] {
-        MatmulCase& c = cases[size_t(t)];
-        engine::matmul(c.w, c.x.data(), n_tok, c.y.data(), *pools[size_t(t)]);  // warm up
-        ready.fetch_add(1);
-        while (ready.load() < workers) std::this_thread::yield();
-        const auto t0 = Clock::now();
-        constexpr int kPasses = 3;
-        for (int i = 0; i < kPasses; ++i) engine::matmul(c.w, c.x.data(), n_tok, c.y.data(), *pools[size_t(t)]);
-        tflops[size_t(t)] = kPasses * flops / seconds_since(t0) / 1e12;
-      });
-    for (auto& th : ts) th.join();
-    double mean = 0;
-    for (double f : tflops) mean += f / workers;
-    best = std::max(best, mean);
-  }
-  return best;
+  return run_workers(workers, reps, 3, flops / 1e12, [&](int t) {
+    MatmulCase& c = cases[size_t(t)];
+    engine::matmul(c.w, c.x.data(), n_tok, c.y.data(), *pools[size_t(t)]);
+  });
 }
 
 namespace {
@@ -236,29 +245,7 @@ Result<double> measure_decode_kernel_gbs(int workers, size_t bytes, int reps) {
     LATTICE_ASSIGN_OR_RETURN(auto c, k[0]->copy());
     k.push_back(std::move(c));
   }
-  const double weight_bytes = k[0]->weight_bytes();
-  double best = 0;
-  for (int rep = 0; rep < reps; ++rep) {
-    std::atomic<int> ready{0};
-    std::vector<double> gbs(static_cast<size_t>(workers), 0);
-    std::vector<std::thread> ts;
-    for (int t = 0; t < workers; ++t)
-      ts.emplace_back([&, t] {
-        DecodeKernel& mine = *k[size_t(t)];
-        mine.run();  // warm up
-        ready.fetch_add(1);
-        while (ready.load() < workers) std::this_thread::yield();
-        const auto t0 = Clock::now();
-        constexpr int kPasses = 4;
-        for (int i = 0; i < kPasses; ++i) mine.run();
-        gbs[size_t(t)] = kPasses * weight_bytes / seconds_since(t0) / 1e9;
-      });
-    for (auto& th : ts) th.join();
-    double mean = 0;
-    for (double g : gbs) mean += g / workers;
-    best = std::max(best, mean);
-  }
-  return best;
+  return run_workers(workers, reps, 4, k[0]->weight_bytes() / 1e9, [&](int t) { k[size_t(t)]->run(); });
 }
 
 }  // namespace lattice::sim
