@@ -193,8 +193,10 @@ def adjacent(lattice, work, target, label, machine, prompt, n, mode, prov, a):
         m, _ = raise_machine(lattice, work, target, machine, j["decode_tok_s"], f"this-machine-raised-{tag}-{i}.json")
         if pairs and pairs[i]:
             alone_i = j["ranks"][0]
-            m, _ = with_scaling(work, m, {"kernel_scaling": alone_i["step_ms_per_token"] / pairs[i][0],
-                                          "compute_scaling": alone_i.get("prefill_step_ms", 0) / pairs[i][1]},
+            step, prefill = pairs[i]
+            m, _ = with_scaling(work, m, {"kernel_scaling": alone_i["step_ms_per_token"] / step,
+                                          "compute_scaling": alone_i.get("prefill_step_ms", 0) / prefill
+                                          if prefill > 0 else 0},
                                 "the slower of two copies of this model's decode (kernel_scaling) and prefill "
                                 "(compute_scaling) on both cores at once against the one-rank runs on either side, "
                                 "beside the row's run", f"this-machine-corun-{tag}-{i}.json")
@@ -232,6 +234,7 @@ def one(lattice, work, target, label, machine, prompt, n, mode, prov, a, one_ran
     rows = []
     for (tg, pp, j), one_rank_i, machine_i in rounds:
         dec, pre, s = predict(lattice, work, target, machine_i, one_rank_i, n, mode, prov, a, j["n_prompt"])
+        mf = json.load(open(machine_i))
         rows.append({"model": label, "ranks": n, "mode": mode if n > 1 else "-", "provider": prov if n > 1 else "-",
                      "measured_tok_s": tg, "predicted_tok_s": dec, "error": dec / tg - 1,
                      "measured_prefill_tok_s": pp, "predicted_prefill_tok_s": pre, "prefill_error": pre / pp - 1,
@@ -239,8 +242,7 @@ def one(lattice, work, target, label, machine, prompt, n, mode, prov, a, one_ran
                      "prefill_efficiency": s.get("fitted_prefill_efficiency"),
                      "bound": None if n == 1 else 0.10 if n <= 2 else 0.20,
                      "one_rank_tok_s": json.load(open(one_rank_i))["decode_tok_s"],
-                     "kernel_scaling": json.load(open(machine_i)).get("kernel_scaling"),
-                     "compute_scaling": json.load(open(machine_i)).get("compute_scaling")})
+                     "kernel_scaling": mf.get("kernel_scaling"), "compute_scaling": mf.get("compute_scaling")})
     row = sorted(rows, key=lambda r: r["error"])[len(rows) // 2]
     pre = sorted(rows, key=lambda r: r["prefill_error"])[len(rows) // 2]
     row = dict(row, measured_prefill_tok_s=pre["measured_prefill_tok_s"],
@@ -283,6 +285,8 @@ def with_scaling(work, machine, figures, how, name):
     and said in its source: (the copy, the figures set)."""
     m = json.load(open(machine))
     figures = {k: max(0.05, min(1.0, f)) for k, f in figures.items() if f > 0}
+    if not figures:
+        return machine, figures
     m.update(figures)
     # A machine copy made by an earlier co-run (a row's, from the table's) says so once, not twice.
     kept = [c for c in m.get("source", "").split("; ") if not c.startswith(("kernel_scaling", "compute_scaling"))]
