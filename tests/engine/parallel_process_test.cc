@@ -181,6 +181,16 @@ TEST_F(ParallelProcess, DemoRunsTwoRanks) {
   ASSERT_FALSE(j.is_discarded()) << out;
   EXPECT_EQ(j["nodes"].get<int>(), 2);
   EXPECT_EQ(j["n_gen"].get<int>() + 0, static_cast<int>(j["tokens"].size()));
+  // When each token was chosen, on the steady clock (ms): one a token, in order, the first one
+  // the prefill's end (bench/sim_vs_real.py --interleave lines them up with its phases).
+  ASSERT_TRUE(j["token_clock_ms"].is_array()) << out;
+  const auto& clock = j["token_clock_ms"];
+  ASSERT_EQ(clock.size(), j["tokens"].size());
+  for (size_t i = 1; i < clock.size(); ++i) EXPECT_GE(clock[i].get<double>(), clock[i - 1].get<double>()) << i;
+  const double now_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  EXPECT_LE(clock.back().get<double>(), now_ms);
+  EXPECT_GT(clock.front().get<double>(), now_ms - 600e3);  // this run's, on this clock
 }
 
 TEST_F(ParallelProcess, AKilledRankIsReplacedOnTheSurvivorsAndTheRunCompletes) {

@@ -355,6 +355,9 @@ int run_rank(RunArgs a) {
     j["decode_tok_s"] = decode_tok_s;
     j["prefill_ms"] = R.gen.prefill_seconds * 1e3;
     j["decode_ms"] = R.decode_s * 1e3;
+    nlohmann::json clock = nlohmann::json::array();
+    for (double t : R.token_clock_s) clock.push_back(t * 1e3);
+    j["token_clock_ms"] = clock;
     j["stop_reason"] = R.gen.stop_reason;
     j["threads"] = d.n_threads;
     j["nodes"] = R.world;

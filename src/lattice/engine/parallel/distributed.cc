@@ -245,6 +245,8 @@ Result<DistResult> generate_distributed(cluster::Cluster& c, const DistOptions& 
     Status st = gen->step();
     if (st.ok()) {
       LATTICE_ASSIGN_OR_RETURN(const size_t after, gen->n_generated(id));
+      if (after > before)
+        R.token_clock_s.push_back(std::chrono::duration<double>(Clock::now().time_since_epoch()).count());
       if (!have_first && after > 0) {
         have_first = true;
         if (pl->forward && pl->model->expert_parallel() && c.world_size() > 1) {

@@ -106,6 +106,10 @@ struct DistResult {
   int rank = 0;                  // this rank, now
   double decode_s = 0;           // first chosen token to the last
   uint32_t steps = 0;            // decode steps in decode_s
+  // When each token was chosen (the first one ending the prefill), on the steady clock
+  // (CLOCK_MONOTONIC on Linux), seconds: inter-token times, and windows of a run lined up with
+  // another process's clock (bench/sim_vs_real.py --interleave).
+  std::vector<double> token_clock_s;
   double decode_step_s = 0;      // of decode_s, inside the stepper's forward steps (their collectives included; the
                                  // chosen token's gather is outside)
   ExpertLoad decode_load;        // mixture of experts: the decode steps' expert load (last placement)
