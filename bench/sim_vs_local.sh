@@ -20,10 +20,16 @@
 # (PIN_ALONE=1, the default; 0: unpinned, a single rank then runs on the faster vCPU). Every round's run and calibration is kept
 # there too: REPREDICT=1 runs nothing and predicts the last table's rounds again with this build (a
 # change to the model against the same measurements, the host's drift out of the comparison).
+# INTERLEAVE=1 (the default) runs each row in turns with its calibration instead: the row's run and
+# a one-rank run pinned to each of two CPUs start together, and their launchers are stopped and
+# resumed (SIGTSTP / SIGCONT) so that every cycle of 0.6 s phases gives the row, each one-rank run
+# alone and the two together the machine in turn; each job's pace is read from its token times
+# (run --json, token_clock_ms) inside its own phases, a few seconds from the others' (docs/SIM.md,
+# session 26). INTERLEAVE=0: ADJACENT's runs one after the other.
 #
 #   bench/sim_vs_local.sh [BUILD_DIR]     env: RANKS=1,2,3,4 MODES=tp,pp N=32 REPS=2
 #       PROVIDERS=shm,tcp,tcp-emu,verbs-emu LAT_US=50 GBYTES_S=1 MODELS="a.gguf b.gguf" JSON=1 ADJACENT=1
-#       PIN_ALONE=1 REPREDICT=1
+#       PIN_ALONE=1 REPREDICT=1 INTERLEAVE=1
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-build}
@@ -51,6 +57,7 @@ for m in $models; do
   python3 "$here/sim_vs_real.py" --build "$build" --model "$m" --machine "$machine" \
     --ranks "${RANKS:-1,2,3,4}" --modes "${MODES:-tp,pp}" --providers "${PROVIDERS:-shm,tcp,tcp-emu,verbs-emu}" \
     --reps "${REPS:-2}" --n "${N:-32}" --link-latency-us "${LAT_US:-50}" --link-gbytes-s "${GBYTES_S:-1}" \
-    $( [ "${ADJACENT:-1}" = 1 ] && echo --adjacent ) $( [ "${PIN_ALONE:-1}" = 1 ] && echo --pin-alone ) $( [ "${REPREDICT:-0}" = 1 ] && echo --repredict ) ${JSON:+--json}
+    $( [ "${ADJACENT:-1}" = 1 ] && echo --adjacent ) $( [ "${PIN_ALONE:-1}" = 1 ] && echo --pin-alone ) $( [ "${REPREDICT:-0}" = 1 ] && echo --repredict ) \
+    $( [ "${INTERLEAVE:-1}" = 1 ] && echo --interleave ) ${JSON:+--json}
   echo
 done

@@ -20,13 +20,19 @@ Providers tcp-emu and verbs-emu are emulated links of --link-latency-us / --link
 fabric/tcp/link_emu.h) or verbs-emu://apple-tb5?latency_us=L&gbytes_s=R (the emulated RDMA device's
 wire, fabric/verbs/emu/emu.h), and the simulator's topology gives every link those figures
 ("latency_us": L, "gbps": 8 R). --machine reuses a calibration (written by an earlier run).
+
+--adjacent measures each row's calibration (one-rank runs, a co-run pair) beside each of its runs;
+--interleave runs them in turns with the row's run, phase by phase, where the row's ranks fit the
+cores (docs/SIM.md, session 26).
 """
 import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 SHAPES = {
     # the 1.1B Llama bench shape (ANCHORS.md)
@@ -154,6 +160,16 @@ def averaged_one_rank(j0, j1):
     return j
 
 
+def saved_rounds(manifest, tag):
+    """--repredict: the rounds of the last measured table (the same runs and calibrations), to be
+    predicted again."""
+    try:
+        saved = json.load(open(manifest))
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"--repredict: no saved rounds for {tag} ({e})")
+    return [((r["decode_tok_s"], r["prefill_tok_s"], r["run"]), r["one_rank"], r["machine"]) for r in saved]
+
+
 def adjacent(lattice, work, target, label, machine, prompt, n, mode, prov, a):
     """--adjacent: the row's calibration measured beside each of its runs. A host whose speed
     drifts within seconds (docs/SIM.md, session 22: one rank 27-35 ms a token, the slower copy of a
@@ -167,12 +183,7 @@ def adjacent(lattice, work, target, label, machine, prompt, n, mode, prov, a):
     tag = f"{label}-{n}-{mode}-{prov}"
     manifest = os.path.join(work, f"rounds-{tag}.json")
     if a.repredict:
-        # The rounds of the last measured table: the same runs and calibrations, predicted again.
-        try:
-            saved = json.load(open(manifest))
-        except (OSError, ValueError) as e:
-            raise SystemExit(f"--repredict: no saved rounds for {tag} ({e})")
-        return [((r["decode_tok_s"], r["prefill_tok_s"], r["run"]), r["one_rank"], r["machine"]) for r in saved]
+        return saved_rounds(manifest, tag)
     # The one-rank runs on the CPUs the row's ranks run on, in turn (a VM's vCPUs differ: on
     # session 23's host one rank read 20% slower pinned to CPU 0 than to CPU 1 for minutes at a
     # time, and an unpinned rank ran on the faster), so each round's two sides are two of them.
@@ -212,44 +223,237 @@ def adjacent(lattice, work, target, label, machine, prompt, n, mode, prov, a):
     return rounds
 
 
-def predict(lattice, work, target, machine, one_rank, n, mode, prov, a, n_prompt):
+def run_cmd(lattice, target, prompt, n, mode, prov, a, tokens):
+    """`lattice run` of a row (n > 1) or of one rank, `tokens` generated."""
+    cmd = one_rank_cmd(lattice, target, prompt, a)[:-4]
+    cmd[cmd.index("-n") + 1] = str(tokens)
+    if n > 1:
+        return cmd + ["--nodes", str(n), "--provider", run_provider(prov, a), "--parallel", mode]
+    return cmd + ["--nodes", "1", "--provider", "shm"]
+
+
+class Job:
+    """A `lattice run` started now and held or let go by its launcher (SIGTSTP stops the whole job,
+    launcher and ranks together, and SIGCONT resumes it: cluster/launcher.cc, stop_job; the
+    failure detectors forgive a stop every process saw, and the deadline does not count it)."""
+
+    def __init__(self, cmd, cpu=None):
+        # taskset execs the launcher in place: the process started is the job's launcher.
+        env = dict(os.environ, LATTICE_FAILURE_TIMEOUT_MS="120000")
+        self.p = subprocess.Popen(pinned(cmd, cpu), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        self.out = self.err = None
+
+    def alive(self):
+        return self.p.poll() is None
+
+    def state(self):
+        try:
+            with open(f"/proc/{self.p.pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return "?"
+
+    def stop(self):
+        """Stops the job and returns once its launcher is stopped (it stops its ranks first): a
+        SIGCONT sent while the launcher has yet to act on the SIGTSTP would be lost, and the job
+        left stopped."""
+        if not self.alive():
+            return
+        os.kill(self.p.pid, signal.SIGTSTP)
+        deadline = time.monotonic() + 5
+        while self.alive() and self.state() not in ("T", "t") and time.monotonic() < deadline:
+            time.sleep(0.002)
+
+    def go(self):
+        if self.alive():
+            os.kill(self.p.pid, signal.SIGCONT)
+
+    def report(self):
+        if self.out is None:
+            self.out, self.err = self.p.communicate(timeout=900)
+        if self.p.returncode != 0:
+            sys.exit(f"interleaved run failed ({self.p.returncode}):\n{self.err[-2000:]}")
+        return json.loads(self.out)
+
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if xs else 0.0
+
+
+def in_windows(j, windows, margin):
+    """A run's pace inside `windows` ((start, end) on the monotonic clock, s), the first `margin`
+    s of each left out (the job resuming, its token under way when it stopped finishing): the
+    tokens chosen in them over their time, as ms a token (a count, not the median or mean of the
+    token-to-token times, which would favour short ones: a long token is the likelier to straddle
+    a stop and be left out), and the median index of those tokens; (0, 0) without any."""
+    ts = [t / 1000 for t in j["token_clock_ms"]]
+    count, seconds, at = 0, 0.0, []
+    for w0, w1 in windows:
+        got = [i for i, t in enumerate(ts) if w0 + margin < t <= w1]
+        count += len(got)
+        seconds += max(0.0, w1 - w0 - margin)
+        at += got
+    return (1000 * seconds / count, int(median(at))) if count else (0.0, 0)
+
+
+def interleaved(lattice, work, target, label, machine, prompt, n, mode, prov, a, m1):
+    """--interleave: the row's run and its calibration in turns, not one after the other. Three
+    jobs start at once: the row's run, and one rank pinned to each of the first two CPUs; their
+    launchers are then stopped and resumed (SIGTSTP / SIGCONT) so that in each cycle of four
+    --window seconds phases the row's run has the machine alone, then each one-rank run alone, then
+    (tensor parallel) the two one-rank runs together, the co-run pair. Each job's token times
+    (run --json, token_clock_ms) inside its phases give its pace there; a cycle's four phases lie
+    within a few seconds, shorter than this host's drift (docs/SIM.md, session 26: the row's ratio
+    to its calibration 0.97-1.06 over ten cycles, where runs ten seconds apart moved it by +-20%).
+    Before the cycles each job runs alone for --warmup seconds (loading, its prefill, which is
+    measured there: a prefill cut by a stop is not used). The cycles are cut into --reps rounds,
+    each predicted from its own phases; returns adjacent()'s rounds."""
+    tag = f"{label}-{n}-{mode}-{prov}"
+    manifest = os.path.join(work, f"rounds-{tag}.json")
+    if a.repredict:
+        return saved_rounds(manifest, tag)
+    cpus = pin_cpus(2, a) if len(usable_cpus()) > 1 else [None]
+    corun = mode == "tp" and len(cpus) > 1 and json.load(open(machine)).get("cores", 0) >= 2
+    # Tokens enough for every job to outlast its warm-up and phases, at the fastest it could go
+    # (the one-rank run's pace over as many ranks as cores), with room; at most 1500.
+    ms1 = 1000 / m1[0]
+    cores = max(1, json.load(open(machine)).get("cores", 1))
+    row_tokens = min(1500, int((a.cycles * a.window + a.warmup) * 1150 / (ms1 / min(n, cores))) + 16)
+    one_tokens = min(1500, int((a.cycles * a.window * (2 if corun else 1) + a.warmup) * 1150 / ms1) + 16)
+    # Warm-up: each job alone, in turn, started then (so that it loads alone).
+    jobs, warm = {}, {}
+    for k, cpu in [("row", None)] + [(f"cpu{i}", c) for i, c in enumerate(cpus)]:
+        t0 = time.monotonic()
+        jobs[k] = Job(run_cmd(lattice, target, prompt, n, mode, prov, a, row_tokens) if k == "row"
+                      else run_cmd(lattice, target, prompt, 1, "-", "-", a, one_tokens), cpu)
+        time.sleep(a.warmup)
+        jobs[k].stop()
+        warm[k] = (t0, time.monotonic())
+    phases = [("row",)] + [(f"cpu{i}",) for i in range(len(cpus))] + ([("cpu0", "cpu1")] if corun else [])
+    windows = []  # (cycle, phase, start, end, every job alive)
+    cycle = 0
+    while cycle < a.cycles and all(j.alive() for j in jobs.values()):
+        for ph in phases:
+            for k in ph:
+                jobs[k].go()
+            t0 = time.monotonic()
+            time.sleep(a.window)
+            t1 = time.monotonic()
+            for k in ph:
+                jobs[k].stop()
+            windows.append((cycle, ph, t0, t1, all(j.alive() for j in jobs.values())))
+        cycle += 1
+    for j in jobs.values():  # the rest of the runs together (not measured; the reports come at their ends)
+        j.go()
+    out = {k: j.report() for k, j in jobs.items()}
+    full = sorted({w[0] for w in windows if all(x[4] for x in windows if x[0] == w[0])})
+    if len(full) < a.reps:
+        raise SystemExit(f"{tag}: {len(full)} whole cycles of {a.cycles} (a job ended early: --window, --cycles)")
+    margin = min(0.1, a.window / 4)
+
+    def pace(k, ph, cycles):
+        # (ms a token in the phase's windows of these cycles, the median index of those tokens)
+        return in_windows(out[k], [(w[2], w[3]) for w in windows if w[1] == ph and w[0] in cycles], margin)
+
+    def prefill(k):
+        # Valid when the prefill lies inside the job's warm-up (the steady clock's first token
+        # less the prefill's own time).
+        t_end = out[k]["token_clock_ms"][0] / 1000
+        ok = warm[k][0] <= t_end - out[k]["prefill_ms"] / 1000 and t_end <= warm[k][1]
+        return out[k]["prefill_tok_s"] if ok else 0.0
+
+    rounds, saved = [], []
+    per = len(full) // a.reps
+    ratio = m1[2]["ranks"][0]["step_ms_per_token"] / m1[2]["ranks"][0]["decode_ms_per_token"]
+    pre_one = [prefill(f"cpu{i}") for i in range(len(cpus))]
+    pre_one = [p for p in pre_one if p > 0]
+    for r in range(a.reps):
+        cyc = set(full[r * per:(r + 1) * per] if r + 1 < a.reps else full[r * per:])
+        row_ms, row_at = pace("row", ("row",), cyc)
+        alone = [pace(f"cpu{i}", (f"cpu{i}",), cyc) for i in range(len(cpus))]
+        one_ms = sum(x[0] for x in alone) / len(alone)
+        if row_ms <= 0 or min(x[0] for x in alone) <= 0:
+            raise SystemExit(f"{tag}: round {r}: no token wholly inside a phase (--window too short)")
+        # The rates are at the tokens' positions in the phases: the row predicted at its own, the
+        # one-rank fit at the one-rank runs' (sim --calibrate-from takes n_prompt + n_gen / 2).
+        run = dict(out["row"], decode_tok_s=1000 / row_ms, decode_ms=None,
+                   interleaved={"cycles": sorted(cyc), "ms_per_token": row_ms, "at_token": row_at,
+                                "one_rank_ms": [x[0] for x in alone]})
+        pre = prefill("row")
+        j = dict(out["cpu0"], decode_tok_s=1000 / one_ms, n_gen=2 * max(1, int(median([x[1] for x in alone]))),
+                 prefill_tok_s=sum(pre_one) / len(pre_one) if pre_one else m1[1])
+        j["ranks"] = [dict(j["ranks"][0], decode_ms_per_token=one_ms, step_ms_per_token=one_ms * ratio)]
+        one_rank = os.path.join(work, f"one-rank-{tag}-{r}.json")
+        with open(one_rank, "w") as f:
+            json.dump(j, f)
+        m, _ = raise_machine(lattice, work, target, machine, j["decode_tok_s"], f"this-machine-raised-{tag}-{r}.json")
+        if corun:
+            co = max(pace("cpu0", ("cpu0", "cpu1"), cyc)[0], pace("cpu1", ("cpu0", "cpu1"), cyc)[0])
+            m, _ = with_scaling(work, m, {"kernel_scaling": one_ms / co if co > 0 else 0},
+                                "the slower of the two one-rank runs on both cores at once against them alone, "
+                                "in turns with the row's run (--interleave)", f"this-machine-corun-{tag}-{r}.json")
+        if m == machine:
+            m = os.path.join(work, f"this-machine-{tag}-{r}.json")
+            shutil.copyfile(machine, m)
+        rounds.append(((1000 / row_ms, pre, run), one_rank, m))
+        saved.append({"decode_tok_s": 1000 / row_ms, "prefill_tok_s": pre, "run": run, "one_rank": one_rank, "machine": m,
+                      "windows": [w for w in windows if w[0] in cyc], "others": {k: out[k] for k in out if k != "row"}})
+    with open(manifest, "w") as f:
+        json.dump(saved, f)
+    return rounds
+
+
+def predict(lattice, work, target, machine, one_rank, n, mode, prov, a, n_prompt, at=None):
     """`lattice sim` for a row: (decode tok/s at the run's middle position, prefill tok/s, the
     decode prediction's JSON)."""
     topo = topology(work, n, prov, machine, a)
     base = [lattice, "sim", "-m", target, "--hostfile", topo, "--parallel", mode, "-t", "1",
             "--calibrate-from", one_rank, "--json"]
-    s = json.loads(sh(base + ["--prompt", str(n_prompt + a.n // 2)]))
+    s = json.loads(sh(base + ["--prompt", str(n_prompt + (a.n // 2 if at is None else at))]))
     sp = json.loads(sh(base + ["--prompt", str(n_prompt)]))
     return s["decode_tok_s"], sp["prefill_tok_s"], s
 
 
-def one(lattice, work, target, label, machine, prompt, n, mode, prov, a, one_rank, measured=None):
+def one(lattice, work, target, label, machine, prompt, n, mode, prov, a, one_rank, measured=None, m1=None):
     """Measures (unless given) and predicts one configuration; a row of the table. With --adjacent,
     each round's run against its own prediction, and the row is the round of the median decode
     error (its prefill error the median of the rounds')."""
-    if measured is None and a.adjacent and n > 1:
+    # In turns only while the ranks fit the cores (each pinned to a CPU of its own by lattice
+    # launch): beyond them the scheduler places the ranks anew at every resume, and a stopped and
+    # resumed row no longer runs as a whole run does (docs/SIM.md, session 26: 3 tensor-parallel
+    # ranks at 1.07x the pace of 2 in turns, 1.27-1.35x in whole runs), so those rows are
+    # --adjacent's.
+    cores = json.load(open(machine)).get("cores", 0) or len(usable_cpus())
+    if measured is None and a.interleave and 1 < n <= cores:
+        rounds = interleaved(lattice, work, target, label, machine, prompt, n, mode, prov, a, m1)
+    elif measured is None and a.adjacent and n > 1:
         rounds = adjacent(lattice, work, target, label, machine, prompt, n, mode, prov, a)
     else:
         rounds = [(measured or measure(lattice, target, prompt, n, mode, prov, a), one_rank, machine)]
     rows = []
     for (tg, pp, j), one_rank_i, machine_i in rounds:
-        dec, pre, s = predict(lattice, work, target, machine_i, one_rank_i, n, mode, prov, a, j["n_prompt"])
+        at = j.get("interleaved", {}).get("at_token")
+        dec, pre, s = predict(lattice, work, target, machine_i, one_rank_i, n, mode, prov, a, j["n_prompt"], at)
         mf = json.load(open(machine_i))
         rows.append({"model": label, "ranks": n, "mode": mode if n > 1 else "-", "provider": prov if n > 1 else "-",
                      "measured_tok_s": tg, "predicted_tok_s": dec, "error": dec / tg - 1,
-                     "measured_prefill_tok_s": pp, "predicted_prefill_tok_s": pre, "prefill_error": pre / pp - 1,
+                     "measured_prefill_tok_s": pp, "predicted_prefill_tok_s": pre, "prefill_error": pre / pp - 1 if pp > 0 else None,
                      "decode_efficiency": s.get("fitted_decode_efficiency"),
                      "prefill_efficiency": s.get("fitted_prefill_efficiency"),
                      "bound": None if n == 1 else 0.10 if n <= 2 else 0.20,
                      "one_rank_tok_s": json.load(open(one_rank_i))["decode_tok_s"],
                      "kernel_scaling": mf.get("kernel_scaling"), "compute_scaling": mf.get("compute_scaling")})
     row = sorted(rows, key=lambda r: r["error"])[len(rows) // 2]
-    pre = sorted(rows, key=lambda r: r["prefill_error"])[len(rows) // 2]
-    row = dict(row, measured_prefill_tok_s=pre["measured_prefill_tok_s"],
-               predicted_prefill_tok_s=pre["predicted_prefill_tok_s"], prefill_error=pre["prefill_error"])
+    # A prefill cut by a stop (--interleave) is not measured: the median of the rounds that are.
+    measured_pre = [r for r in rows if r["prefill_error"] is not None]
+    if measured_pre:
+        pre = sorted(measured_pre, key=lambda r: r["prefill_error"])[len(measured_pre) // 2]
+        row = dict(row, measured_prefill_tok_s=pre["measured_prefill_tok_s"],
+                   predicted_prefill_tok_s=pre["predicted_prefill_tok_s"], prefill_error=pre["prefill_error"])
     if len(rows) > 1:
         row["round_errors"] = [r["error"] for r in rows]
-        row["round_prefill_errors"] = [r["prefill_error"] for r in rows]
+        row["round_prefill_errors"] = [r["prefill_error"] for r in measured_pre]
     return row
 
 
@@ -381,8 +585,19 @@ def main():
     ap.add_argument("--repredict", action="store_true",
                     help="with --adjacent: no runs; predict the last table's saved runs and calibrations again "
                          "(a model change against the same measurements)")
+    ap.add_argument("--interleave", action="store_true",
+                    help="each row's run in turns with its one-rank runs and co-run, phase by phase (SIGTSTP / "
+                         "SIGCONT of their launchers), each round predicted from the phases beside it")
+    ap.add_argument("--window", type=float, default=0.6, help="with --interleave: seconds a phase")
+    ap.add_argument("--cycles", type=int, default=12, help="with --interleave: cycles of phases a row")
+    ap.add_argument("--warmup", type=float, default=5.0,
+                    help="with --interleave: seconds each job runs alone first (loading, its prefill)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    if a.interleave:
+        a.adjacent = True  # rounds beside each run, as --adjacent's (and its table columns)
+        if a.window <= 0.1 or a.cycles < a.reps or a.warmup <= 0:
+            ap.error("--interleave needs --window above 0.1 s, --cycles of at least --reps and a positive --warmup")
     if a.repredict and not (a.adjacent and a.machine and os.path.exists(a.machine)):
         ap.error("--repredict needs --adjacent and the table's --machine file")
     lattice = os.path.abspath(os.path.join(a.build, "lattice"))
@@ -421,7 +636,7 @@ def main():
                     continue
                 try:
                     row = one(lattice, work, target, label, machine, prompt, n, mode, prov, a, one_rank,
-                              m1 if n == 1 else None)
+                              m1 if n == 1 else None, m1)
                 except (SystemExit, subprocess.TimeoutExpired, KeyError, ValueError) as e:
                     row = {"model": label, "ranks": n, "mode": mode, "provider": prov, "failed": str(e)[-400:],
                            "bound": None if n == 1 else 0.10 if n <= 2 else 0.20}
@@ -461,7 +676,8 @@ def main():
         bound = "calibration point" if r["bound"] is None else f"±{100 * r['bound']:.0f}%"
         print(f"| {r['model']} | {r['ranks']} | {r['mode']} | {r['provider']} | {r['measured_tok_s']:.1f} | "
               f"{r['predicted_tok_s']:.1f} | {100 * r['error']:+.1f}% | {bound} | "
-              f"{r['measured_prefill_tok_s']:.1f} | {r['predicted_prefill_tok_s']:.1f} | {100 * r['prefill_error']:+.1f}% |"
+              + (f"{r['measured_prefill_tok_s']:.1f} | {r['predicted_prefill_tok_s']:.1f} | {100 * r['prefill_error']:+.1f}% |"
+                 if r["prefill_error"] is not None else "cut by a stop | | |")
               + (f" {r['one_rank_tok_s']:.1f} | {r['kernel_scaling'] or 1:.3f} / {r.get('compute_scaling') or 1:.3f} | "
                  + " ".join(f"{100 * e:+.0f}" for e in r.get("round_errors", [])) + " | "
                  + " ".join(f"{100 * e:+.0f}" for e in r.get("round_prefill_errors", [])) + " |" if a.adjacent else ""))
