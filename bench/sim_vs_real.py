@@ -347,7 +347,11 @@ def interleaved(lattice, work, target, label, machine, prompt, n, mode, prov, a,
     for j in jobs.values():  # the rest of the runs together (not measured; the reports come at their ends)
         j.go()
     out = {k: j.report() for k, j in jobs.items()}
-    full = sorted({w[0] for w in windows if all(x[4] for x in windows if x[0] == w[0])})
+    # Whole cycles: every job alive through them, and every job decoding when they began (a job
+    # still loading or prefilling after its warm-up has no pace yet).
+    decoding = max(j["token_clock_ms"][0] / 1000 for j in out.values())
+    full = sorted({w[0] for w in windows
+                   if all(x[4] and x[2] >= decoding for x in windows if x[0] == w[0])})
     if len(full) < a.reps:
         raise SystemExit(f"{tag}: {len(full)} whole cycles of {a.cycles} (a job ended early: --window, --cycles)")
     margin = min(0.1, a.window / 4)
