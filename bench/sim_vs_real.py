@@ -170,6 +170,24 @@ def saved_rounds(manifest, tag):
     return [((r["decode_tok_s"], r["prefill_tok_s"], r["run"]), r["one_rank"], r["machine"]) for r in saved]
 
 
+def round_files(lattice, work, target, machine, tag, i, one_rank_json, figures, how):
+    """A round's calibration as files: its one-rank run, and the machine file raised to that run's
+    rate with `figures` (with_scaling) set; (one-rank file, machine file)."""
+    one_rank = os.path.join(work, f"one-rank-{tag}-{i}.json")
+    with open(one_rank, "w") as f:
+        json.dump(one_rank_json, f)
+    m, _ = raise_machine(lattice, work, target, machine, one_rank_json["decode_tok_s"],
+                         f"this-machine-raised-{tag}-{i}.json")
+    if figures:
+        m, _ = with_scaling(work, m, figures, how, f"this-machine-corun-{tag}-{i}.json")
+    if m == machine:
+        # The round's own copy: the shared file is rewritten by the next table (or a rerun of
+        # some rows), and --repredict must read what this round was predicted with.
+        m = os.path.join(work, f"this-machine-{tag}-{i}.json")
+        shutil.copyfile(machine, m)
+    return one_rank, m
+
+
 def adjacent(lattice, work, target, label, machine, prompt, n, mode, prov, a):
     """--adjacent: the row's calibration measured beside each of its runs. A host whose speed
     drifts within seconds (docs/SIM.md, session 22: one rank 27-35 ms a token, the slower copy of a
@@ -198,24 +216,16 @@ def adjacent(lattice, work, target, label, machine, prompt, n, mode, prov, a):
     rounds = []
     for i, run in enumerate(runs):
         j = averaged_one_rank(alone[i][2], alone[i + 1][2])
-        one_rank = os.path.join(work, f"one-rank-{tag}-{i}.json")
-        with open(one_rank, "w") as f:
-            json.dump(j, f)
-        m, _ = raise_machine(lattice, work, target, machine, j["decode_tok_s"], f"this-machine-raised-{tag}-{i}.json")
+        figures = {}
         if pairs and pairs[i]:
             alone_i = j["ranks"][0]
             step, prefill = pairs[i]
-            m, _ = with_scaling(work, m, {"kernel_scaling": alone_i["step_ms_per_token"] / step,
-                                          "compute_scaling": alone_i.get("prefill_step_ms", 0) / prefill
-                                          if prefill > 0 else 0},
-                                "the slower of two copies of this model's decode (kernel_scaling) and prefill "
-                                "(compute_scaling) on both cores at once against the one-rank runs on either side, "
-                                "beside the row's run", f"this-machine-corun-{tag}-{i}.json")
-        if m == machine:
-            # The round's own copy: the shared file is rewritten by the next table (or a rerun of
-            # some rows), and --repredict must read what this round was predicted with.
-            m = os.path.join(work, f"this-machine-{tag}-{i}.json")
-            shutil.copyfile(machine, m)
+            figures = {"kernel_scaling": alone_i["step_ms_per_token"] / step,
+                       "compute_scaling": alone_i.get("prefill_step_ms", 0) / prefill if prefill > 0 else 0}
+        one_rank, m = round_files(lattice, work, target, machine, tag, i, j, figures,
+                                  "the slower of two copies of this model's decode (kernel_scaling) and prefill "
+                                  "(compute_scaling) on both cores at once against the one-rank runs on either "
+                                  "side, beside the row's run")
         rounds.append((run, one_rank, m))
     with open(manifest, "w") as f:
         json.dump([{"decode_tok_s": r[0][0], "prefill_tok_s": r[0][1], "run": r[0][2], "one_rank": r[1], "machine": r[2]}
@@ -268,6 +278,18 @@ class Job:
         if self.alive():
             os.kill(self.p.pid, signal.SIGCONT)
 
+    def end(self):
+        """Ends the job if it still runs (resumed first: a stopped launcher acts on SIGTERM only
+        once resumed, and stops its ranks)."""
+        if self.alive():
+            os.kill(self.p.pid, signal.SIGCONT)
+            self.p.terminate()
+            try:
+                self.p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait(timeout=30)
+
     def report(self):
         if self.out is None:
             self.out, self.err = self.p.communicate(timeout=900)
@@ -314,39 +336,44 @@ def interleaved(lattice, work, target, label, machine, prompt, n, mode, prov, a,
     if a.repredict:
         return saved_rounds(manifest, tag)
     cpus = pin_cpus(2, a) if len(usable_cpus()) > 1 else [None]
-    corun = mode == "tp" and len(cpus) > 1 and json.load(open(machine)).get("cores", 0) >= 2
+    cores = max(1, json.load(open(machine)).get("cores", 1))
+    corun = mode == "tp" and len(cpus) > 1 and cores >= 2
     # Tokens enough for every job to outlast its warm-up and phases, at the fastest it could go
     # (the one-rank run's pace over as many ranks as cores), with room; at most 1500.
     ms1 = 1000 / m1[0]
-    cores = max(1, json.load(open(machine)).get("cores", 1))
     row_tokens = min(1500, int((a.cycles * a.window + a.warmup) * 1150 / (ms1 / min(n, cores))) + 16)
     one_tokens = min(1500, int((a.cycles * a.window * (2 if corun else 1) + a.warmup) * 1150 / ms1) + 16)
     # Warm-up: each job alone, in turn, started then (so that it loads alone).
     jobs, warm = {}, {}
-    for k, cpu in [("row", None)] + [(f"cpu{i}", c) for i, c in enumerate(cpus)]:
-        t0 = time.monotonic()
-        jobs[k] = Job(run_cmd(lattice, target, prompt, n, mode, prov, a, row_tokens) if k == "row"
-                      else run_cmd(lattice, target, prompt, 1, "-", "-", a, one_tokens), cpu)
-        time.sleep(a.warmup)
-        jobs[k].stop()
-        warm[k] = (t0, time.monotonic())
-    phases = [("row",)] + [(f"cpu{i}",) for i in range(len(cpus))] + ([("cpu0", "cpu1")] if corun else [])
-    windows = []  # (cycle, phase, start, end, every job alive)
-    cycle = 0
-    while cycle < a.cycles and all(j.alive() for j in jobs.values()):
-        for ph in phases:
-            for k in ph:
-                jobs[k].go()
+    try:
+        for k, cpu in [("row", None)] + [(f"cpu{i}", c) for i, c in enumerate(cpus)]:
             t0 = time.monotonic()
-            time.sleep(a.window)
-            t1 = time.monotonic()
-            for k in ph:
-                jobs[k].stop()
-            windows.append((cycle, ph, t0, t1, all(j.alive() for j in jobs.values())))
-        cycle += 1
-    for j in jobs.values():  # the rest of the runs together (not measured; the reports come at their ends)
-        j.go()
-    out = {k: j.report() for k, j in jobs.items()}
+            jobs[k] = Job(run_cmd(lattice, target, prompt, n, mode, prov, a, row_tokens) if k == "row"
+                          else run_cmd(lattice, target, prompt, 1, "-", "-", a, one_tokens), cpu)
+            time.sleep(a.warmup)
+            jobs[k].stop()
+            warm[k] = (t0, time.monotonic())
+        phases = [("row",)] + [(f"cpu{i}",) for i in range(len(cpus))] + ([("cpu0", "cpu1")] if corun else [])
+        windows = []  # (cycle, phase, start, end, every job alive)
+        cycle = 0
+        while cycle < a.cycles and all(j.alive() for j in jobs.values()):
+            for ph in phases:
+                for k in ph:
+                    jobs[k].go()
+                t0 = time.monotonic()
+                time.sleep(a.window)
+                t1 = time.monotonic()
+                for k in ph:
+                    jobs[k].stop()
+                windows.append((cycle, ph, t0, t1, all(j.alive() for j in jobs.values())))
+            cycle += 1
+        for j in jobs.values():  # the rest of the runs together (not measured; the reports come at their ends)
+            j.go()
+        out = {k: j.report() for k, j in jobs.items()}
+    finally:
+        # A failed or interrupted measurement leaves no job behind, stopped or running.
+        for j in jobs.values():
+            j.end()
     # Whole cycles: every job alive through them, and every job decoding when they began (a job
     # still loading or prefilling after its warm-up has no pace yet).
     decoding = max(j["token_clock_ms"][0] / 1000 for j in out.values())
@@ -388,18 +415,13 @@ def interleaved(lattice, work, target, label, machine, prompt, n, mode, prov, a,
         j = dict(out["cpu0"], decode_tok_s=1000 / one_ms, n_gen=2 * max(1, int(median([x[1] for x in alone]))),
                  prefill_tok_s=sum(pre_one) / len(pre_one) if pre_one else m1[1])
         j["ranks"] = [dict(j["ranks"][0], decode_ms_per_token=one_ms, step_ms_per_token=one_ms * ratio)]
-        one_rank = os.path.join(work, f"one-rank-{tag}-{r}.json")
-        with open(one_rank, "w") as f:
-            json.dump(j, f)
-        m, _ = raise_machine(lattice, work, target, machine, j["decode_tok_s"], f"this-machine-raised-{tag}-{r}.json")
+        figures = {}
         if corun:
             co = max(pace("cpu0", ("cpu0", "cpu1"), cyc)[0], pace("cpu1", ("cpu0", "cpu1"), cyc)[0])
-            m, _ = with_scaling(work, m, {"kernel_scaling": one_ms / co if co > 0 else 0},
-                                "the slower of the two one-rank runs on both cores at once against them alone, "
-                                "in turns with the row's run (--interleave)", f"this-machine-corun-{tag}-{r}.json")
-        if m == machine:
-            m = os.path.join(work, f"this-machine-{tag}-{r}.json")
-            shutil.copyfile(machine, m)
+            figures = {"kernel_scaling": one_ms / co if co > 0 else 0}
+        one_rank, m = round_files(lattice, work, target, machine, tag, r, j, figures,
+                                  "the slower of the two one-rank runs on both cores at once against them alone, "
+                                  "in turns with the row's run (--interleave)")
         rounds.append(((1000 / row_ms, pre, run), one_rank, m))
         saved.append({"decode_tok_s": 1000 / row_ms, "prefill_tok_s": pre, "run": run, "one_rank": one_rank, "machine": m,
                       "windows": [w for w in windows if w[0] in cyc], "others": {k: out[k] for k in out if k != "row"}})
