@@ -25,11 +25,14 @@
 # resumed (SIGTSTP / SIGCONT) so that every cycle of 0.6 s phases gives the row, each one-rank run
 # alone and the two together the machine in turn; each job's pace is read from its token times
 # (run --json, token_clock_ms) inside its own phases, a few seconds from the others' (docs/SIM.md,
-# session 26). INTERLEAVE=0: ADJACENT's runs one after the other.
+# session 26). INTERLEAVE=0: ADJACENT's runs one after the other. Rows beyond the cores run with
+# `run --bind cores` (BIND=cores, the default: rank r on CPU r mod CPUs, the placement the
+# simulator takes, so they too run in turns); BIND=auto leaves them to the scheduler, whose
+# placement moved 3 ranks on 2 cores between 1.06 and 1.35 x the pace of 2 (session 27).
 #
 #   bench/sim_vs_local.sh [BUILD_DIR]     env: RANKS=1,2,3,4 MODES=tp,pp N=32 REPS=2
 #       PROVIDERS=shm,tcp,tcp-emu,verbs-emu LAT_US=50 GBYTES_S=1 MODELS="a.gguf b.gguf" JSON=1 ADJACENT=1
-#       PIN_ALONE=1 REPREDICT=1 INTERLEAVE=1
+#       PIN_ALONE=1 REPREDICT=1 INTERLEAVE=1 BIND=cores
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-build}
@@ -58,6 +61,6 @@ for m in $models; do
     --ranks "${RANKS:-1,2,3,4}" --modes "${MODES:-tp,pp}" --providers "${PROVIDERS:-shm,tcp,tcp-emu,verbs-emu}" \
     --reps "${REPS:-2}" --n "${N:-32}" --link-latency-us "${LAT_US:-50}" --link-gbytes-s "${GBYTES_S:-1}" \
     $( [ "${ADJACENT:-1}" = 1 ] && echo --adjacent ) $( [ "${PIN_ALONE:-1}" = 1 ] && echo --pin-alone ) $( [ "${REPREDICT:-0}" = 1 ] && echo --repredict ) \
-    $( [ "${INTERLEAVE:-1}" = 1 ] && echo --interleave ) ${JSON:+--json}
+    $( [ "${INTERLEAVE:-1}" = 1 ] && echo --interleave ) --bind "${BIND:-cores}" ${JSON:+--json}
   echo
 done

@@ -135,7 +135,7 @@ def measure(lattice, target, prompt, n, mode, prov, a, reps=None, cpu=None):
     for _ in range(reps or a.reps):
         cmd = one_rank_cmd(lattice, target, prompt, a)[:-4]
         if n > 1:
-            cmd += ["--nodes", str(n), "--provider", run_provider(prov, a), "--parallel", mode]
+            cmd += row_flags(n, mode, prov, a)
         else:
             # One rank through the distributed rows' own path (generate_distributed), which
             # reports the forward steps' share of a token (ranks[].step_ms_per_token). (Session
@@ -233,12 +233,20 @@ def adjacent(lattice, work, target, label, machine, prompt, n, mode, prov, a):
     return rounds
 
 
+def row_flags(n, mode, prov, a):
+    """`lattice run`'s flags of a row of n > 1 ranks. --bind cores: beyond the cores, rank r on CPU
+    r mod CPUs, the placement the simulator takes (each core's ranks in turns: 3 on 2 cores two to
+    one); unpinned, the scheduler spread 3 ranks over 2 cores at 1.06-1.35 x the pace of 2 from
+    run to run (docs/SIM.md, sessions 26-27). Within the cores both bind a rank a CPU."""
+    return ["--nodes", str(n), "--provider", run_provider(prov, a), "--parallel", mode, "--bind", a.bind]
+
+
 def run_cmd(lattice, target, prompt, n, mode, prov, a, tokens):
     """`lattice run` of a row (n > 1) or of one rank, `tokens` generated."""
     cmd = one_rank_cmd(lattice, target, prompt, a)[:-4]
     cmd[cmd.index("-n") + 1] = str(tokens)
     if n > 1:
-        return cmd + ["--nodes", str(n), "--provider", run_provider(prov, a), "--parallel", mode]
+        return cmd + row_flags(n, mode, prov, a)
     return cmd + ["--nodes", "1", "--provider", "shm"]
 
 
@@ -445,13 +453,12 @@ def one(lattice, work, target, label, machine, prompt, n, mode, prov, a, one_ran
     """Measures (unless given) and predicts one configuration; a row of the table. With --adjacent,
     each round's run against its own prediction, and the row is the round of the median decode
     error (its prefill error the median of the rounds')."""
-    # In turns only while the ranks fit the cores (each pinned to a CPU of its own by lattice
-    # launch): beyond them the scheduler places the ranks anew at every resume, and a stopped and
-    # resumed row no longer runs as a whole run does (docs/SIM.md, session 26: 3 tensor-parallel
-    # ranks at 1.07x the pace of 2 in turns, 1.27-1.35x in whole runs), so those rows are
-    # --adjacent's.
+    # In turns while every rank is pinned (--bind cores beyond the cores): unpinned, the scheduler
+    # places the ranks anew at every resume, and a stopped and resumed row no longer runs as a
+    # whole run does (docs/SIM.md, session 26: 3 tensor-parallel ranks at 1.07x the pace of 2 in
+    # turns, 1.27-1.35x in whole runs), so those rows are --adjacent's.
     cores = json.load(open(machine)).get("cores", 0) or len(usable_cpus())
-    if measured is None and a.interleave and 1 < n <= cores:
+    if measured is None and a.interleave and 1 < n and (n <= cores or a.bind == "cores"):
         rounds = interleaved(lattice, work, target, label, machine, prompt, n, mode, prov, a, m1)
     elif measured is None and a.adjacent and n > 1:
         rounds = adjacent(lattice, work, target, label, machine, prompt, n, mode, prov, a)
@@ -618,6 +625,9 @@ def main():
     ap.add_argument("--cycles", type=int, default=12, help="with --interleave: cycles of phases a row")
     ap.add_argument("--warmup", type=float, default=5.0,
                     help="with --interleave: seconds each job runs alone first (loading, its prefill)")
+    ap.add_argument("--bind", default="cores", choices=["cores", "auto"],
+                    help="the rows' `run --bind`: cores pins ranks beyond the cores too (rank r on CPU r mod CPUs, "
+                         "as the simulator places them), auto leaves them to the scheduler")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if a.interleave:

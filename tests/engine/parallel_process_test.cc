@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "lattice/cluster/launcher.h"
 #include "lattice/engine/gguf/make_model.h"
 #include "model_testlib.h"
 #include "parallel_testlib.h"
@@ -191,6 +192,36 @@ TEST_F(ParallelProcess, DemoRunsTwoRanks) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
   EXPECT_LE(clock.back().get<double>(), now_ms);
   EXPECT_GT(clock.front().get<double>(), now_ms - 600e3);  // this run's, on this clock
+}
+
+// --bind: each rank reports the CPUs it ran on, and they are the ones launch's policy gives (cores:
+// beyond the CPUs too, rank r on CPU r mod CPUs; auto: unpinned beyond them). A wrong word is
+// refused by name before any rank starts.
+TEST_F(ParallelProcess, RanksRunOnTheCpusBindGives) {
+  using namespace lattice::cluster;
+  const std::vector<int> cpus = usable_cpus();
+  const int n = static_cast<int>(cpus.size()) + 1;  // one rank beyond the CPUs, a pipeline stage each
+  if (n > 8) GTEST_SKIP() << "a rank beyond " << cpus.size() << " CPUs is more stages than the model's layers";
+  const std::string m = model_path(8);
+  for (const char* policy : {"cores", "auto"}) {
+    int code = -1;
+    const std::string out = run("run -m " + m + " -p hi -n 2 --temp 0 --json -t 1 --nodes " + std::to_string(n) +
+                                    " --parallel pp --bind " + policy, &code);
+    ASSERT_EQ(code, 0) << out;
+    auto j = nlohmann::json::parse(out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << out;
+    ASSERT_EQ(j["ranks"].size(), size_t(n)) << out;
+    const auto want = bind_cpus(n, *parse_bind(policy) == Bind::kAuto ? Bind::kNone : Bind::kCores, cpus);
+    for (const auto& r : j["ranks"]) {
+      const int rank = r["rank"].get<int>();
+      const auto& w = want[size_t(rank)];
+      EXPECT_EQ(r["cpus"].get<std::vector<int>>(), w.empty() ? cpus : w) << policy << " rank " << rank;
+    }
+  }
+  int code = -1;
+  const std::string out = run("run -m " + m + " -p hi -n 2 --nodes 2 --bind core", &code, true);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("--bind must be auto, cores or none (got 'core')"), std::string::npos) << out;
 }
 
 TEST_F(ParallelProcess, AKilledRankIsReplacedOnTheSurvivorsAndTheRunCompletes) {

@@ -146,6 +146,10 @@ Registrar run_cmd{{"run", "generate text from a GGUF model (llama, qwen2, qwen3,
                                     "with --nodes: bound on the whole job in seconds (0: none); ranks still running then "
                                     "are stopped and run exits 124")
                          ->capture_default_str();
+                     app.add_option("--bind", a->bind,
+                                    "with --nodes: pin the ranks to CPUs: auto (each rank CPUs of its own while they fit, "
+                                    "else unpinned), cores (also beyond the CPUs: rank r on CPU r mod CPUs), none")
+                         ->capture_default_str();
                      app.add_flag("--demo", a->demo, "with no -m: a small make-model model on 2 local ranks");
                      app.add_flag("--json", a->json, "print one JSON object (tokens, text, speeds) instead of text");
                      return [a] { return run(*a); };

@@ -160,6 +160,7 @@ std::string check_args(const RunArgs& a, int world) {
   if (a.ctx < 0) return "--ctx must be >= 0";
   if (!(a.ep_replicate >= 0 && a.ep_replicate <= 1)) return "--ep-replicate must be in [0, 1]";
   if (!(a.deadline_s >= 0 && a.deadline_s <= 1e7)) return "--deadline-s must be 0 (none) or a positive number of seconds";
+  if (auto b = cluster::parse_bind(a.bind); !b.ok()) return b.status().message();
   return "";
 }
 
@@ -203,7 +204,10 @@ int launch_local(RunArgs a) {
   // Each rank on CPUs of its own when they fit, recovery or not: an unpinned pair of ranks
   // decodes 0.86x one process, a pinned pair 0.92x (docs/BENCHMARKS.md). A survivor keeps
   // its CPU; the lost rank's CPU stays idle (a rank runs -t threads, not more).
-  job.bind = cluster::bind_when_fits(a.nodes, a.threads);
+  // Beyond the CPUs the scheduler places the ranks unless --bind cores pins them round the
+  // CPUs: 3 ranks on 2 cores then always share one core two to one.
+  const cluster::Bind bind = *cluster::parse_bind(a.bind);
+  job.bind = bind == cluster::Bind::kAuto ? cluster::bind_when_fits(a.nodes, a.threads) : bind;
   // A job deadline bounds the launcher's wait: ranks neither progressing nor exiting by then
   // (a stopped one, one cut off) are stopped and the run exits 124, as timeout(1) does.
   job.launch.deadline = std::chrono::milliseconds(static_cast<int64_t>(a.deadline_s * 1000));

@@ -30,6 +30,9 @@ struct RunArgs {
   int ep_a2a_min_rows = -1;
   int batch = 64;               // prompt rows a step
   double deadline_s = 0;        // the whole job (0: none); ranks still running then are stopped, exit 124
+  // --nodes: pin the ranks to CPUs (cluster::parse_bind): auto (a block of CPUs each while they
+  // fit, else unpinned), cores (beyond the CPUs too: rank r on CPU r mod CPUs), none.
+  std::string bind = "auto";
   int n_predict = 128;
   int threads = 0;             // 0: all cores on one node, 1 per rank over ranks
   float temp = 0.8f;

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <string>
 
+#include "lattice/cluster/launcher.h"
 #include "lattice/coll/coll.h"
 #include "lattice/engine/parallel/recovery.h"
 
@@ -345,6 +346,8 @@ Result<DistResult> generate_distributed(cluster::Cluster& c, const DistOptions& 
                          {"ff", {m.ff().begin, m.ff().end}},
                          {"vocab", {m.vocab().begin, m.vocab().end}},
                          {"shard_bytes", m.shard_bytes()},
+                         // The CPUs this rank may run on (its launcher's --bind): where it ran.
+                         {"cpus", cluster::usable_cpus()},
                          {"load_s", load_s},
                          {"bytes_sent_per_token", decode_cs.bytes / denom},
                          {"coll_ms_per_token", decode_cs.seconds * 1e3 / denom},
