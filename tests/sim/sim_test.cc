@@ -740,6 +740,43 @@ TEST(Sim, LockstepRanksWaitForEachSegmentsSlowest) {
   EXPECT_GT(four_bare->decode_tok_s, four->decode_tok_s);
 }
 
+// Ranks beyond a machine's cores are pinned round them (`run --bind cores`: the i-th on core i
+// mod 2) and each core runs its ranks' work in turn: a rank works at a core's rate (as two ranks at
+// once do), and reaches each collective when its core's ranks have all done theirs. Four equal
+// ranks on two cores then step as two do; three put ranks 0 and 2 on core 0, which carries rank
+// 0's larger share of the 1.1B Llama's 4 KV heads (2 of 4, the others 1): its layer is 3/4 of the
+// attention and 2/3 of the FFN, 1.37 x what each of two ranks reads, where giving every rank half
+// a core (the heaviest twice over) would read 1.48 x.
+TEST(Sim, RanksBeyondTheCoresTakeTurnsOnTheCoresTheyArePinnedTo) {
+  const std::string dir = testing::scratch_dir("turns");
+  std::ofstream(dir + "/cpu.json") << machine_to_json(two_core_cpu()).dump();
+  SimOptions o;
+  o.base_dir = dir;
+  o.mode = Mode::kTensor;
+  const auto shape = *shape_preset("llama-1.1b-q4");
+  auto two = simulate(shape, shm_mesh("cpu.json", false, 2), o);
+  auto three = simulate(shape, shm_mesh("cpu.json", false, 3), o);
+  auto four = simulate(shape, shm_mesh("cpu.json", false, 4), o);
+  ASSERT_TRUE(two.ok() && three.ok() && four.ok()) << three.status().to_string();
+  EXPECT_EQ(two->core_turns, 0);
+  EXPECT_EQ(three->core_turns, 2);
+  EXPECT_EQ(four->core_turns, 2);
+  for (const auto* r : {&*three, &*four})
+    for (const auto& n : r->nodes) EXPECT_DOUBLE_EQ(n.read_gbs, two->nodes[0].read_gbs) << n.name;
+  EXPECT_NEAR(four->token_ms, two->token_ms, 0.03 * two->token_ms);
+  EXPECT_GT(three->token_ms, 1.33 * two->token_ms);
+  EXPECT_LT(three->token_ms, 1.42 * two->token_ms);
+  // Machines of their own, and pipeline stages (one works at a time): no turns.
+  auto apart = simulate(shape, shm_mesh("cpu.json", true, 3), o);
+  o.mode = Mode::kPipeline;
+  auto pp = simulate(shape, shm_mesh("cpu.json", false, 3), o);
+  ASSERT_TRUE(apart.ok() && pp.ok());
+  EXPECT_EQ(apart->core_turns, 0);
+  EXPECT_EQ(pp->core_turns, 0);
+  EXPECT_NE(render_text(*three).find("up to 2 a core"), std::string::npos);
+  EXPECT_EQ(to_json(*three)["core_turns"], 2);
+}
+
 // Ranks on one 2-core machine joined by emulated tcp links (a latency on tcp between processes of
 // one machine: the link emulator's relay), whose machine file measured the relays' CPU an 8 KiB
 // all-reduce: beyond the cores each message of every collective holds every rank its share (the

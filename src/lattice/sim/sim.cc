@@ -23,6 +23,10 @@ struct Rank {
   double read_gbs = 0;  // what the engine reaches
   double flops = 0;     // per second
   double memory_bytes = 0;
+  // Ranks beyond their machine's cores, pinned round them as `run --bind cores` does (the i-th
+  // rank there on core i mod cores): the core this one shares with the others there (an index
+  // unique over every machine); -1 when the ranks there fit the cores.
+  int core = -1;
 };
 
 std::string phys_of(const std::string& address) {
@@ -48,6 +52,10 @@ struct Collectives {
   // Ranks beyond one machine's cores joined by emulated tcp links: what every message of a
   // collective holds each rank, its relay's CPU spread over the cores (microseconds). 0: none.
   double emulator_us_per_msg = 0;
+  // Rank r's core when ranks beyond the cores take turns on them (Rank::core; -1 or empty: on a
+  // core of its own). Each core runs its ranks' segments one after the other, so a rank reaches
+  // the next collective when every rank of its core has done its work since the last.
+  std::vector<int> core_of = {};
 
   // The plans of one collective (one per rank), how many times they run (sliced all-reduce), and
   // the name of the choice.
@@ -124,10 +132,23 @@ struct Collectives {
     if (des.world() == 1) return Status::Ok();
     LATTICE_ASSIGN_OR_RETURN(Sched s, make(des, op, count, elem_bytes, root));
     if (name) *name = s.name;
-    for (int r = 0; r < des.world(); ++r) {
-      const double worked = des.take_work(r);
-      if (lockstep < 1) des.wait(r, worked * (1 / lockstep - 1));
+    const int W = des.world();
+    std::vector<double> segment(W);
+    for (int r = 0; r < W; ++r) segment[r] = des.take_work(r);
+    if (!core_of.empty()) {
+      // The turns: a rank's segment is its core's, every rank there working at the core's rate
+      // in its turn (the others' work is time this rank waits: sync).
+      std::map<int, double> on_core;
+      for (int r = 0; r < W; ++r)
+        if (core_of[r] >= 0) on_core[core_of[r]] += segment[r];
+      for (int r = 0; r < W; ++r)
+        if (core_of[r] >= 0) {
+          des.wait(r, on_core[core_of[r]] - segment[r]);
+          segment[r] = on_core[core_of[r]];
+        }
     }
+    if (lockstep < 1)
+      for (int r = 0; r < W; ++r) des.wait(r, segment[r] * (1 / lockstep - 1));
     const double emulator_us = emulator_us_per_msg * static_cast<double>(messages(s));
     for (int i = 0; i < s.repeat; ++i) {
       if (emulator_us > 0)
@@ -454,9 +475,26 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   // Speeds. Ranks on one machine share its memory bandwidth and cores while they work at once
   // (tensor and expert parallel); pipeline stages of one sequence take turns, so each has the
   // machine to itself while it works.
+  // Ranks beyond a machine's cores (tensor and expert parallel, which meet at every collective)
+  // are pinned round its cores, as `run --bind cores` places them: the i-th rank there on core i
+  // mod the cores it has room for (-t threads a rank). Each then works at a core's rate in its
+  // turn, with as many ranks as cores at once (Collectives::core_of). Pipeline stages take turns
+  // on the whole machine instead (one works at a time).
+  std::map<std::string, int> placed, first_core;
+  int cores_used = 0;
+  bool turns = false;
   for (Rank& k : ranks) {
     const Machine& m = k.machine;
-    const int share = L.mode == Mode::kPipeline ? 1 : sharers[k.phys];
+    const int share = sharers[k.phys], slots = std::max(1, m.cores / std::max(1, o.threads));
+    if (L.mode == Mode::kPipeline || m.cores <= 0 || share * std::max(1, o.threads) <= m.cores) continue;
+    if (!first_core.count(k.phys)) first_core[k.phys] = cores_used, cores_used += slots;
+    k.core = first_core[k.phys] + placed[k.phys]++ % slots;
+    turns = true;
+  }
+  for (Rank& k : ranks) {
+    const Machine& m = k.machine;
+    const int slots = std::max(1, m.cores / std::max(1, o.threads));
+    const int share = L.mode == Mode::kPipeline ? 1 : k.core >= 0 ? slots : sharers[k.phys];
     const double eff = o.decode_efficiency > 0 ? o.decode_efficiency
                        : m.decode_efficiency > 0 ? m.decode_efficiency : prof.decode_efficiency;
     const double sus = o.sustained && m.throttles ? m.sustained_factor : 1.0;
@@ -475,6 +513,8 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   LATTICE_ASSIGN_OR_RETURN(Colocated colo, colocated_cost(prof, ranks, chosen, rank_of, coll));
   coll.colocated_us = colo.extra_us;
   coll.colocated_us_per_byte = colo.per_byte_us;
+  if (turns)
+    for (const Rank& k : ranks) coll.core_of.push_back(k.core);
   // Ranks that meet at every collective on one machine: each on cores of its own, the machine
   // file's lockstep figure for that many. Beyond the cores each core runs its ranks' segments in
   // turn and the cores meet at every collective as that many ranks would: the figure for as many
@@ -543,6 +583,11 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   R.colocated_allreduce_256k_us = colo.measured_large_us;
   R.colocated_sync_us_per_kib = colo.per_byte_us * 1024;
   R.lockstep_scaling = coll.lockstep;
+  {
+    std::map<int, int> on_core;
+    for (const Rank& k : ranks)
+      if (k.core >= 0) R.core_turns = std::max(R.core_turns, ++on_core[k.core]);
+  }
   R.pipeline_scaling = coll.stages;
   R.emulator_cpu_us = emulator_cpu_us;
   R.emulator_us_per_msg = coll.emulator_us_per_msg;

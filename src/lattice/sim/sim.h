@@ -82,6 +82,10 @@ struct SimResult {
   // all-reduce (MeasuredLink::emulator_cpu_us), and what each message of a collective holds
   // every rank for it. 0: not charged.
   double emulator_cpu_us = 0, emulator_us_per_msg = 0;
+  // Ranks beyond a machine's cores (tensor or expert parallel), pinned round them as `run --bind
+  // cores` does and taking turns on each: the most ranks on one core. 0: every rank on cores of
+  // its own.
+  int core_turns = 0;
   double decode_tok_s = 0, prefill_tok_s = 0, ttft_ms = 0, token_ms = 0;
   double model_bytes = 0, bytes_per_token = 0;
   double energy_j_per_token = 0;

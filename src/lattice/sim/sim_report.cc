@@ -36,6 +36,7 @@ nlohmann::json to_json(const SimResult& r) {
                       {"colocated_allreduce_256k_us", r.colocated_allreduce_256k_us},
                       {"colocated_sync_us_per_kib", r.colocated_sync_us_per_kib},
                       {"lockstep_scaling", r.lockstep_scaling},
+                      {"core_turns", r.core_turns},
                       {"pipeline_scaling", r.pipeline_scaling},
                       {"emulator_cpu_us", r.emulator_cpu_us},
                       {"decode_tok_s", r.decode_tok_s},
@@ -87,6 +88,9 @@ std::string render_text(const SimResult& r) {
   if (r.colocated_allreduce_256k_us > 0)
     s += fmt("  and at 256 KiB its measured %.1f us:", r.colocated_allreduce_256k_us) +
          fmt(" %.3f us more a KiB beyond 8 (sync)\n", r.colocated_sync_us_per_kib);
+  if (r.core_turns > 1)
+    s += std::string("ranks beyond the cores: pinned round them as `run --bind cores` does (the i-th on core i mod the cores), ") +
+         "up to " + std::to_string(r.core_turns) + " a core, each core running its ranks' work in turn (the others' turns: sync)\n";
   if (r.lockstep_scaling < 1)
     s += "ranks in lockstep on one machine: each segment waits for its slowest rank, " +
          fmt("%.1f%% of the work before each collective (sync)\n", 100 / r.lockstep_scaling - 100);
