@@ -111,6 +111,9 @@ Result<sim::MeasuredLink> measure_link(const std::string& provider, bool quick) 
   return m;
 }
 
+// The bench's ranks are pinned as the simulator places ranks (--bind cores: beyond the cores
+// too, the i-th on core i mod the cores, as `run --bind cores` runs them), so what ranks beyond
+// the cores cost is measured in the placement it is charged to.
 // The JSON rows of `bench coll --procs --json` (each after the launcher's "[rank 0] ").
 std::vector<nlohmann::json> coll_rows(const std::string& out) {
   std::vector<nlohmann::json> rows;
@@ -133,7 +136,7 @@ struct AllReduce {
 };
 Result<AllReduce> measure_allreduce(const std::string& provider, int ranks, bool quick, bool large = false) {
   LATTICE_ASSIGN_OR_RETURN(std::string out,
-                           run_capture({cluster::self_exe(), "bench", "coll", "--procs", "-n", std::to_string(ranks),
+                           run_capture({cluster::self_exe(), "bench", "coll", "--procs", "--bind", "cores", "-n", std::to_string(ranks),
                                         "--provider", provider, "--op", "all_reduce", "-b", "8K", "-e",
                                         large ? "256K" : "8K", "-f", "32", "--iters", quick ? "100" : "300",
                                         "--timeout", "30", "--json"},
@@ -160,7 +163,7 @@ struct Lockstep {
 Result<Lockstep> measure_lockstep(const std::string& provider, int ranks, const std::string& work, bool quick,
                                   const std::string& op = "all_reduce", int iters = 1600) {
   LATTICE_ASSIGN_OR_RETURN(std::string out,
-                           run_capture({cluster::self_exe(), "bench", "coll", "--procs", "-n", std::to_string(ranks),
+                           run_capture({cluster::self_exe(), "bench", "coll", "--procs", "--bind", "cores", "-n", std::to_string(ranks),
                                         "--provider", provider, "--op", op, "-b", "8K", "-e", "8K", "--iters",
                                         std::to_string(quick ? std::max(8, iters / 4) : iters), "--work", work,
                                         "--timeout", "30", "--json"},
