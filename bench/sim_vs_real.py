@@ -456,9 +456,12 @@ def one(lattice, work, target, label, machine, prompt, n, mode, prov, a, one_ran
     # In turns while every rank is pinned (--bind cores beyond the cores): unpinned, the scheduler
     # places the ranks anew at every resume, and a stopped and resumed row no longer runs as a
     # whole run does (docs/SIM.md, session 26: 3 tensor-parallel ranks at 1.07x the pace of 2 in
-    # turns, 1.27-1.35x in whole runs), so those rows are --adjacent's.
+    # turns, 1.27-1.35x in whole runs), so those rows are --adjacent's. Tensor parallel only: a
+    # pipeline's phase keeps both cores busy (the waiting stages poll), and with no co-run phase
+    # to carry that, its one-rank phases read 20-25 ms a token where whole runs read 28-29
+    # (session 27: the 4-stage pipelines +31 to +42% in turns, 0.96 of one rank in whole runs).
     cores = json.load(open(machine)).get("cores", 0) or len(usable_cpus())
-    if measured is None and a.interleave and 1 < n and (n <= cores or a.bind == "cores"):
+    if measured is None and a.interleave and mode == "tp" and 1 < n and (n <= cores or a.bind == "cores"):
         rounds = interleaved(lattice, work, target, label, machine, prompt, n, mode, prov, a, m1)
     elif measured is None and a.adjacent and n > 1:
         rounds = adjacent(lattice, work, target, label, machine, prompt, n, mode, prov, a)
