@@ -22,8 +22,9 @@ wire, fabric/verbs/emu/emu.h), and the simulator's topology gives every link tho
 ("latency_us": L, "gbps": 8 R). --machine reuses a calibration (written by an earlier run).
 
 --adjacent measures each row's calibration (one-rank runs, a co-run pair) beside each of its runs;
---interleave runs them in turns with the row's run, phase by phase, where the row's ranks fit the
-cores (docs/SIM.md, session 26).
+--interleave runs them in turns with a tensor-parallel row's run, phase by phase, where the row's
+ranks are pinned (docs/SIM.md, sessions 26-27); --bind cores (the default) pins them beyond the
+cores too, as the simulator places them.
 """
 import argparse
 import json
@@ -622,8 +623,9 @@ def main():
                     help="with --adjacent: no runs; predict the last table's saved runs and calibrations again "
                          "(a model change against the same measurements)")
     ap.add_argument("--interleave", action="store_true",
-                    help="each row's run in turns with its one-rank runs and co-run, phase by phase (SIGTSTP / "
-                         "SIGCONT of their launchers), each round predicted from the phases beside it")
+                    help="each tensor-parallel row's run in turns with its one-rank runs and co-run, phase by phase "
+                         "(SIGTSTP / SIGCONT of their launchers), each round predicted from the phases beside it; "
+                         "pipelines as --adjacent's whole runs")
     ap.add_argument("--window", type=float, default=0.6, help="with --interleave: seconds a phase")
     ap.add_argument("--cycles", type=int, default=12, help="with --interleave: cycles of phases a row")
     ap.add_argument("--warmup", type=float, default=5.0,
