@@ -481,15 +481,15 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   // turn, with as many ranks as cores at once (Collectives::core_of). Pipeline stages take turns
   // on the whole machine instead (one works at a time).
   std::map<std::string, int> placed, first_core;
+  std::map<int, int> on_core;  // the ranks each core runs in turn
   int cores_used = 0;
-  bool turns = false;
   for (Rank& k : ranks) {
     const Machine& m = k.machine;
     const int share = sharers[k.phys], slots = std::max(1, m.cores / std::max(1, o.threads));
     if (L.mode == Mode::kPipeline || m.cores <= 0 || share * std::max(1, o.threads) <= m.cores) continue;
     if (!first_core.count(k.phys)) first_core[k.phys] = cores_used, cores_used += slots;
     k.core = first_core[k.phys] + placed[k.phys]++ % slots;
-    turns = true;
+    ++on_core[k.core];
   }
   for (Rank& k : ranks) {
     const Machine& m = k.machine;
@@ -513,7 +513,7 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   LATTICE_ASSIGN_OR_RETURN(Colocated colo, colocated_cost(prof, ranks, chosen, rank_of, coll));
   coll.colocated_us = colo.extra_us;
   coll.colocated_us_per_byte = colo.per_byte_us;
-  if (turns)
+  if (!on_core.empty())
     for (const Rank& k : ranks) coll.core_of.push_back(k.core);
   // Ranks that meet at every collective on one machine: each on cores of its own, the machine
   // file's lockstep figure for that many. Beyond the cores each core runs its ranks' segments in
@@ -583,11 +583,7 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   R.colocated_allreduce_256k_us = colo.measured_large_us;
   R.colocated_sync_us_per_kib = colo.per_byte_us * 1024;
   R.lockstep_scaling = coll.lockstep;
-  {
-    std::map<int, int> on_core;
-    for (const Rank& k : ranks)
-      if (k.core >= 0) R.core_turns = std::max(R.core_turns, ++on_core[k.core]);
-  }
+  for (const auto& [core, n] : on_core) R.core_turns = std::max(R.core_turns, n);
   R.pipeline_scaling = coll.stages;
   R.emulator_cpu_us = emulator_cpu_us;
   R.emulator_us_per_msg = coll.emulator_us_per_msg;
