@@ -94,6 +94,7 @@ Result<std::unique_ptr<Forward>> Forward::create(const Model& model, Group& grou
   for (const Want& w : wants) {
     *w.buf = alloc_floats(w.n);
     if (!*w.buf) return ResourceExhausted("forward: cannot allocate scratch buffers");
+    std::memset(w.buf->get(), 0, w.n * sizeof(float));
     f->scratch_floats_ += w.n;
   }
   if (model.has_head()) f->logits_.assign(size_t{o.max_items} * model.vocab().size(), 0.0f);
