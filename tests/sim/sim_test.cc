@@ -641,13 +641,14 @@ TEST(Sim, PipelineStagesOverAProviderPayItsMeasuredChain) {
   EXPECT_DOUBLE_EQ(tp->pipeline_scaling, 1.0);
 }
 
-// Two ranks of one machine over the emulated verbs device, whose own lockstep figure the machine
-// file carries: the two fractions multiply. Over shm, or on machines of their own: not applied.
+// Two ranks of one machine over the emulated verbs device, or loopback tcp, whose own lockstep
+// figure the machine file carries: the two fractions multiply. Over shm, or on machines of their own: not applied.
 TEST(Sim, LockstepOverAProviderWithItsOwnFigureMultiplies) {
   Machine m = two_core_cpu();
   m.tb5_ports = 5;
   m.lockstep_scaling = {{2, 0.9}};
   m.links["verbs"] = {6.0, 5.0, {}, {{2, 0.8}}, {}};
+  m.links["tcp"] = {20.0, 5.0, {}, {{2, 0.85}}, {}};  // loopback tcp's, measured on cores of their own
   const std::string dir = testing::scratch_dir("lockstep-verbs");
   std::ofstream(dir + "/cpu.json") << machine_to_json(m).dump();
   auto pair = [](const char* provider, bool apart) {
@@ -677,6 +678,9 @@ TEST(Sim, LockstepOverAProviderWithItsOwnFigureMultiplies) {
   ASSERT_TRUE(shm.ok()) << shm.status().to_string();
   EXPECT_DOUBLE_EQ(shm->lockstep_scaling, 0.9);
   EXPECT_GT(verbs->token.sync_us, shm->token.sync_us);
+  auto tcp = simulate(shape, pair("tcp", false), o);
+  ASSERT_TRUE(tcp.ok()) << tcp.status().to_string();
+  EXPECT_DOUBLE_EQ(tcp->lockstep_scaling, 0.9 * 0.85);
   auto apart = simulate(shape, pair("verbs", true), o);
   ASSERT_TRUE(apart.ok()) << apart.status().to_string();
   EXPECT_DOUBLE_EQ(apart->lockstep_scaling, 1.0);

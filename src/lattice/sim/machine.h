@@ -28,7 +28,9 @@ struct MeasuredLink {
   // one's (each less its back-to-back call while the ranks have cores of their own), a
   // fraction keyed by rank count (2 to 2x cores, at least 4, at most 8). The simulator multiplies Machine::lockstep_scaling by it for ranks
   // joined by this provider (beyond the cores, Machine::lockstep_scaling's figure for the cores).
-  // Measured for the emulated verbs device, whose progress threads share the ranks' cores.
+  // Measured for the emulated verbs device, whose progress threads share the ranks' cores, and
+  // for loopback tcp on cores of their own (a call between kernels costs it more than back to
+  // back, which shm's figure does not carry).
   std::map<int, double> lockstep_scaling;
   // tcp only: the CPU the link emulator's relays (fabric/tcp/link_emu.h) take for the 8 KiB
   // all-reduce above over tcp?latency_us=50&gbytes_s=1, summed over the K ranks' relays,
