@@ -694,6 +694,45 @@ TEST(Sim, LockstepOverAProviderWithItsOwnFigureMultiplies) {
   EXPECT_DOUBLE_EQ(four->lockstep_scaling, 0.9 * 0.5);
 }
 
+// A provider's own lockstep figure (the emulated verbs device's progress threads and wake-ups
+// against shm) is charged on the ranks' work at its quiet pace: when the cores contend for memory
+// (kernel_scaling) the work is longer, and the provider's share does not grow with it (docs/SIM.md,
+// session 29: the MoE's 2-rank rows over the device read -9 / -24 / -17% with the co-run at
+// 0.74 / 0.68 / 0.67, the Llama's -8 / +8 / -4% at 0.85 / 0.96 / 0.98).
+TEST(Sim, AProvidersOwnLockstepIsChargedOnTheQuietWork) {
+  const auto shape = *shape_preset("llama-1.1b-q4");
+  SimOptions o;
+  o.mode = Mode::kTensor;
+  // (verbs sync - shm sync, verbs weight reads) per token, for a machine of this kernel_scaling.
+  auto link_part = [&](double kernel_scaling, int ranks = 2) {
+    Machine m = two_core_cpu();
+    m.mem_bw_gbs = 100;  // the cores' own rate bounds the reads, so kernel_scaling applies
+    m.tb5_ports = 5;
+    m.kernel_scaling = kernel_scaling;
+    m.links["verbs"] = {6.0, 5.0, {}, {{2, 0.8}, {4, 0.8}}, {}};
+    const std::string dir = testing::scratch_dir("lockstep-quiet");
+    std::ofstream(dir + "/cpu.json") << machine_to_json(m).dump();
+    o.base_dir = dir;
+    auto verbs = simulate(shape, shm_mesh("cpu.json", false, ranks, "verbs"), o);
+    auto shm = simulate(shape, shm_mesh("cpu.json", false, ranks, "shm"), o);
+    EXPECT_TRUE(verbs.ok() && shm.ok());
+    return verbs.ok() && shm.ok() ? std::pair{verbs->token.sync_us - shm->token.sync_us, verbs->token.weights_us}
+                                  : std::pair{0.0, 0.0};
+  };
+  const auto [quiet_sync, quiet_reads] = link_part(1.0);
+  const auto [busy_sync, busy_reads] = link_part(0.5);
+  EXPECT_NEAR(busy_reads, 2 * quiet_reads, 1e-6 * quiet_reads);  // the contention doubles the work
+  // The device's share: (1 / 0.8 - 1) of the quiet work either way, not of the doubled work.
+  EXPECT_NEAR(quiet_sync, 0.25 * quiet_reads, 0.02 * quiet_reads);
+  EXPECT_NEAR(busy_sync, quiet_sync, 0.01 * quiet_sync);
+  // 4 ranks on 2 cores take turns: each waits at a collective for its core's work, the two
+  // ranks' there, and the device's share is of that work at its quiet pace.
+  const auto [turns_sync, turns_reads] = link_part(0.5, 4);
+  const auto [turns_quiet_sync, turns_quiet_reads] = link_part(1.0, 4);
+  EXPECT_NEAR(turns_sync, 0.25 * 2 * turns_quiet_reads, 0.05 * turns_sync);  // not 0.25 x its own
+  EXPECT_NEAR(turns_sync, turns_quiet_sync, 0.01 * turns_sync);
+}
+
 // Two ranks in lockstep on the cores of one machine that measured 0.8: every collective first
 // waits a quarter (1 / 0.8 - 1) of the work since the previous one, as synchronisation; nothing
 // else moves. Beyond the cores the cores' figure (as many ranks as cores). Pipeline stages,

@@ -33,6 +33,7 @@ Des::Des(int world, std::vector<Cable> cables)
       controller_free_(static_cast<size_t>(world) * kMaxControllers, 0),
       clock_(world, 0),
       worked_(world, 0),
+      quiet_(world, 0),
       parts_(world) {
   for (size_t c = 0; c < cables_.size(); ++c) {
     pair_cables_[cables_[c].a][cables_[c].b].push_back(static_cast<int>(c));
@@ -51,15 +52,18 @@ bool Des::full_mesh() const {
 
 double Des::now() const { return *std::max_element(clock_.begin(), clock_.end()); }
 
-void Des::work(int r, double us, bool bandwidth_bound) {
+void Des::work(int r, double us, bool bandwidth_bound, double quiet_us) {
   clock_[r] += us;
   worked_[r] += us;
+  quiet_[r] += quiet_us < 0 ? us : quiet_us;
   (bandwidth_bound ? parts_[r].weights_us : parts_[r].compute_us) += us;
 }
 
-double Des::take_work(int r) {
+double Des::take_work(int r, double* quiet_us) {
   const double w = worked_[r];
+  if (quiet_us) *quiet_us = quiet_[r];
   worked_[r] = 0;
+  quiet_[r] = 0;
   return w;
 }
 

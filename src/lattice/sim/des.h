@@ -53,10 +53,12 @@ class Des {
   double now() const;  // the latest clock
   const Breakdown& breakdown(int r) const { return parts_[r]; }
 
-  // Rank r works for `us`, bandwidth-bound (weights) or arithmetic-bound (compute).
-  void work(int r, double us, bool bandwidth_bound);
-  // What rank r worked (work()) since the last take_work(r), which starts the count again.
-  double take_work(int r);
+  // Rank r works for `us`, bandwidth-bound (weights) or arithmetic-bound (compute); `quiet_us`
+  // is what that work would take with no other core busy (negative: `us`).
+  void work(int r, double us, bool bandwidth_bound, double quiet_us = -1);
+  // What rank r worked (work()) since the last take_work(r), which starts the count again; and
+  // its quiet time over the same work.
+  double take_work(int r, double* quiet_us = nullptr);
   // Every rank's clock advances to the latest one (the time they wait is synchronisation).
   void barrier();
   // Rank r spends `us` on synchronisation of its own (an engine's per-collective cost).
@@ -99,6 +101,7 @@ class Des {
   std::vector<double> controller_free_;                     // per (rank, controller) slot
   std::vector<double> clock_;
   std::vector<double> worked_;  // work() since take_work()
+  std::vector<double> quiet_;   // and its quiet time
   std::vector<Breakdown> parts_;
 };
 

@@ -26,8 +26,10 @@ struct MeasuredLink {
   // Ranks of this machine in lockstep over this provider (tensor parallel, decode's kernel
   // between all-reduces, `bench coll --work`) against the same over shm: the shm step over this
   // one's (each less its back-to-back call while the ranks have cores of their own), a
-  // fraction keyed by rank count (2 to 2x cores, at least 4, at most 8). The simulator multiplies Machine::lockstep_scaling by it for ranks
-  // joined by this provider (beyond the cores, Machine::lockstep_scaling's figure for the cores).
+  // fraction keyed by rank count (2 to 2x cores, at least 4, at most 8). For ranks joined by
+  // this provider the simulator charges (1 / it - 1) x their work at its quiet pace (no other
+  // core busy: what the provider adds takes the cores' time, not the memory they contend for)
+  // beside Machine::lockstep_scaling's charge (beyond the cores, its figure for the cores).
   // Measured for the emulated verbs device, whose progress threads share the ranks' cores, and
   // for loopback tcp on cores of their own (a call between kernels costs it more than back to
   // back, which shm's figure does not carry).

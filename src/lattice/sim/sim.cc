@@ -22,6 +22,9 @@ struct Rank {
   std::string phys;     // physical machine (hosts at one address share its memory bandwidth)
   double read_gbs = 0;  // what the engine reaches
   double flops = 0;     // per second
+  // read_gbs and flops over what they would be with no other core busy (Machine::kernel_scaling
+  // and compute_scaling's shares): 1 alone, less when every core works at once.
+  double read_quiet = 1, flops_quiet = 1;
   double memory_bytes = 0;
   // Ranks beyond their machine's cores, pinned round them as `run --bind cores` does (the i-th
   // rank there on core i mod cores): the core this one shares with the others there (an index
@@ -46,6 +49,13 @@ struct Collectives {
   // Ranks in lockstep on one machine's cores (Machine::lockstep_scaling): each collective first
   // waits (1 / lockstep - 1) x each rank's work since the previous one. 1: none.
   double lockstep = 1;
+  // And over a provider with its own figure against shm (MeasuredLink::lockstep_scaling: the
+  // emulated verbs device, loopback tcp): (1 / link_lockstep - 1) x that work at its quiet
+  // pace (Des::work's quiet_us: no other core busy). What the provider adds (its progress
+  // threads' CPU, its wake-ups) takes time from the cores, not from the memory or the compute
+  // units the ranks contend for: when every core works at once the work is longer by that
+  // contention, and that part does not grow the provider's share.
+  double link_lockstep = 1;
   // Pipeline stages on one machine (MeasuredLink::pipeline_scaling): each stage's work is
   // followed by (1 / stages - 1) x it of waiting. 1: none.
   double stages = 1;
@@ -133,22 +143,25 @@ struct Collectives {
     LATTICE_ASSIGN_OR_RETURN(Sched s, make(des, op, count, elem_bytes, root));
     if (name) *name = s.name;
     const int W = des.world();
-    std::vector<double> segment(W);
-    for (int r = 0; r < W; ++r) segment[r] = des.take_work(r);
+    std::vector<double> segment(W), quiet(W);
+    for (int r = 0; r < W; ++r) segment[r] = des.take_work(r, &quiet[r]);
     if (!core_of.empty()) {
       // The turns: a rank's segment is its core's, every rank there working at the core's rate
       // in its turn (the others' work is time this rank waits: sync).
-      std::map<int, double> on_core;
+      std::map<int, double> on_core, quiet_on_core;
       for (int r = 0; r < W; ++r)
-        if (core_of[r] >= 0) on_core[core_of[r]] += segment[r];
+        if (core_of[r] >= 0) on_core[core_of[r]] += segment[r], quiet_on_core[core_of[r]] += quiet[r];
       for (int r = 0; r < W; ++r)
         if (core_of[r] >= 0) {
           des.wait(r, on_core[core_of[r]] - segment[r]);
           segment[r] = on_core[core_of[r]];
+          quiet[r] = quiet_on_core[core_of[r]];
         }
     }
     if (lockstep < 1)
       for (int r = 0; r < W; ++r) des.wait(r, segment[r] * (1 / lockstep - 1));
+    if (link_lockstep < 1)
+      for (int r = 0; r < W; ++r) des.wait(r, quiet[r] * (1 / link_lockstep - 1));
     const double emulator_us = emulator_us_per_msg * static_cast<double>(messages(s));
     for (int i = 0; i < s.repeat; ++i) {
       if (emulator_us > 0)
@@ -173,7 +186,7 @@ struct Collectives {
 void work(Des& des, int r, const Rank& k, double bytes, double flops) {
   const double t_read = bytes / (k.read_gbs * 1e3);
   const double t_flop = flops / k.flops * 1e6;
-  des.work(r, std::max(t_read, t_flop), t_read >= t_flop);
+  des.work(r, std::max(t_read, t_flop), t_read >= t_flop, std::max(t_read * k.read_quiet, t_flop * k.flops_quiet));
 }
 
 struct Step {
@@ -501,12 +514,17 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
     // A CPU's threads are limited by their own kernels (the efficiency) while they hold a core,
     // and together by the memory's streaming rate; ranks beyond the cores take turns on them.
     k.read_gbs = m.engine_read_gbs(o.threads, share, eff) * sus;
+    Machine alone = m;
+    alone.kernel_scaling = 1;
+    if (const double quiet = alone.engine_read_gbs(o.threads, share, eff) * sus; quiet > 0)
+      k.read_quiet = std::min(1.0, k.read_gbs / quiet);
     double cf = 1.0 / share;
     if (m.cores > 0) cf = std::min(1.0, m.cores_held(o.threads, share) / m.cores);
     const double ceff = o.prefill_efficiency > 0 ? o.prefill_efficiency
                         : m.prefill_efficiency > 0 ? m.prefill_efficiency : prof.compute_efficiency;
     // Ranks computing at once keep compute_scaling of a core's rate alone (the one-rank fit runs alone).
     k.flops = m.compute_tflops * 1e12 * ceff * sus * cf * m.compute_scale(o.threads, share);
+    k.flops_quiet = std::clamp(m.compute_scale(o.threads, share), 0.0, 1.0);
   }
   std::mt19937 sync_rng(2026);
   Collectives coll{&prof, all_rma && !cables.empty(), &sync_rng};
@@ -528,7 +546,7 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
     if (it != m.lockstep_scaling.end()) coll.lockstep = it->second;
     if (const MeasuredLink* link = colocated_link(ranks, chosen)) {
       const auto own = link->lockstep_scaling.find(W);
-      if (own != link->lockstep_scaling.end()) coll.lockstep *= own->second;
+      if (own != link->lockstep_scaling.end()) coll.link_lockstep = own->second;
     }
   }
   // Pipeline stages on one machine joined by a provider whose chain it measured against shm (the
@@ -582,7 +600,7 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   R.colocated_sync_us = colo.extra_us;
   R.colocated_allreduce_256k_us = colo.measured_large_us;
   R.colocated_sync_us_per_kib = colo.per_byte_us * 1024;
-  R.lockstep_scaling = coll.lockstep;
+  R.lockstep_scaling = coll.lockstep * coll.link_lockstep;
   for (const auto& [core, n] : on_core) R.core_turns = std::max(R.core_turns, n);
   R.pipeline_scaling = coll.stages;
   R.emulator_cpu_us = emulator_cpu_us;

@@ -71,8 +71,10 @@ struct SimResult {
   // And at 256 KiB (MeasuredLink::allreduce_256k_us): the measured call, and what the sync grows
   // by a KiB beyond 8 (a prefill step's larger calls); 0 when not measured.
   double colocated_allreduce_256k_us = 0, colocated_sync_us_per_kib = 0;
-  // Ranks in lockstep on one machine (Machine::lockstep_scaling) keep this of their speed: the
-  // rest is charged as synchronisation at each collective. 1: not charged.
+  // Ranks in lockstep on one machine (Machine::lockstep_scaling, times the provider's own
+  // MeasuredLink::lockstep_scaling) keep about this of their speed: the rest is charged as
+  // synchronisation at each collective (the provider's part on the work at its quiet pace).
+  // 1: not charged.
   double lockstep_scaling = 1;
   // Pipeline stages on one machine over a provider whose chain it measured against shm
   // (MeasuredLink::pipeline_scaling) keep this of their speed: the rest is charged as

@@ -93,7 +93,8 @@ std::string render_text(const SimResult& r) {
          "up to " + std::to_string(r.core_turns) + " a core, each core running its ranks' work in turn (the others' turns: sync)\n";
   if (r.lockstep_scaling < 1)
     s += "ranks in lockstep on one machine: each segment waits for its slowest rank, " +
-         fmt("%.1f%% of the work before each collective (sync)\n", 100 / r.lockstep_scaling - 100);
+         fmt("about %.1f%% of the work before each collective (sync; a provider's own part of the work at its quiet pace)\n",
+             100 / r.lockstep_scaling - 100);
   if (r.pipeline_scaling < 1)
     s += "pipeline stages on one machine over this provider: " +
          fmt("%.1f%% of each stage's work more than over shm (sync)\n", 100 / r.pipeline_scaling - 100);
