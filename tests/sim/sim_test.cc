@@ -998,5 +998,21 @@ TEST(Sim, RanksComputingAtOnceKeepTheMachinesComputeScaling) {
               1e-9);
 }
 
+
+// The text report's lines are whole whatever their figures' size (a fixed 64-byte buffer once cut
+// the lockstep line mid-word and ran the next line into it).
+TEST(Sim, TextReportLinesAreWhole) {
+  SimResult r;
+  r.lockstep_scaling = 0.5;
+  r.colocated_allreduce_us = 123456.7;
+  r.colocated_sync_us = 1234.5;
+  const std::string text = render_text(r);
+  EXPECT_NE(text.find("about 100.0% of the work before each collective (sync; a provider's own part of the work at its "
+                      "quiet pace)\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("its measured 123456.7 us a small all-reduce"), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace lattice::sim

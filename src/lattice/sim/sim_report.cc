@@ -13,9 +13,12 @@ nlohmann::json parts(const Breakdown& b) {
 }
 
 std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
+  const int n = std::snprintf(nullptr, 0, f, v);
+  if (n <= 0) return {};
+  std::string out(static_cast<size_t>(n) + 1, '\0');
+  std::snprintf(out.data(), out.size(), f, v);
+  out.resize(static_cast<size_t>(n));
+  return out;
 }
 
 std::string gb(double bytes) { return fmt("%.2f GB", bytes / 1e9); }
@@ -93,8 +96,8 @@ std::string render_text(const SimResult& r) {
          "up to " + std::to_string(r.core_turns) + " a core, each core running its ranks' work in turn (the others' turns: sync)\n";
   if (r.lockstep_scaling < 1)
     s += "ranks in lockstep on one machine: each segment waits for its slowest rank, " +
-         fmt("about %.1f%% of the work before each collective (sync; a provider's own part of the work at its quiet pace)\n",
-             100 / r.lockstep_scaling - 100);
+         fmt("about %.1f%% of the work before each collective", 100 / r.lockstep_scaling - 100) +
+         " (sync; a provider's own part of the work at its quiet pace)\n";
   if (r.pipeline_scaling < 1)
     s += "pipeline stages on one machine over this provider: " +
          fmt("%.1f%% of each stage's work more than over shm (sync)\n", 100 / r.pipeline_scaling - 100);
