@@ -562,5 +562,38 @@ TEST(LaunchProcess, AStrangerWithAnotherSecretIsRefusedOnBothSides) {
   EXPECT_NE(r0->err().find("does not hold this cluster's secret"), std::string::npos) << r0->err();
 }
 
+
+// A local job's coordinator takes the failure timeout the ranks inherit from the launcher's
+// environment (LATTICE_FAILURE_TIMEOUT_MS): `bench fabric` runs itself as a job of two ranks, and
+// a rank stopped for 1.5 s (a host that stalls) is waited for, not evicted after the
+// coordinator's default 750 ms while the ranks were told 15 s (CI's run of session 29 lost an
+// emulated-link test so).
+TEST(LaunchProcess, ALocalJobsCoordinatorTakesTheFailureTimeoutTheRanksInherit) {
+  auto p = Proc::spawn({lattice_bin(), "bench", "fabric", "--provider", "shm", "-b", "8", "-e", "8", "-n", "100",
+                        "--bw-time", "5", "--timeout", "60"},
+                       {{"LATTICE_FAILURE_TIMEOUT_MS", "15000"}});
+  ASSERT_TRUE(p.ok());
+  auto children = [&] {
+    std::vector<pid_t> kids;
+    std::ifstream f("/proc/" + std::to_string(p->pid()) + "/task/" + std::to_string(p->pid()) + "/children");
+    for (pid_t child; f >> child;) kids.push_back(child);
+    return kids;
+  };
+  std::vector<pid_t> ranks;
+  for (int i = 0; i < 200 && ranks.size() < 2; ++i) {  // up to 10 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ranks = children();
+  }
+  ASSERT_EQ(ranks.size(), 2u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // into the 5 s bandwidth phase
+  ASSERT_EQ(::kill(ranks[1], SIGSTOP), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  ASSERT_EQ(::kill(ranks[1], SIGCONT), 0);
+  auto st = p->wait(Deadline::after(kRun));
+  ASSERT_TRUE(st.ok()) << st.status().to_string();
+  EXPECT_TRUE(exited_with(*st, 0)) << *st << p->out() << p->err();
+  EXPECT_EQ(p->err().find("declared dead"), std::string::npos) << p->err();
+}
+
 }  // namespace
 }  // namespace lattice::cluster::testing

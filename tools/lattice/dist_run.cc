@@ -212,14 +212,7 @@ int launch_local(RunArgs a) {
   // (a stopped one, one cut off) are stopped and the run exits 124, as timeout(1) does.
   job.launch.deadline = std::chrono::milliseconds(static_cast<int64_t>(a.deadline_s * 1000));
   // The coordinator hosted here declares a silent rank dead after the same timeout the ranks
-  // are given (LATTICE_FAILURE_TIMEOUT_MS), not after its own default.
-  if (const char* ft = std::getenv(cluster::env::kFailureTimeoutMs); ft && *ft) {
-    char* end = nullptr;
-    const long ms = std::strtol(ft, &end, 10);
-    if (*end != '\0' || ms < 1 || ms > 3600 * 1000)
-      return fail(std::string(cluster::env::kFailureTimeoutMs) + " must be a number of milliseconds in 1..3600000");
-    job.failure_timeout_ms = static_cast<int>(ms);
-  }
+  // are given (LATTICE_FAILURE_TIMEOUT_MS): cluster::run_local_job takes it from the environment.
   auto code = cluster::run_local_job(std::move(job));
   if (!code.ok()) return fail(code.status().to_string());
   return *code;
