@@ -459,34 +459,23 @@ std::vector<std::vector<int>> local_job_cpus(const LocalJob& job) {
   return bind_cpus(job.world_size, policy, usable_cpus());
 }
 
-namespace {
-
-// A timing of the ranks' (rank_env.h) given in the launcher's environment and not by the job:
-// the ranks inherit it, so the coordinator hosted here takes it too, and both sides declare a
-// silent rank dead after the same time (before, `bench fabric` under LATTICE_FAILURE_TIMEOUT_MS
-// had ranks waiting 10 s on a peer the coordinator evicted after its default 750 ms).
-Result<std::optional<int>> env_ms(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return std::optional<int>{};
-  char* end = nullptr;
-  const long ms = std::strtol(v, &end, 10);
-  if (*end != '\0' || ms < 1 || ms > 3600 * 1000)
-    return InvalidArgument(std::string(name) + " must be a number of milliseconds in 1..3600000, not '" + v + "'");
-  return std::optional<int>(static_cast<int>(ms));
-}
-
-}  // namespace
 
 Result<int> run_local_job(LocalJob job) {
   if (job.world_size < 1 || job.world_size > 256)
     return InvalidArgument("a local job has 1..256 ranks, not " + std::to_string(job.world_size));
   if (job.argv.empty()) return InvalidArgument("a local job needs a command");
+  // Timings the job does not set come from the launcher's environment, which the ranks inherit:
+  // the coordinator hosted here takes them too, so both sides declare a silent rank dead after
+  // the same time (before, `bench fabric` under LATTICE_FAILURE_TIMEOUT_MS had ranks waiting 10 s
+  // on a peer the coordinator evicted after its default 750 ms).
   if (!job.failure_timeout_ms) {
-    LATTICE_ASSIGN_OR_RETURN(job.failure_timeout_ms, env_ms(env::kFailureTimeoutMs));
+    LATTICE_ASSIGN_OR_RETURN(job.failure_timeout_ms, env_int(env::kFailureTimeoutMs));
   }
   if (!job.heartbeat_ms) {
-    LATTICE_ASSIGN_OR_RETURN(job.heartbeat_ms, env_ms(env::kHeartbeatMs));
+    LATTICE_ASSIGN_OR_RETURN(job.heartbeat_ms, env_int(env::kHeartbeatMs));
   }
+  if ((job.failure_timeout_ms && *job.failure_timeout_ms < 1) || (job.heartbeat_ms && *job.heartbeat_ms < 1))
+    return InvalidArgument(std::string(env::kHeartbeatMs) + " and " + env::kFailureTimeoutMs + " are at least 1 ms");
   RankEnv e;
   e.world_size = job.world_size;
   e.provider = job.provider;

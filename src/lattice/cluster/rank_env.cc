@@ -22,7 +22,9 @@ bool get_flag(const char* name) {
   return v && std::string_view(v) != "0";
 }
 
-Result<std::optional<int>> get_int(const char* name) {
+}  // namespace
+
+Result<std::optional<int>> env_int(const char* name) {
   const char* v = get(name);
   if (!v) return std::optional<int>{};
   char* end = nullptr;
@@ -31,8 +33,6 @@ Result<std::optional<int>> get_int(const char* name) {
     return InvalidArgument(std::string(name) + "='" + v + "' is not a non-negative integer");
   return std::optional<int>(static_cast<int>(x));
 }
-
-}  // namespace
 
 std::vector<std::pair<std::string, std::string>> RankEnv::to_env() const {
   std::vector<std::pair<std::string, std::string>> out;
@@ -68,8 +68,8 @@ Result<RankEnv> RankEnv::from_env() {
                           {"SLURM_PROCID", "SLURM_NTASKS"}};
   for (const auto& p : sources) {
     if (!get(p.rank) || !get(p.size)) continue;
-    LATTICE_ASSIGN_OR_RETURN(auto r, get_int(p.rank));
-    LATTICE_ASSIGN_OR_RETURN(auto w, get_int(p.size));
+    LATTICE_ASSIGN_OR_RETURN(auto r, env_int(p.rank));
+    LATTICE_ASSIGN_OR_RETURN(auto w, env_int(p.size));
     e.rank = *r;
     e.world_size = *w;
     e.launched = true;
@@ -87,9 +87,9 @@ Result<RankEnv> RankEnv::from_env() {
   if (const char* v = get(env::kSecretFile)) e.secret_file = v;
   e.insecure = get_flag(env::kInsecure);
   e.rejoin = get_flag(env::kRejoin);
-  LATTICE_ASSIGN_OR_RETURN(e.heartbeat_ms, get_int(env::kHeartbeatMs));
-  LATTICE_ASSIGN_OR_RETURN(e.failure_timeout_ms, get_int(env::kFailureTimeoutMs));
-  LATTICE_ASSIGN_OR_RETURN(e.connect_timeout_ms, get_int(env::kConnectTimeoutMs));
+  LATTICE_ASSIGN_OR_RETURN(e.heartbeat_ms, env_int(env::kHeartbeatMs));
+  LATTICE_ASSIGN_OR_RETURN(e.failure_timeout_ms, env_int(env::kFailureTimeoutMs));
+  LATTICE_ASSIGN_OR_RETURN(e.connect_timeout_ms, env_int(env::kConnectTimeoutMs));
   return e;
 }
 

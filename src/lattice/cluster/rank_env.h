@@ -71,4 +71,8 @@ struct RankEnv {
   static Result<RankEnv> from_env();
 };
 
+// One of the integer variables above from the process environment, read as RankEnv::from_env
+// reads it (a launcher reads the timings the ranks will inherit the same way); none when unset.
+Result<std::optional<int>> env_int(const char* name);
+
 }  // namespace lattice::cluster
