@@ -186,7 +186,6 @@ TEST(SimSlow, CalibrateWritesAUsableMachineFile) {
   const std::string dir = testing::scratch_dir("cal");
   auto o = lattice("sim --calibrate --quick -o " + dir + "/here.json");
   ASSERT_EQ(o.code, 0) << o.text;
-  const std::string said = o.text;
   auto m = load_machine(dir + "/here.json");
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   EXPECT_GT(m->mem_bw_gbs, 0);
@@ -251,9 +250,6 @@ TEST(SimSlow, CalibrateWritesAUsableMachineFile) {
     EXPECT_GT(m->links.at("verbs").lockstep_scaling.at(k), 0.05) << k;
     EXPECT_LE(m->links.at("verbs").lockstep_scaling.at(k), 1.0) << k;
   }
-  // What the device adds, split into a part a call and a share of the work, both said.
-  EXPECT_NE(said.find("ranks in lockstep on"), std::string::npos) << said;
-  EXPECT_NE(said.find("us a call + "), std::string::npos) << said;
   // Pipeline stages over the device against shm (bench coll --op chain), at every count.
   for (int k : {2, 3, 4}) {
     ASSERT_EQ(m->links.at("verbs").pipeline_scaling.count(k), 1u) << k;

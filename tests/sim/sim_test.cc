@@ -3,7 +3,6 @@
 
 #include <gtest/gtest.h>
 
-#include "lattice/sim/calibrate.h"
 #include "lattice/sim/machine.h"
 #include "lattice/sim/sim.h"
 #include "sim_testlib.h"
@@ -732,108 +731,6 @@ TEST(Sim, AProvidersOwnLockstepIsChargedOnTheQuietWork) {
   const auto [turns_quiet_sync, turns_quiet_reads] = link_part(1.0, 4);
   EXPECT_NEAR(turns_sync, 0.25 * 2 * turns_quiet_reads, 0.05 * turns_sync);  // not 0.25 x its own
   EXPECT_NEAR(turns_sync, turns_quiet_sync, 0.01 * turns_sync);
-}
-
-// A provider's per-call part (links.P.lockstep_call_us) is charged at every collective whatever
-// the work before it: twice the figure, twice the charge; the work doubled by contention, the
-// same charge. With the share beside it, the two add.
-TEST(Sim, AProvidersPerCallLockstepIsChargedAtEveryCollective) {
-  const auto shape = *shape_preset("llama-1.1b-q4");
-  SimOptions o;
-  o.mode = Mode::kTensor;
-  // verbs sync - shm sync per token, and the report's figure.
-  auto link_part = [&](double call_us, double scaling, double kernel_scaling = 1.0, int ranks = 2) {
-    Machine m = two_core_cpu();
-    m.mem_bw_gbs = 100;
-    m.tb5_ports = 5;
-    m.kernel_scaling = kernel_scaling;
-    m.links["verbs"] = {6.0, 5.0, {}, {}, {}};
-    if (scaling < 1) m.links["verbs"].lockstep_scaling = {{ranks, scaling}};
-    if (call_us > 0) m.links["verbs"].lockstep_call_us = {{ranks, call_us}};
-    const std::string dir = testing::scratch_dir("lockstep-call");
-    std::ofstream(dir + "/cpu.json") << machine_to_json(m).dump();
-    o.base_dir = dir;
-    auto verbs = simulate(shape, shm_mesh("cpu.json", false, ranks, "verbs"), o);
-    auto shm = simulate(shape, shm_mesh("cpu.json", false, ranks, "shm"), o);
-    EXPECT_TRUE(verbs.ok() && shm.ok());
-    if (!verbs.ok() || !shm.ok()) return std::pair{0.0, 0.0};
-    return std::pair{verbs->token.sync_us - shm->token.sync_us, verbs->lockstep_call_us};
-  };
-  const auto [none, none_fig] = link_part(0, 1);
-  const auto [hundred, hundred_fig] = link_part(100, 1);
-  const auto [two_hundred, two_hundred_fig] = link_part(200, 1);
-  EXPECT_DOUBLE_EQ(none_fig, 0);
-  EXPECT_DOUBLE_EQ(hundred_fig, 100);
-  // A token of the 1.1B Llama over 2 ranks: two all-reduces a layer (22) and the logits' gather.
-  EXPECT_NEAR(hundred - none, 45 * 100, 1.0);
-  EXPECT_NEAR(two_hundred - none, 2 * (hundred - none), 1.0);
-  const auto [busy, busy_fig] = link_part(100, 1, 0.5);
-  EXPECT_NEAR(busy, hundred, 1.0);
-  // The share of the quiet work and the part a call add up.
-  const auto [share, share_fig] = link_part(0, 0.8);
-  const auto [both, both_fig] = link_part(100, 0.8);
-  EXPECT_GT(share - none, 1000);
-  EXPECT_NEAR(both - none, (share - none) + (hundred - none), 1.0);
-  // 4 ranks on 2 cores: the figure for 4, at every collective as well.
-  const auto [four_none, f0] = link_part(0, 1, 1.0, 4);
-  const auto [four, f4] = link_part(300, 1, 1.0, 4);
-  EXPECT_NEAR(four - four_none, 45 * 300, 1.0);
-}
-
-// The calibration's split of what a provider adds: the line through its two kernels' points, a
-// negative slope taken as a constant and a negative intercept as a share through the origin.
-TEST(Calibrate, LockstepExtraSplitsACallAndAShareOfTheWork) {
-  LockstepExtra e;
-  e.add(/*quiet*/ 200, /*extra*/ 70, /*step*/ 250);   // 50 + 10% of 200
-  e.add(800, 130, 900);                               // 50 + 10% of 800
-  auto f = e.fit();
-  EXPECT_NEAR(f.call_us, 50, 1e-9);
-  EXPECT_NEAR(f.scaling, 1 / 1.1, 1e-9);
-  EXPECT_NEAR(e.ratio(), (250.0 / 320 + 900.0 / 1030) / 2, 1e-12);
-  // The order the sizes come in does not matter.
-  LockstepExtra back;
-  back.add(800, 130, 900);
-  back.add(200, 70, 250);
-  EXPECT_NEAR(back.fit().call_us, 50, 1e-9);
-  // More after the small kernel than the large (noise): a constant at their mean, no share.
-  LockstepExtra flat;
-  flat.add(200, 120, 250);
-  flat.add(800, 80, 900);
-  EXPECT_NEAR(flat.fit().call_us, 100, 1e-9);
-  EXPECT_DOUBLE_EQ(flat.fit().scaling, 1.0);
-  // Growing faster than the work: no part a call, the mean share through the origin.
-  LockstepExtra steep;
-  steep.add(200, 10, 250);
-  steep.add(800, 400, 900);
-  EXPECT_DOUBLE_EQ(steep.fit().call_us, 0);
-  EXPECT_NEAR(steep.fit().scaling, 1 / (1 + (10.0 / 200 + 400.0 / 800) / 2), 1e-9);
-  // The device faster than shm: nothing added. No points: nothing.
-  LockstepExtra faster;
-  faster.add(200, -30, 250);
-  faster.add(800, -10, 900);
-  EXPECT_DOUBLE_EQ(faster.fit().call_us, 0);
-  EXPECT_DOUBLE_EQ(faster.fit().scaling, 1.0);
-  EXPECT_DOUBLE_EQ(LockstepExtra().fit().call_us, 0);
-  EXPECT_DOUBLE_EQ(LockstepExtra().fit().scaling, 1.0);
-}
-
-// links.P.lockstep_call_us round-trips, microseconds by rank count; what is not is refused by name.
-TEST(Machine, LockstepCallRoundTripsAndRejectsWhatIsNotMicroseconds) {
-  Machine m = two_core_cpu();
-  m.links["verbs"] = {6.0, 5.0, {}, {}, {}};
-  m.links["verbs"].lockstep_call_us = {{2, 29.7}, {4, 421.0}};
-  auto back = machine_from_json(machine_to_json(m), "m.json");
-  ASSERT_TRUE(back.ok()) << back.status().to_string();
-  EXPECT_EQ(back->links.at("verbs").lockstep_call_us, (std::map<int, double>{{2, 29.7}, {4, 421.0}}));
-  for (nlohmann::json v : {nlohmann::json(-1), nlohmann::json(0), nlohmann::json(2e6), nlohmann::json("fast")}) {
-    nlohmann::json j = machine_to_json(m);
-    j["links"]["verbs"]["lockstep_call_us"]["3"] = v;
-    auto r = machine_from_json(j, "m.json");
-    ASSERT_FALSE(r.ok()) << v.dump();
-    EXPECT_NE(r.status().message().find("links.verbs.lockstep_call_us.3 must be microseconds in (0, 1e6]"),
-              std::string::npos)
-        << r.status().message();
-  }
 }
 
 // Two ranks in lockstep on the cores of one machine that measured 0.8: every collective first

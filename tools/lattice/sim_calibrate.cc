@@ -159,7 +159,6 @@ Result<AllReduce> measure_allreduce(const std::string& provider, int ranks, bool
 // steps' pace (the slowest rank's wall clock over them, per step), microseconds.
 struct Lockstep {
   double work_us = 0, step_us = 0, wall_us = 0;
-  double solo_us = 0;  // the kernel alone, before the run (no other rank working)
 };
 Result<Lockstep> measure_lockstep(const std::string& provider, int ranks, const std::string& work, bool quick,
                                   const std::string& op = "all_reduce", int iters = 1600) {
@@ -170,19 +169,11 @@ Result<Lockstep> measure_lockstep(const std::string& provider, int ranks, const 
                                         "--timeout", "30", "--json"},
                                        120));
   for (const auto& j : coll_rows(out)) {
-    Lockstep l{j.value("work_us_mean", 0.0), j.value("step_us_mean", 0.0), j.value("lockstep_wall_us_per_step", 0.0),
-               j.value("solo_us_mean", 0.0)};
+    Lockstep l{j.value("work_us_mean", 0.0), j.value("step_us_mean", 0.0), j.value("lockstep_wall_us_per_step", 0.0)};
     if (l.work_us > 0 && l.step_us > 0 && l.wall_us > 0) return l;
   }
   return IoError("bench coll --procs -n " + std::to_string(ranks) + " --provider " + provider + " --op " + op +
                  " --work " + work + " gave no step time");
-}
-
-std::string fmt_part(double call_us, double scaling, double ratio) {
-  char b[160];
-  std::snprintf(b, sizeof b, "%.1f us a call + %.1f%% of the quiet work (%.3f of shm's pace at these kernels)", call_us,
-                100 / scaling - 100, ratio);
-  return b;
 }
 
 std::string base_name(const std::string& p) { return std::filesystem::path(p).filename().string(); }
@@ -372,10 +363,9 @@ int run_calibrate(const CalibrateArgs& a) {
   // that stops there): the slowest rank's kernel over the step less the call
   // (Machine::lockstep_scaling). Over the emulated verbs device, each start right after the shm
   // one, up to the same counts as the calls (beyond the cores too: the simulator's turns model
-  // stands for shm there, and this for what the device adds): its step less shm's, each less its
-  // back-to-back call while the ranks have cores of their own, against the busiest core's quiet
-  // work, split into a part a call and a part of that work (sim::LockstepExtra;
-  // MeasuredLink::lockstep_call_us and lockstep_scaling). Beyond the cores a back-to-back call measures the ranks' contention
+  // stands for shm there, and this for what the device adds): the shm step over its own
+  // (MeasuredLink::lockstep_scaling), each less its back-to-back call while the ranks have
+  // cores of their own. Beyond the cores a back-to-back call measures the ranks' contention
   // (the device's: 143 / 903 us at 3 / 4 ranks on 2 cores, against 14 us at 2; docs/SIM.md,
   // session 21), not its wire, and the whole steps are compared. The device's progress threads
   // share the ranks' cores, which shm and tcp have none of. Over loopback tcp too, on cores of
@@ -385,55 +375,46 @@ int run_calibrate(const CalibrateArgs& a) {
   // runs (session 19), so it has no figure there.
   for (int k = 2; k <= most_ranks; ++k) {
     const bool own_cores = k <= cores;
-    // The busiest core's ranks (rank r on core r mod cores): its quiet work is theirs in turn.
-    const int per_core = cores > 0 ? (k + cores - 1) / cores : 1;
-    double sum = 0;
-    sim::LockstepExtra verbs, tcp;
+    double sum = 0, sum_verbs = 0, sum_tcp = 0;
     const char* sizes[] = {"2M", "8M"};
     // The calls are subtracted only where the ranks have cores of their own.
     const double call = own_cores ? m.links.at("shm").allreduce_us.at(k) : 0.0;
     const double call_verbs = own_cores ? m.links.at("verbs").allreduce_us.at(k) : 0.0;
     const double call_tcp = own_cores ? m.links.at("tcp").allreduce_us.at(k) : 0.0;
     for (const char* w : sizes) {
-      std::vector<double> runs, quiet, steps, extra_verbs, extra_tcp;
+      std::vector<double> runs, runs_verbs, runs_tcp;
       for (int i = 0; i < (a.quick ? 1 : 3); ++i) {
         auto l = measure_lockstep("shm", k, w, a.quick);
         if (!l.ok()) return fail(l.status().to_string());
         auto v = measure_lockstep(kVerbsEmu, k, w, a.quick);
         if (!v.ok()) return fail(v.status().to_string());
         const double step = std::max(l->step_us - call, 1e-3), step_verbs = std::max(v->step_us - call_verbs, 1e-3);
-        quiet.push_back(std::max(l->solo_us, 1e-3) * per_core);
-        steps.push_back(step);
         if (own_cores) {
           runs.push_back(std::clamp(l->work_us / step, 0.05, 1.0));
           auto t = measure_lockstep("tcp", k, w, a.quick);
           if (!t.ok()) return fail(t.status().to_string());
-          extra_tcp.push_back(std::max(t->step_us - call_tcp, 1e-3) - step);
+          runs_tcp.push_back(std::clamp(step / std::max(t->step_us - call_tcp, 1e-3), 0.05, 1.0));
         }
-        extra_verbs.push_back(step_verbs - step);
+        runs_verbs.push_back(std::clamp(step / step_verbs, 0.05, 1.0));
       }
       if (own_cores) {
         sum += median(runs);
-        tcp.add(median(quiet), median(extra_tcp), median(steps));
+        sum_tcp += median(runs_tcp);
       }
-      verbs.add(median(quiet), median(extra_verbs), median(steps));
+      sum_verbs += median(runs_verbs);
     }
-    auto keep = [&](const char* prov, const sim::LockstepExtra& e) {
-      const auto [call_us, scaling] = e.fit();
-      m.links.at(prov).lockstep_scaling[k] = scaling;
-      if (call_us > 0) m.links.at(prov).lockstep_call_us[k] = call_us;
-      return fmt_part(call_us, scaling, e.ratio());
-    };
-    const std::string over_verbs = keep("verbs", verbs);
     if (own_cores) {
       m.lockstep_scaling[k] = sum / std::size(sizes);
-      const std::string over_tcp = keep("tcp", tcp);
-      std::printf("%d ranks in lockstep (decode kernel of 2 and 8 MiB between all-reduces): %.3f of the slower rank's "
-                  "pace; over the emulated verbs device %s, over tcp %s\n",
-                  k, m.lockstep_scaling[k], over_verbs.c_str(), over_tcp.c_str());
-    } else {
-      std::printf("%d ranks in lockstep on %d cores: over the emulated verbs device %s\n", k, cores, over_verbs.c_str());
+      m.links.at("tcp").lockstep_scaling[k] = sum_tcp / std::size(sizes);
     }
+    m.links.at("verbs").lockstep_scaling[k] = sum_verbs / std::size(sizes);
+    if (own_cores)
+      std::printf("%d ranks in lockstep (decode kernel of 2 and 8 MiB between all-reduces): %.3f of the slower rank's "
+                  "pace; over the emulated verbs device %.3f of that, over tcp %.3f\n",
+                  k, m.lockstep_scaling[k], m.links.at("verbs").lockstep_scaling[k], m.links.at("tcp").lockstep_scaling[k]);
+    else
+      std::printf("%d ranks in lockstep on %d cores: over the emulated verbs device %.3f of shm's pace\n", k, cores,
+                  m.links.at("verbs").lockstep_scaling[k]);
   }
   // Pipeline stages: one computes while the others wait on the provider. The emulated verbs
   // device's waiting stages poll it and its progress threads wake, on the cores the computing

@@ -248,27 +248,4 @@ Result<double> measure_decode_kernel_gbs(int workers, size_t bytes, int reps) {
   return run_workers(workers, reps, 4, k[0]->weight_bytes() / 1e9, [&](int t) { k[size_t(t)]->run(); });
 }
 
-void LockstepExtra::add(double quiet_us, double extra_us, double step_us) {
-  at_.push_back({std::max(quiet_us, 1e-3), std::max(extra_us, 0.0), std::max(step_us, 1e-3)});
-}
-
-LockstepExtra::Fit LockstepExtra::fit() const {
-  if (at_.empty()) return {};
-  auto lo = std::min_element(at_.begin(), at_.end(), [](const Point& a, const Point& b) { return a.quiet < b.quiet; });
-  auto hi = std::max_element(at_.begin(), at_.end(), [](const Point& a, const Point& b) { return a.quiet < b.quiet; });
-  double mean_extra = 0, mean_share = 0;
-  for (const Point& p : at_) mean_extra += p.extra / at_.size(), mean_share += p.extra / p.quiet / at_.size();
-  double slope = hi->quiet > lo->quiet ? (hi->extra - lo->extra) / (hi->quiet - lo->quiet) : 0;
-  double call = lo->extra - slope * lo->quiet;
-  if (hi->quiet <= lo->quiet || slope < 0) slope = 0, call = mean_extra;
-  if (call < 0) call = 0, slope = mean_share;
-  return {call, std::clamp(1 / (1 + slope), 0.05, 1.0)};
-}
-
-double LockstepExtra::ratio() const {
-  double r = 0;
-  for (const Point& p : at_) r += p.step / (p.step + p.extra) / at_.size();
-  return at_.empty() ? 1.0 : r;
-}
-
 }  // namespace lattice::sim

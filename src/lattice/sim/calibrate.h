@@ -48,31 +48,4 @@ class DecodeKernel {
   std::vector<float> x_, y_;
 };
 
-// What a provider adds to ranks in lockstep over shm (`sim --calibrate`'s bench coll --work at
-// two kernel sizes): at each, `quiet` the busiest core's kernels at their quiet pace (the solo
-// kernel times the ranks there), `extra` the provider's step less shm's, `step` shm's. fit()
-// splits it into a part every collective pays and a part that grows with the quiet work
-// (MeasuredLink::lockstep_call_us and lockstep_scaling): the emulated verbs device's extra is
-// mostly the former (docs/SIM.md, session 30), so a ratio taken at the bench's kernels would
-// charge the smaller segments of more ranks too little.
-class LockstepExtra {
- public:
-  void add(double quiet_us, double extra_us, double step_us);
-  struct Fit {
-    double call_us = 0;  // every collective
-    double scaling = 1;  // 1 / (1 + the share of the quiet work), in [0.05, 1]
-  };
-  // The line through the smallest and largest kernels' points. A negative slope (noise) leaves
-  // a constant at the mean extra, a negative intercept a share through the origin at the mean.
-  Fit fit() const;
-  // shm's step over the provider's, the mean over the sizes (the one figure this was before).
-  double ratio() const;
-
- private:
-  struct Point {
-    double quiet, extra, step;
-  };
-  std::vector<Point> at_;
-};
-
 }  // namespace lattice::sim

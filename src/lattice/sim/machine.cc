@@ -135,8 +135,6 @@ Result<Machine> machine_from_json(const nlohmann::json& j, const std::string& so
                                                               1e6, "microseconds in (0, 1e6]"));
       LATTICE_ASSIGN_OR_RETURN(ml.lockstep_scaling, rank_map(*l, "lockstep_scaling", source + ": links." + l.key() + ".",
                                                              1.0, "a fraction in (0, 1]"));
-      LATTICE_ASSIGN_OR_RETURN(ml.lockstep_call_us, rank_map(*l, "lockstep_call_us", source + ": links." + l.key() + ".",
-                                                             1e6, "microseconds in (0, 1e6]"));
       LATTICE_ASSIGN_OR_RETURN(ml.emulator_cpu_us, rank_map(*l, "emulator_cpu_8k_us", source + ": links." + l.key() + ".",
                                                             1e6, "microseconds in (0, 1e6]"));
       LATTICE_ASSIGN_OR_RETURN(ml.pipeline_scaling, rank_map(*l, "pipeline_scaling", source + ": links." + l.key() + ".",
@@ -170,7 +168,6 @@ nlohmann::json machine_to_json(const Machine& m) {
     for (const auto& [ranks, us] : l.allreduce_us) j["links"][k]["allreduce_8k_us"][std::to_string(ranks)] = us;
     for (const auto& [ranks, us] : l.allreduce_256k_us) j["links"][k]["allreduce_256k_us"][std::to_string(ranks)] = us;
     for (const auto& [ranks, f] : l.lockstep_scaling) j["links"][k]["lockstep_scaling"][std::to_string(ranks)] = f;
-    for (const auto& [ranks, us] : l.lockstep_call_us) j["links"][k]["lockstep_call_us"][std::to_string(ranks)] = us;
     for (const auto& [ranks, us] : l.emulator_cpu_us) j["links"][k]["emulator_cpu_8k_us"][std::to_string(ranks)] = us;
     for (const auto& [ranks, f] : l.pipeline_scaling) j["links"][k]["pipeline_scaling"][std::to_string(ranks)] = f;
   }

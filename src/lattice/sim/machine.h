@@ -24,13 +24,12 @@ struct MeasuredLink {
   // provider's software), which a ping-pong does not show. Keyed by K; empty when not measured.
   std::map<int, double> allreduce_us;
   // Ranks of this machine in lockstep over this provider (tensor parallel, decode's kernel
-  // between all-reduces, `bench coll --work`) against the same over shm: the part of what it adds
-  // that grows with the work, as 1 / (1 + that share), a fraction keyed by rank count (2 to 2x
-  // cores, at least 4, at most 8; a file without lockstep_call_us below: the shm step over this
-  // one's, the whole of it). For ranks joined by this provider the simulator charges (1 / it - 1)
-  // x their work at its quiet pace (no other core busy: what the provider adds takes the cores'
-  // time, not the memory they contend for), and lockstep_call_us, beside
-  // Machine::lockstep_scaling's charge (beyond the cores, its figure for the cores).
+  // between all-reduces, `bench coll --work`) against the same over shm: the shm step over this
+  // one's (each less its back-to-back call while the ranks have cores of their own), a
+  // fraction keyed by rank count (2 to 2x cores, at least 4, at most 8). For ranks joined by
+  // this provider the simulator charges (1 / it - 1) x their work at its quiet pace (no other
+  // core busy: what the provider adds takes the cores' time, not the memory they contend for)
+  // beside Machine::lockstep_scaling's charge (beyond the cores, its figure for the cores).
   // Measured for the emulated verbs device, whose progress threads share the ranks' cores, and
   // for loopback tcp on cores of their own (a call between kernels costs it more than back to
   // back, which shm's figure does not carry).
@@ -56,12 +55,6 @@ struct MeasuredLink {
   // The simulator takes the cost beyond the wire linearly in bytes between the two sizes (and
   // beyond, at the same slope). Keyed by K; empty when not measured.
   std::map<int, double> allreduce_256k_us;
-  // Beside lockstep_scaling, the part every collective pays whatever the work before it,
-  // microseconds (the emulated verbs device at 2 ranks: 45-65 us a step after a 1-2 MiB kernel,
-  // 125-170 after 8-16 MiB; 4 ranks on 2 cores: 380-780 after 1 MiB; docs/SIM.md, session 30). `sim --calibrate` fits the
-  // two parts to its two kernel sizes (sim::LockstepExtra), so segments smaller than the
-  // bench's are not charged at the bench's ratio. Keyed by K; none: 0.
-  std::map<int, double> lockstep_call_us;
 };
 
 struct Machine {

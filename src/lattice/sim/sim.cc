@@ -56,9 +56,6 @@ struct Collectives {
   // units the ranks contend for: when every core works at once the work is longer by that
   // contention, and that part does not grow the provider's share.
   double link_lockstep = 1;
-  // And the provider's part that every collective pays whatever the work before it
-  // (MeasuredLink::lockstep_call_us), microseconds. 0: none.
-  double link_call_us = 0;
   // Pipeline stages on one machine (MeasuredLink::pipeline_scaling): each stage's work is
   // followed by (1 / stages - 1) x it of waiting. 1: none.
   double stages = 1;
@@ -163,8 +160,8 @@ struct Collectives {
     }
     if (lockstep < 1)
       for (int r = 0; r < W; ++r) des.wait(r, segment[r] * (1 / lockstep - 1));
-    if (link_lockstep < 1 || link_call_us > 0)
-      for (int r = 0; r < W; ++r) des.wait(r, link_call_us + quiet[r] * (1 / link_lockstep - 1));
+    if (link_lockstep < 1)
+      for (int r = 0; r < W; ++r) des.wait(r, quiet[r] * (1 / link_lockstep - 1));
     const double emulator_us = emulator_us_per_msg * static_cast<double>(messages(s));
     for (int i = 0; i < s.repeat; ++i) {
       if (emulator_us > 0)
@@ -550,8 +547,6 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
     if (const MeasuredLink* link = colocated_link(ranks, chosen)) {
       const auto own = link->lockstep_scaling.find(W);
       if (own != link->lockstep_scaling.end()) coll.link_lockstep = own->second;
-      const auto call = link->lockstep_call_us.find(W);
-      if (call != link->lockstep_call_us.end()) coll.link_call_us = call->second;
     }
   }
   // Pipeline stages on one machine joined by a provider whose chain it measured against shm (the
@@ -606,7 +601,6 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   R.colocated_allreduce_256k_us = colo.measured_large_us;
   R.colocated_sync_us_per_kib = colo.per_byte_us * 1024;
   R.lockstep_scaling = coll.lockstep * coll.link_lockstep;
-  R.lockstep_call_us = coll.link_call_us;
   for (const auto& [core, n] : on_core) R.core_turns = std::max(R.core_turns, n);
   R.pipeline_scaling = coll.stages;
   R.emulator_cpu_us = emulator_cpu_us;

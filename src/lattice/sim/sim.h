@@ -76,9 +76,6 @@ struct SimResult {
   // synchronisation at each collective (the provider's part on the work at its quiet pace).
   // 1: not charged.
   double lockstep_scaling = 1;
-  // And the provider's part every collective pays whatever the work before it
-  // (MeasuredLink::lockstep_call_us), microseconds. 0: none.
-  double lockstep_call_us = 0;
   // Pipeline stages on one machine over a provider whose chain it measured against shm
   // (MeasuredLink::pipeline_scaling) keep this of their speed: the rest is charged as
   // synchronisation after each stage's work. 1: not charged.

@@ -39,7 +39,6 @@ nlohmann::json to_json(const SimResult& r) {
                       {"colocated_allreduce_256k_us", r.colocated_allreduce_256k_us},
                       {"colocated_sync_us_per_kib", r.colocated_sync_us_per_kib},
                       {"lockstep_scaling", r.lockstep_scaling},
-                      {"lockstep_call_us", r.lockstep_call_us},
                       {"core_turns", r.core_turns},
                       {"pipeline_scaling", r.pipeline_scaling},
                       {"emulator_cpu_us", r.emulator_cpu_us},
@@ -99,9 +98,6 @@ std::string render_text(const SimResult& r) {
     s += "ranks in lockstep on one machine: each segment waits for its slowest rank, " +
          fmt("about %.1f%% of the work before each collective", 100 / r.lockstep_scaling - 100) +
          " (sync; a provider's own part of the work at its quiet pace)\n";
-  if (r.lockstep_call_us > 0)
-    s += fmt("ranks in lockstep over this provider: %.1f us more each collective whatever the work before it (sync)\n",
-             r.lockstep_call_us);
   if (r.pipeline_scaling < 1)
     s += "pipeline stages on one machine over this provider: " +
          fmt("%.1f%% of each stage's work more than over shm (sync)\n", 100 / r.pipeline_scaling - 100);
