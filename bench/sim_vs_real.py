@@ -650,7 +650,13 @@ def main():
     if not (a.machine and os.path.exists(machine)):
         # The machine alone (bandwidth, matmul, links); the engine's efficiencies come from the
         # predicted model's own one-rank run below.
-        sh([lattice, "sim", "--calibrate", "-o", machine] + (["--quick"] if a.quick else []))
+        # What it printed is kept beside the file (this-machine.log): a table's calibration as
+        # measured, to read when its rows are predicted again (--repredict) or compared.
+        said = sh([lattice, "sim", "--calibrate", "-o", machine] + (["--quick"] if a.quick else []))
+        with open(os.path.splitext(machine)[0] + ".log", "w") as f:
+            f.write(said)
+        if not a.json:
+            print(said, end="")
     rows = []
     prompt = "The quick brown fox jumps over the lazy dog and keeps running far away"
     # The calibration point: this model on one rank (the median of --reps, and of at least 3:

@@ -825,7 +825,7 @@ TEST(Sim, RanksBeyondTheCoresTakeTurnsOnTheCoresTheyArePinnedTo) {
 // all-reduce: beyond the cores each message of every collective holds every rank its share (the
 // measured CPU over the call's messages, over the cores); on cores of their own, as pipeline
 // stages, over plain tcp, or at a rank count not measured: nothing.
-TEST(Sim, RelaysOfEmulatedTcpLinksTakeTheirCpuFromRanksBeyondTheCores) {
+TEST(Sim, RelaysOfEmulatedTcpLinksTakeTheirCpuFromRanksHoldingEveryCore) {
   Machine m = two_core_cpu();
   m.links["tcp"] = {12, 2.5, {}, {}, {{2, 60.0}, {4, 400.0}}};
   const std::string dir = testing::scratch_dir("emulator-cpu");
@@ -864,7 +864,18 @@ TEST(Sim, RelaysOfEmulatedTcpLinksTakeTheirCpuFromRanksBeyondTheCores) {
     EXPECT_DOUBLE_EQ(r->emulator_cpu_us, 0.0) << what;
     EXPECT_DOUBLE_EQ(r->emulator_us_per_msg, 0.0) << what;
   };
-  not_charged(mesh("cpu.json", 2, true), Mode::kTensor, "on cores of their own");
+  // As many ranks as cores hold every core too: 2 ranks' one-shot all-reduce sends 2 messages,
+  // 60 / 2 over 2 cores.
+  auto two = simulate(shape, mesh("cpu.json", 2, true), o);
+  ASSERT_TRUE(two.ok()) << two.status().to_string();
+  EXPECT_DOUBLE_EQ(two->emulator_cpu_us, 60.0);
+  EXPECT_DOUBLE_EQ(two->emulator_us_per_msg, 60.0 / 2 / 2);
+  // Cores left over run the relays: 2 ranks on a machine of 4 pay nothing.
+  Machine wide = two_core_cpu();
+  wide.cores = 4;
+  wide.links["tcp"] = {12, 2.5, {}, {}, {{2, 60.0}, {4, 400.0}}};
+  std::ofstream(dir + "/wide.json") << machine_to_json(wide).dump();
+  not_charged(mesh("wide.json", 2, true), Mode::kTensor, "cores left over");
   not_charged(mesh("cpu.json", 4, true), Mode::kPipeline, "pipeline stages");
   not_charged(mesh("cpu.json", 4, false), Mode::kTensor, "plain tcp");
   not_charged(mesh("cpu.json", 3, true), Mode::kTensor, "3 ranks, not measured");
