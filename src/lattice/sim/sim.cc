@@ -59,8 +59,9 @@ struct Collectives {
   // Pipeline stages on one machine (MeasuredLink::pipeline_scaling): each stage's work is
   // followed by (1 / stages - 1) x it of waiting. 1: none.
   double stages = 1;
-  // Ranks beyond one machine's cores joined by emulated tcp links: what every message of a
-  // collective holds each rank, its relay's CPU spread over the cores (microseconds). 0: none.
+  // Ranks holding every core of one machine joined by emulated tcp links: what every message
+  // of a collective holds each rank, its relay's CPU spread over the cores (microseconds). 0:
+  // none.
   double emulator_us_per_msg = 0;
   // Rank r's core when ranks beyond the cores take turns on them (Rank::core; -1 or empty: on a
   // core of its own). Each core runs its ranks' segments one after the other, so a rank reaches

@@ -102,7 +102,7 @@ std::string render_text(const SimResult& r) {
     s += "pipeline stages on one machine over this provider: " +
          fmt("%.1f%% of each stage's work more than over shm (sync)\n", 100 / r.pipeline_scaling - 100);
   if (r.emulator_cpu_us > 0)
-    s += "ranks beyond the cores over emulated tcp links: the relays' " + fmt("%.1f us of CPU", r.emulator_cpu_us) +
+    s += "ranks holding every core over emulated tcp links: the relays' " + fmt("%.1f us of CPU", r.emulator_cpu_us) +
          " a small all-reduce hold every rank " + fmt("%.1f us a message (sync)\n", r.emulator_us_per_msg);
   s += fmt("decode  %.1f tok/s", r.decode_tok_s) + fmt(" (%.2f ms a token)", r.token_ms) +
        fmt("   prefill %.0f tok/s", r.prefill_tok_s) + fmt("   time to first token %.0f ms", r.ttft_ms) +
