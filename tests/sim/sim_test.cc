@@ -822,9 +822,10 @@ TEST(Sim, RanksBeyondTheCoresTakeTurnsOnTheCoresTheyArePinnedTo) {
 
 // Ranks on one 2-core machine joined by emulated tcp links (a latency on tcp between processes of
 // one machine: the link emulator's relay), whose machine file measured the relays' CPU an 8 KiB
-// all-reduce: beyond the cores each message of every collective holds every rank its share (the
-// measured CPU over the call's messages, over the cores); on cores of their own, as pipeline
-// stages, over plain tcp, or at a rank count not measured: nothing.
+// all-reduce: where the ranks hold every core (as many as the cores, or more) each message of
+// every collective holds every rank its share (the measured CPU over the call's messages, over
+// the cores); with cores left over, as pipeline stages, over plain tcp, or at a rank count not
+// measured: nothing.
 TEST(Sim, RelaysOfEmulatedTcpLinksTakeTheirCpuFromRanksHoldingEveryCore) {
   Machine m = two_core_cpu();
   m.links["tcp"] = {12, 2.5, {}, {}, {{2, 60.0}, {4, 400.0}}};
