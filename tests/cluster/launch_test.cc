@@ -562,7 +562,6 @@ TEST(LaunchProcess, AStrangerWithAnotherSecretIsRefusedOnBothSides) {
   EXPECT_NE(r0->err().find("does not hold this cluster's secret"), std::string::npos) << r0->err();
 }
 
-
 // A local job's coordinator takes the failure timeout the ranks inherit from the launcher's
 // environment (LATTICE_FAILURE_TIMEOUT_MS): `bench fabric` runs itself as a job of two ranks, and
 // a rank stopped for 1.5 s (a host that stalls) is waited for, not evicted after the

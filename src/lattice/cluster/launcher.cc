@@ -459,7 +459,6 @@ std::vector<std::vector<int>> local_job_cpus(const LocalJob& job) {
   return bind_cpus(job.world_size, policy, usable_cpus());
 }
 
-
 Result<int> run_local_job(LocalJob job) {
   if (job.world_size < 1 || job.world_size > 256)
     return InvalidArgument("a local job has 1..256 ranks, not " + std::to_string(job.world_size));
