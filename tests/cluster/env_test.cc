@@ -27,7 +27,7 @@ class EnvTest : public ::testing::Test {
       "SLURM_PROCID", "SLURM_NTASKS", "LATTICE_COORDINATOR", "LATTICE_TOPOLOGY", "LATTICE_PROVIDER",
       "LATTICE_SECRET", "LATTICE_SECRET_FILE", "LATTICE_INSECURE", "LATTICE_HEARTBEAT_MS",
       "LATTICE_FAILURE_TIMEOUT_MS", "LATTICE_REJOIN", "LATTICE_EXTERNAL_COORDINATOR", "LATTICE_FABRIC_ADDR",
-      "LATTICE_CONNECT_TIMEOUT_MS"};
+      "LATTICE_CONNECT_TIMEOUT_MS", "LATTICE_LOCAL_CPUS"};
 };
 
 TEST_F(EnvTest, NothingSetIsASingleRankWithoutControlPlane) {
@@ -143,6 +143,7 @@ TEST_F(EnvTest, RankEnvRoundTripsThroughTheEnvironment) {
   e.heartbeat_ms = 50;
   e.failure_timeout_ms = 900;
   e.connect_timeout_ms = 4000;
+  e.local_cpus = 6;
   for (const auto& [k, v] : e.to_env()) setenv(k.c_str(), v.c_str(), 1);
   auto back = RankEnv::from_env();
   ASSERT_TRUE(back.ok()) << back.status().to_string();
@@ -160,6 +161,7 @@ TEST_F(EnvTest, RankEnvRoundTripsThroughTheEnvironment) {
   EXPECT_EQ(back->heartbeat_ms, 50);
   EXPECT_EQ(back->failure_timeout_ms, 900);
   EXPECT_EQ(back->connect_timeout_ms, 4000);
+  EXPECT_EQ(back->local_cpus, 6);
   // And cluster_options_from_env reads the same variables.
   auto o = cluster_options_from_env();
   ASSERT_TRUE(o.ok()) << o.status().to_string();

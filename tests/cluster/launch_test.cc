@@ -178,7 +178,8 @@ TEST(LocalJobProcess, RanksGetTheEnvironmentContractAndTheirCpus) {
   job.provider = "tcp";
   job.argv = {"sh", "-c",
               "echo rank=$LATTICE_RANK world=$LATTICE_WORLD_SIZE coord=$LATTICE_COORDINATOR "
-              "provider=$LATTICE_PROVIDER secret=${#LATTICE_SECRET} cpus=$(grep Cpus_allowed_list /proc/self/status | cut -f2)"};
+              "provider=$LATTICE_PROVIDER secret=${#LATTICE_SECRET} local=$LATTICE_LOCAL_CPUS "
+              "cpus=$(grep Cpus_allowed_list /proc/self/status | cut -f2)"};
   job.launch.out_fd = fd;
   job.launch.prefix = false;
   auto code = run_local_job(job);
@@ -193,7 +194,9 @@ TEST(LocalJobProcess, RanksGetTheEnvironmentContractAndTheirCpus) {
   std::string coordinator;
   for (int rank = 0; rank < 2; ++rank) {
     std::smatch m;
-    std::regex re("rank=" + std::to_string(rank) + " world=2 coord=(127\\.0\\.0\\.1:[0-9]+) provider=tcp secret=64 cpus=([-0-9,]+)");
+    // local: the job's CPUs, which a pinned rank no longer sees.
+    std::regex re("rank=" + std::to_string(rank) + " world=2 coord=(127\\.0\\.0\\.1:[0-9]+) provider=tcp secret=64 local=" +
+                  std::to_string(usable_cpus().size()) + " cpus=([-0-9,]+)");
     std::string out = text.str();
     ASSERT_TRUE(std::regex_search(out, m, re)) << out;
     if (coordinator.empty()) coordinator = m[1];

@@ -337,6 +337,32 @@ TEST(Coll, SendRecvAndSingleRank) {
   ASSERT_TRUE(barrier(**comm).ok());
 }
 
+// Ranks beyond the cores give their core away after one empty poll; the cores are the job's as
+// its launcher saw them (LATTICE_LOCAL_CPUS), which taskset or a cpuset makes fewer than the
+// machine's: two ranks sharing one CPU spun through each other's time slices (docs/SIM.md,
+// session 31: decode 5.8 tok/s against one rank's 32).
+TEST(Coll, RanksBeyondTheJobsCpusYieldEarly) {
+  unsetenv("LATTICE_LOCAL_CPUS");
+  Ranks two = make_ranks(2, "shm");
+  ASSERT_EQ(two.comms.size(), 2u);
+  const uint32_t machine = std::thread::hardware_concurrency() >= 2 ? ~0u : 1u;
+  EXPECT_EQ(two.comms[0]->spin_before_yield(), machine) << "the machine's cores without a launcher";
+  setenv("LATTICE_LOCAL_CPUS", "1", 1);
+  Ranks shared = make_ranks(2, "shm");
+  ASSERT_EQ(shared.comms.size(), 2u);
+  EXPECT_EQ(shared.comms[0]->spin_before_yield(), 1u);
+  setenv("LATTICE_LOCAL_CPUS", "2", 1);
+  Ranks own = make_ranks(2, "shm");
+  ASSERT_EQ(own.comms.size(), 2u);
+  EXPECT_EQ(own.comms[1]->spin_before_yield(), ~0u);
+  CommOptions co;
+  co.spin_before_yield = 64;
+  Ranks asked = make_ranks(2, "shm", co);
+  ASSERT_EQ(asked.comms.size(), 2u);
+  EXPECT_EQ(asked.comms[0]->spin_before_yield(), 64u) << "an explicit option wins";
+  unsetenv("LATTICE_LOCAL_CPUS");
+}
+
 void rank_lost_mid_collective(Algorithm algo, size_t n, bool map_peers = true) {
   const int world = 4;
   fabric::EndpointOptions eo;

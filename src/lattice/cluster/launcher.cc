@@ -19,7 +19,6 @@
 #include <map>
 #include <optional>
 #include <memory>
-#include <thread>
 
 #include "lattice/cluster/bootstrap.h"
 #include "lattice/core/deadline.h"
@@ -511,6 +510,9 @@ Result<int> run_local_job(LocalJob job) {
     e.external_coordinator = true;
   }
   const std::vector<std::vector<int>> cpus = local_job_cpus(job);
+  // Pinned, a rank sees only its own CPU; what the ranks share is the job's (coll/comm.cc yields
+  // early when more ranks than that share them).
+  if (const size_t n = usable_cpus().size(); n > 0) e.local_cpus = static_cast<int>(n);
   LaunchOptions lo = job.launch;
   lo.ranks.clear();
   for (int r = 0; r < job.world_size; ++r) {
@@ -604,7 +606,8 @@ std::vector<std::vector<int>> bind_cpus(int ranks, Bind bind, const std::vector<
 }
 
 Bind bind_when_fits(int ranks, int threads_per_rank) {
-  const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
+  // The CPUs this process may use (taskset, a cpuset), as bind_cpus places the ranks on.
+  const unsigned cpus = static_cast<unsigned>(std::max<size_t>(1, usable_cpus().size()));
   return static_cast<unsigned>(std::max(1, ranks)) * static_cast<unsigned>(std::max(1, threads_per_rank)) <= cpus
              ? Bind::kCores
              : Bind::kNone;

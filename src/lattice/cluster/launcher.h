@@ -48,7 +48,7 @@ struct LaunchRank {
 //   kCores: always (more ranks than CPUs share them round robin); kNone: never.
 enum class Bind : uint8_t { kAuto, kCores, kNone };
 Result<Bind> parse_bind(std::string_view text);  // "auto" | "cores" | "none"
-// For local jobs: kCores when `ranks` x `threads_per_rank` fit this machine's cores (each rank
+// For local jobs: kCores when `ranks` x `threads_per_rank` fit the CPUs this process may use (each rank
 // on CPUs of its own), else kNone.
 Bind bind_when_fits(int ranks, int threads_per_rank);
 // The CPUs this process may run on (its affinity mask), ascending.

@@ -53,6 +53,7 @@ std::vector<std::pair<std::string, std::string>> RankEnv::to_env() const {
   if (heartbeat_ms) out.emplace_back(env::kHeartbeatMs, std::to_string(*heartbeat_ms));
   if (failure_timeout_ms) out.emplace_back(env::kFailureTimeoutMs, std::to_string(*failure_timeout_ms));
   if (connect_timeout_ms) out.emplace_back(env::kConnectTimeoutMs, std::to_string(*connect_timeout_ms));
+  if (local_cpus) out.emplace_back(env::kLocalCpus, std::to_string(*local_cpus));
   return out;
 }
 
@@ -90,6 +91,7 @@ Result<RankEnv> RankEnv::from_env() {
   LATTICE_ASSIGN_OR_RETURN(e.heartbeat_ms, env_int(env::kHeartbeatMs));
   LATTICE_ASSIGN_OR_RETURN(e.failure_timeout_ms, env_int(env::kFailureTimeoutMs));
   LATTICE_ASSIGN_OR_RETURN(e.connect_timeout_ms, env_int(env::kConnectTimeoutMs));
+  LATTICE_ASSIGN_OR_RETURN(e.local_cpus, env_int(env::kLocalCpus));
   return e;
 }
 

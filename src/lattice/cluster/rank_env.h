@@ -15,6 +15,8 @@
 //   LATTICE_INSECURE=1                authenticate, do not encrypt
 //   LATTICE_REJOIN=1                  join a running cluster at its next epoch
 //   LATTICE_HEARTBEAT_MS, LATTICE_FAILURE_TIMEOUT_MS, LATTICE_CONNECT_TIMEOUT_MS  timing
+//   LATTICE_LOCAL_CPUS                the CPUs the launcher's job had on this host, which the
+//                                     ranks share (a rank pinned to one of them sees one)
 //   LATTICE_LIFELINE=stdin            stdin is the launcher's lifeline (lifeline.h): it closes
 //                                     when the launcher dies, and the rank then stops
 //
@@ -46,6 +48,7 @@ inline constexpr const char* kHeartbeatMs = "LATTICE_HEARTBEAT_MS";
 inline constexpr const char* kFailureTimeoutMs = "LATTICE_FAILURE_TIMEOUT_MS";
 inline constexpr const char* kConnectTimeoutMs = "LATTICE_CONNECT_TIMEOUT_MS";
 inline constexpr const char* kLifeline = "LATTICE_LIFELINE";
+inline constexpr const char* kLocalCpus = "LATTICE_LOCAL_CPUS";
 }  // namespace env
 
 struct RankEnv {
@@ -62,6 +65,7 @@ struct RankEnv {
   bool insecure = false;
   bool rejoin = false;
   std::optional<int> heartbeat_ms, failure_timeout_ms, connect_timeout_ms;
+  std::optional<int> local_cpus;  // the job's CPUs on this host (launcher.cc: usable_cpus)
 
   // The variables to set for this rank (unset fields are left out, so the reader's defaults
   // apply). rank and world size are always written.

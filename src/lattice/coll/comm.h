@@ -92,6 +92,9 @@ class Communicator {
   Status status() const { return broken_; }
   // True when every link's provider supports one-sided writes.
   bool rma_write() const { return rma_write_; }
+  // Empty polls a waiting loop spins through before it gives its core away (1: more ranks than
+  // the job's cores, see comm.cc; ~0u: never).
+  uint32_t spin_before_yield() const { return spin_before_yield_; }
   // True when every pair of ranks is linked. Otherwise collectives run along route(): a cycle
   // through every rank over linked pairs, else a path (plan/ring_route.h); its order is empty
   // when the topology has neither.
