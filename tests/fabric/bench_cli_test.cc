@@ -396,6 +396,24 @@ TEST(BenchCliProcess, BenchCollWorkTimesTheKernelBetweenCalls) {
   EXPECT_NE(junk.out.find("--work"), std::string::npos) << junk.out;
 }
 
+// --work-tokens: the kernel multiplies that many tokens at once, prefill's matmul: over the
+// same weight, 32 tokens take several times one token's matvec (about 10x here; 2x asked).
+TEST(BenchCliProcess, BenchCollWorkTokensRunsPrefillsMatmul) {
+  const std::string cmd = "bench coll -n 2 --procs --provider shm -b 8K -e 8K --iters 16 --work 1M --json";
+  CliRun one = run_lattice(cmd);
+  CliRun many = run_lattice(cmd + " --work-tokens 32");
+  ASSERT_EQ(one.exit_code, 0) << one.out;
+  ASSERT_EQ(many.exit_code, 0) << many.out;
+  auto j1 = rank0_row(one.out), j32 = rank0_row(many.out);
+  ASSERT_FALSE(j1.is_discarded() || j32.is_discarded()) << one.out << many.out;
+  EXPECT_EQ(j1.at("work_tokens"), 1);
+  EXPECT_EQ(j32.at("work_tokens"), 32);
+  EXPECT_GT(j32.at("solo_us_mean").get<double>(), 2 * j1.at("solo_us_mean").get<double>()) << many.out;
+  CliRun bad = run_lattice("bench coll -n 2 --work 1M --work-tokens 0", true);
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--work-tokens: 1 to 4096"), std::string::npos) << bad.out;
+}
+
 // --op chain: a pipeline's decode step, the buffer through the ranks with the kernel at each in
 // turn and the last rank's token broadcast, so a step holds every rank's kernel one after the
 // other: its pace is more than one rank's kernel. Not a collective --check knows.

@@ -14,7 +14,8 @@
 // algbw = bytes / time; busbw = algbw * the op's bus factor (all_reduce 2(n-1)/n, all_gather,
 // reduce_scatter and all_to_all (n-1)/n, broadcast and reduce 1), comparable across ranks.
 // --work BYTES: before every call each rank runs decode's kernel (a one-token Q4_0 matmul over its
-// own weight, about BYTES of rows of a 256 MiB matrix in turn, one thread), as tensor-parallel
+// own weight, about BYTES of rows of a 256 MiB matrix in turn, one thread; --work-tokens N > 1:
+// against N tokens at once, prefill's compute-bound matmul), as tensor-parallel
 // ranks compute between their all-reduces; the call then also holds the wait for the last rank to
 // arrive. The timed calls come in 8 rounds, each after every rank ran the kernel alone in turn.
 // Each size then reports solo_us_mean (the kernel alone, mean over ranks), work_us_mean (the
@@ -93,6 +94,7 @@ struct Args {
   std::string twoshot_chunk = "64K";
   int twoshot_depth = 4;
   std::string work = "0";
+  int work_tokens = 1;
 };
 
 // Every size flag: the core parser, up to 1 GiB.
@@ -130,6 +132,7 @@ struct Config {
   size_t direct_chunk;
   size_t slice;
   size_t work;
+  int work_tokens = 1;  // the kernel's tokens: 1 is decode's matvec, more prefill's matmul
   bool chain = false;  // --op chain: a pipeline's decode step (chain_step) instead of a collective
 };
 
@@ -180,7 +183,7 @@ Status run_rank(cluster::Group& g, const Args& a, const Config& c) {
   std::unique_ptr<sim::DecodeKernel> kernel;
   if (c.work > 0) {
     // Rows of a 256 MiB weight in turn: a layer's weights come from memory, not the caches.
-    LATTICE_ASSIGN_OR_RETURN(kernel, sim::DecodeKernel::make(c.work, size_t{256} << 20));
+    LATTICE_ASSIGN_OR_RETURN(kernel, sim::DecodeKernel::make(c.work, size_t{256} << 20, size_t(c.work_tokens)));
   }
   const auto step_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(a.timeout_s));
   CollOptions o;
@@ -315,6 +318,7 @@ Status run_rank(cluster::Group& g, const Args& a, const Config& c) {
         if (!kernel) j["time_us_per_call_wall"] = wall_us / iters;
         if (kernel) {
           j["work_bytes"] = kernel->weight_bytes();
+          j["work_tokens"] = c.work_tokens;
           j["work_us_mean"] = work_us;
           j["step_us_mean"] = step_mean;
           j["lockstep_wall_us_per_step"] = lockstep_wall_us;
@@ -414,7 +418,8 @@ int run(const Args& a) {
   auto wk = parse_bytes(a.work);
   if (!wk.ok()) return bad("--work: " + wk.status().message());
   if (*wk > 0 && *wk < 4096) return bad("--work: at least 4K (or 0: no kernel between calls)");
-  c = Config{*op, *algo, *dt, *ro, *mn, *mx, *ch, a.provider, *tc, *dc, *sl, *wk, chain};
+  if (a.work_tokens < 1 || a.work_tokens > 4096) return bad("--work-tokens: 1 to 4096");
+  c = Config{*op, *algo, *dt, *ro, *mn, *mx, *ch, a.provider, *tc, *dc, *sl, *wk, a.work_tokens, chain};
   if (c.algo != Algorithm::kAuto) {
     auto algs = plan::algorithms_for(c.op);
     if (std::find(algs.begin(), algs.end(), c.algo) == algs.end())
@@ -484,6 +489,9 @@ const Registrar kBenchColl{
        app.add_option("--twoshot-depth", a->twoshot_depth, "two-shot landing slots per peer and phase")->capture_default_str();
        app.add_option("--spin", a->spin, "empty polls before yielding the core (0: automatic)")->capture_default_str();
        app.add_option("--work", a->work, "decode kernel bytes each rank runs before every call (0: none)")
+           ->capture_default_str();
+       app.add_option("--work-tokens", a->work_tokens,
+                      "tokens the --work kernel multiplies at once (1: decode's matvec; more: prefill's matmul)")
            ->capture_default_str();
        app.add_flag("--staged", a->staged, "two-sided transfers through the staging slots even on tcp (no direct transfers)");
        app.add_flag("--check", a->check, "verify every size's result against the scalar reference");

@@ -179,9 +179,10 @@ namespace {
 constexpr size_t kKernelCols = 4096;
 }  // namespace
 
-Result<std::unique_ptr<DecodeKernel>> DecodeKernel::make(size_t bytes, size_t total) {
+Result<std::unique_ptr<DecodeKernel>> DecodeKernel::make(size_t bytes, size_t total, size_t n_tok) {
   using engine::TensorType;
   if (bytes < 4096 || bytes > (size_t{64} << 30)) return InvalidArgument("calibrate: a decode kernel of 4 KiB to 64 GiB");
+  if (n_tok < 1 || n_tok > 4096) return InvalidArgument("calibrate: a kernel of 1 to 4096 tokens");
   total = std::max(total, bytes);
   if (total > (size_t{64} << 30)) return InvalidArgument("calibrate: a decode kernel's weight of at most 64 GiB");
   const size_t row_bytes = engine::row_bytes(TensorType::kQ4_0, kKernelCols).value_or(0);
@@ -209,7 +210,8 @@ Result<std::unique_ptr<DecodeKernel>> DecodeKernel::make(size_t bytes, size_t to
   k->q_ = std::move(q);
   k->rows_ = rows;
   k->rows_per_call_ = per_call;
-  k->x_.resize(kKernelCols);
+  k->n_tok_ = n_tok;
+  k->x_.resize(kKernelCols * n_tok);
   for (float& v : k->x_) v = nd(rng);
   return k->copy();
 }
@@ -219,8 +221,9 @@ Result<std::unique_ptr<DecodeKernel>> DecodeKernel::copy() const {
   k->q_ = q_;
   k->rows_ = rows_;
   k->rows_per_call_ = rows_per_call_;
+  k->n_tok_ = n_tok_;
   k->x_ = x_;
-  k->y_.resize(rows_per_call_);
+  k->y_.resize(rows_per_call_ * n_tok_);
   LATTICE_ASSIGN_OR_RETURN(k->weight_,
                            engine::Weight::pack({engine::TensorType::kQ4_0, q_->data(), rows_, kKernelCols, 0}));
   return k;
@@ -230,7 +233,7 @@ double DecodeKernel::weight_bytes() const { return double(weight_.bytes()) * dou
 
 void DecodeKernel::run() {
   const engine::MatmulOut o{&weight_, y_.data(), next_, next_ + rows_per_call_, 0};
-  engine::matmul_multi({&o, 1}, x_.data(), 1, pool_);
+  engine::matmul_multi({&o, 1}, x_.data(), n_tok_, pool_);
   next_ = next_ + rows_per_call_ >= rows_ ? 0 : next_ + rows_per_call_;
 }
 

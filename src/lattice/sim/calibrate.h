@@ -33,7 +33,8 @@ Result<double> measure_decode_kernel_gbs(int workers, size_t bytes, int reps);
 // reads memory, as a layer's weights do.
 class DecodeKernel {
  public:
-  static Result<std::unique_ptr<DecodeKernel>> make(size_t bytes, size_t total = 0);
+  // n_tok > 1: the same rows against that many tokens at once, as prefill's matmuls run.
+  static Result<std::unique_ptr<DecodeKernel>> make(size_t bytes, size_t total = 0, size_t n_tok = 1);
   // The same weight packed again: its own memory, as another rank's.
   Result<std::unique_ptr<DecodeKernel>> copy() const;
   void run();  // one matvec
@@ -42,7 +43,7 @@ class DecodeKernel {
  private:
   DecodeKernel() : pool_(1) {}
   std::shared_ptr<const std::vector<uint8_t>> q_;  // the quantized rows, shared by copies
-  size_t rows_ = 0, rows_per_call_ = 0, next_ = 0;
+  size_t rows_ = 0, rows_per_call_ = 0, next_ = 0, n_tok_ = 1;
   engine::Weight weight_;
   engine::ThreadPool pool_;
   std::vector<float> x_, y_;
