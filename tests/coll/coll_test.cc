@@ -342,6 +342,10 @@ TEST(Coll, SendRecvAndSingleRank) {
 // machine's: two ranks sharing one CPU spun through each other's time slices (docs/SIM.md,
 // session 31: decode 5.8 tok/s against one rank's 32).
 TEST(Coll, RanksBeyondTheJobsCpusYieldEarly) {
+  // Unset again however the test ends: the later tests' communicators read it too.
+  struct Unset {
+    ~Unset() { unsetenv("LATTICE_LOCAL_CPUS"); }
+  } unset;
   unsetenv("LATTICE_LOCAL_CPUS");
   Ranks two = make_ranks(2, "shm");
   ASSERT_EQ(two.comms.size(), 2u);
@@ -360,7 +364,6 @@ TEST(Coll, RanksBeyondTheJobsCpusYieldEarly) {
   Ranks asked = make_ranks(2, "shm", co);
   ASSERT_EQ(asked.comms.size(), 2u);
   EXPECT_EQ(asked.comms[0]->spin_before_yield(), 64u) << "an explicit option wins";
-  unsetenv("LATTICE_LOCAL_CPUS");
 }
 
 void rank_lost_mid_collective(Algorithm algo, size_t n, bool map_peers = true) {

@@ -412,6 +412,9 @@ TEST(BenchCliProcess, BenchCollWorkTokensRunsPrefillsMatmul) {
   CliRun bad = run_lattice("bench coll -n 2 --work 1M --work-tokens 0", true);
   EXPECT_EQ(bad.exit_code, 2) << bad.out;
   EXPECT_NE(bad.out.find("--work-tokens: 1 to 4096"), std::string::npos) << bad.out;
+  CliRun alone = run_lattice("bench coll -n 2 --work-tokens 8", true);
+  EXPECT_EQ(alone.exit_code, 2) << alone.out;
+  EXPECT_NE(alone.out.find("only with --work"), std::string::npos) << alone.out;
 }
 
 // --op chain: a pipeline's decode step, the buffer through the ranks with the kernel at each in

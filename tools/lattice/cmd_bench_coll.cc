@@ -419,6 +419,7 @@ int run(const Args& a) {
   if (!wk.ok()) return bad("--work: " + wk.status().message());
   if (*wk > 0 && *wk < 4096) return bad("--work: at least 4K (or 0: no kernel between calls)");
   if (a.work_tokens < 1 || a.work_tokens > 4096) return bad("--work-tokens: 1 to 4096");
+  if (a.work_tokens > 1 && *wk == 0) return bad("--work-tokens: only with --work (the kernel it shapes)");
   c = Config{*op, *algo, *dt, *ro, *mn, *mx, *ch, a.provider, *tc, *dc, *sl, *wk, a.work_tokens, chain};
   if (c.algo != Algorithm::kAuto) {
     auto algs = plan::algorithms_for(c.op);

@@ -37,7 +37,7 @@ class DecodeKernel {
   static Result<std::unique_ptr<DecodeKernel>> make(size_t bytes, size_t total = 0, size_t n_tok = 1);
   // The same weight packed again: its own memory, as another rank's.
   Result<std::unique_ptr<DecodeKernel>> copy() const;
-  void run();  // one matvec
+  void run();  // one call: the matvec, or the matmul of n_tok tokens
   double weight_bytes() const;  // bytes one call reads
 
  private:
