@@ -241,7 +241,13 @@ TEST_F(ParallelProcess, AKilledRankIsReplacedOnTheSurvivorsAndTheRunCompletes) {
   EXPECT_EQ(j["epoch"].get<int>(), 1);
   ASSERT_EQ(j["recoveries"].size(), 1u) << out;
   EXPECT_EQ(j["recoveries"][0]["lost_ranks"], nlohmann::json::array({2}));
-  EXPECT_GE(j["recoveries"][0]["at_token"].get<int>(), 10);
+  // Rank 2 kills itself before its 11th token, having chosen 10; the survivors resume from 10,
+  // or from 9 when its last message of the 10th token never reached them (seen once in CI under
+  // load; the likely cause: a killed process's unread data makes the kernel reset its sockets,
+  // which drops what the peers had not read yet). Either way the text is the single node's,
+  // checked above.
+  EXPECT_GE(j["recoveries"][0]["at_token"].get<int>(), 9);
+  EXPECT_LE(j["recoveries"][0]["at_token"].get<int>(), 10);
   EXPECT_EQ(j["ranks"].size(), 2u);
 }
 
