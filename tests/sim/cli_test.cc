@@ -178,6 +178,20 @@ TEST(Calibrate, MeasurementsAreSaneAndCheckTheirArguments) {
   EXPECT_EQ((*c)->weight_bytes(), (*d)->weight_bytes());
   EXPECT_FALSE(DecodeKernel::make(100).ok());
   EXPECT_FALSE(DecodeKernel::make(1u << 20, size_t{1} << 40).ok());
+  // The work every tensor-parallel rank repeats whole: a few nanoseconds an element, not zero.
+  auto rep = measure_replicated_ns(512, 8, 2);
+  ASSERT_TRUE(rep.ok()) << rep.status().to_string();
+  EXPECT_GT(*rep, 0.01);
+  EXPECT_LT(*rep, 1000);
+  EXPECT_FALSE(measure_replicated_ns(100, 8, 1).ok());
+  EXPECT_FALSE(measure_replicated_ns(512, 0, 1).ok());
+  // A slice's rate against the whole's: a fraction near 1, and 1 part is the whole.
+  auto sl = measure_slice_efficiency(2, 256, 512, 16, 2);
+  ASSERT_TRUE(sl.ok()) << sl.status().to_string();
+  EXPECT_GT(*sl, 0.2);
+  EXPECT_LT(*sl, 5);
+  EXPECT_FALSE(measure_slice_efficiency(3, 256, 512, 16, 1).ok());  // 256 rows are not 3 whole slices
+  EXPECT_FALSE(measure_slice_efficiency(0, 256, 512, 16, 1).ok());
 }
 
 // Calibration runs bench fabric three times, bench coll at 2-4 ranks four times (in lockstep

@@ -1010,6 +1010,72 @@ TEST(Sim, RanksComputingAtOnceKeepTheMachinesComputeScaling) {
               1e-9);
 }
 
+// The work each tensor-parallel rank does on the whole hidden state (Machine::replicated_ns) is
+// charged whole to every rank: a prefill's time grows by the same at 1 rank and at 2, where
+// the efficiency would have halved it. A slice's matmul rate (slice_efficiency) slows the
+// ranks' compute, not one rank's, a pipeline's or decode's reads.
+TEST(Sim, TheWorkEveryRankDoesWholeIsNotDividedAndSlicesKeepTheirMeasuredRate) {
+  Machine m = two_core_cpu();
+  const std::string dir = testing::scratch_dir("replicated");
+  std::ofstream(dir + "/base.json") << machine_to_json(m).dump();
+  m.replicated_ns = 5;
+  std::ofstream(dir + "/rep.json") << machine_to_json(m).dump();
+  m.replicated_ns = 0;
+  m.slice_efficiency = {{2, 0.8}};
+  std::ofstream(dir + "/slice.json") << machine_to_json(m).dump();
+  SimOptions o;
+  o.base_dir = dir;
+  o.prompt = 256;
+  const auto shape = *shape_preset("llama-1.1b-q4");
+  auto run = [&](const char* file, int n, Mode mode) {
+    o.mode = mode;
+    auto r = simulate(shape, shm_mesh(file, false, n), o);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    return r.ok() ? *r : SimResult{};
+  };
+  const double whole_ms = 256.0 * shape.n_embd * shape.n_layer * 5e-6;
+  for (int n : {1, 2}) {
+    const double more = run("rep.json", n, Mode::kTensor).ttft_ms - run("base.json", n, Mode::kTensor).ttft_ms;
+    EXPECT_NEAR(more, whole_ms, whole_ms * 0.02) << n << " ranks";
+  }
+  const SimResult base2 = run("base.json", 2, Mode::kTensor), slice2 = run("slice.json", 2, Mode::kTensor);
+  EXPECT_LT(slice2.prefill_tok_s, base2.prefill_tok_s * 0.9);
+  EXPECT_GT(slice2.prefill_tok_s, base2.prefill_tok_s * 0.75);
+  EXPECT_NEAR(slice2.decode_tok_s, base2.decode_tok_s, base2.decode_tok_s * 1e-9);
+  EXPECT_NEAR(run("slice.json", 1, Mode::kTensor).prefill_tok_s, run("base.json", 1, Mode::kTensor).prefill_tok_s, 1e-9);
+  EXPECT_NEAR(run("slice.json", 2, Mode::kPipeline).prefill_tok_s, run("base.json", 2, Mode::kPipeline).prefill_tok_s,
+              1e-9);
+}
+
+TEST(Machine, ReplicatedWorkAndSliceRatesRoundTripAndRejectWhatIsNotAFigure) {
+  Machine m = two_core_cpu();
+  EXPECT_DOUBLE_EQ(m.slice_rate(4), 1);  // not measured
+  m.replicated_ns = 1.2;
+  m.slice_efficiency = {{2, 0.99}, {4, 0.93}};
+  EXPECT_DOUBLE_EQ(m.slice_rate(1), 1);
+  EXPECT_DOUBLE_EQ(m.slice_rate(2), 0.99);
+  EXPECT_DOUBLE_EQ(m.slice_rate(3), 0.99);  // the most below it that was measured
+  EXPECT_DOUBLE_EQ(m.slice_rate(8), 0.93);
+  auto back = machine_from_json(machine_to_json(m), "m.json");
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_DOUBLE_EQ(back->replicated_ns, 1.2);
+  EXPECT_EQ(back->slice_efficiency, m.slice_efficiency);
+  auto j = machine_to_json(m);
+  j["replicated_ns"] = -1;
+  auto r = machine_from_json(j, "m.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("replicated_ns"), std::string::npos);
+  for (double bad : {0.0, 5.0}) {
+    j = machine_to_json(m);
+    j["slice_efficiency"]["2"] = bad;
+    r = machine_from_json(j, "m.json");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("slice_efficiency.2"), std::string::npos) << r.status().message();
+  }
+  j = machine_to_json(m);
+  j["slice_efficiency"] = {{"1", 0.9}};
+  EXPECT_FALSE(machine_from_json(j, "m.json").ok());
+}
 
 // The text report's lines are whole whatever their figures' size (a fixed 64-byte buffer once cut
 // the lockstep line mid-word and ran the next line into it).

@@ -294,6 +294,24 @@ int run_calibrate(const CalibrateArgs& a) {
     std::printf("prefill matmul: %.3f TFLOP/s alone, %.3f each with %d at once: scaling %.2f\n", *c1, *cn, cores,
                 m.compute_scaling);
   }
+  // What every tensor-parallel rank does whole (the hidden state's norms, quantization and
+  // residual adds, a prefill step's 64 rows of 2048), and prefill's matmul on a slice of a layer
+  // against the whole (one thread, as -t 1 ranks), for 2 to 2x cores ranks (at least 4).
+  auto rep = sim::measure_replicated_ns(2048, 64, a.quick ? 3 : 7);
+  if (!rep.ok()) return fail(rep.status().to_string());
+  m.replicated_ns = *rep;
+  std::string slices;
+  for (int k = 2; k <= std::min(8, std::max(4, 2 * cores)); ++k) {
+    const size_t rows = (2048 + 64 * k - 1) / (64 * k) * (64 * k), cols = (2048 + 32 * k - 1) / (32 * k) * (32 * k);
+    auto e = sim::measure_slice_efficiency(k, rows, cols, 64, a.quick ? 3 : 7);
+    if (!e.ok()) return fail(e.status().to_string());
+    m.slice_efficiency[k] = std::clamp(*e, 0.25, 4.0);
+    char part[32];
+    std::snprintf(part, sizeof part, " %d: %.3f", k, m.slice_efficiency[k]);
+    slices += part;
+  }
+  std::printf("replicated work %.2f ns an element a layer; prefill matmul on 1/K of a layer, its rate over the whole's:%s\n",
+              m.replicated_ns, slices.c_str());
   // The providers whose ranks can share this machine, by the key of the machine file: verbs
   // between two processes of one machine is the emulated device (a real NIC's figures are the
   // topology's business: link_for never takes these for a verbs cable).

@@ -8,9 +8,11 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <span>
 #include <thread>
 #include <vector>
 
+#include "lattice/engine/ops/ops.h"
 #include "lattice/engine/ops/thread_pool.h"
 #include "lattice/engine/quant/matmul.h"
 #include "lattice/engine/quant/quantize.h"
@@ -173,6 +175,64 @@ Result<double> measure_matmul_workers_tflops(int workers, size_t rows, size_t co
     MatmulCase& c = cases[size_t(t)];
     engine::matmul(c.w, c.x.data(), n_tok, c.y.data(), *pools[size_t(t)]);
   });
+}
+
+Result<double> measure_replicated_ns(size_t n_embd, size_t rows, int reps) {
+  if (n_embd == 0 || n_embd % 32 || n_embd > (1u << 16) || rows == 0 || rows > 4096 || reps < 1)
+    return InvalidArgument("calibrate: the replicated work needs n_embd a multiple of 32 (at most 65536), 1..4096 rows");
+  const size_t n = n_embd * rows;
+  // Enough layers' buffers to leave the caches (64 MiB, at least 4 layers), as a layer's weights
+  // streamed between them do.
+  const size_t layers = std::clamp<size_t>((size_t{64} << 20) / (n * 2 * sizeof(float)), 4, 256);
+  std::vector<std::vector<float>> x(layers, std::vector<float>(n)), xb(layers, std::vector<float>(n));
+  std::vector<float> w(n_embd, 1.0f);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0, 1);
+  for (auto& v : x)
+    for (float& e : v) e = nd(rng);
+  // The matmuls' activations quantized as for a Q4_0 weight (its size does not matter).
+  LATTICE_ASSIGN_OR_RETURN(MatmulCase c, matmul_case(64, n_embd, 1, 3));
+  engine::ThreadPool pool(1);
+  auto layer = [&](size_t l) {
+    float* xl = x[l].data();
+    float* bl = xb[l].data();
+    for (int half = 0; half < 2; ++half) {  // attention, then the FFN
+      for (size_t r = 0; r < rows; ++r) engine::ops::rmsnorm(bl + r * n_embd, xl + r * n_embd, w.data(), n_embd, 1e-5f);
+      engine::quantize_activations(c.w, bl, rows, pool);
+      for (size_t r = 0; r < rows; ++r) engine::ops::add(xl + r * n_embd, bl + r * n_embd, n_embd);
+      for (float& e : std::span(xl, 8)) e *= 0.5f;  // keep the values from growing
+    }
+  };
+  for (size_t l = 0; l < layers; ++l) layer(l);  // warm up
+  double best = 1e30;
+  for (int rep = 0; rep < reps; ++rep) {
+    const auto t0 = Clock::now();
+    for (size_t l = 0; l < layers; ++l) layer(l);
+    best = std::min(best, seconds_since(t0) * 1e9 / double(layers * n));
+  }
+  return best;
+}
+
+Result<double> measure_slice_efficiency(int parts, size_t rows, size_t cols, size_t n_tok, int reps) {
+  if (parts < 1 || parts > 64 || reps < 1 || rows % (64 * size_t(parts)) || cols % (32 * size_t(parts)) || n_tok == 0)
+    return InvalidArgument("calibrate: a slice needs rows a multiple of 64 and cols of 32 per part, 1..64 parts");
+  LATTICE_ASSIGN_OR_RETURN(MatmulCase whole, matmul_case(rows, cols, n_tok, 7));
+  LATTICE_ASSIGN_OR_RETURN(MatmulCase by_rows, matmul_case(rows / parts, cols, n_tok, 8));
+  LATTICE_ASSIGN_OR_RETURN(MatmulCase by_cols, matmul_case(rows, cols / parts, n_tok, 9));
+  engine::ThreadPool pool(1);
+  auto best_s = [&](MatmulCase& c) {
+    double best = 1e30;
+    engine::matmul(c.w, c.x.data(), n_tok, c.y.data(), pool);  // warm up
+    for (int rep = 0; rep < reps; ++rep) {
+      const auto t0 = Clock::now();
+      engine::matmul(c.w, c.x.data(), n_tok, c.y.data(), pool);
+      best = std::min(best, seconds_since(t0));
+    }
+    return best;
+  };
+  const double t_whole = best_s(whole) / parts;
+  const double t_slice = (best_s(by_rows) + best_s(by_cols)) / 2;
+  return t_whole / t_slice;
 }
 
 namespace {

@@ -22,6 +22,18 @@ Result<double> measure_matmul_tflops(int threads, size_t rows, size_t cols, size
 // The same matmul run by `workers` threads at once, each with its own weight and a pool of one, as
 // separate ranks prefill: TFLOP/s each reaches (the mean over the workers, best of `reps` passes).
 Result<double> measure_matmul_workers_tflops(int workers, size_t rows, size_t cols, size_t n_tok, int reps);
+// The work each tensor-parallel rank does on the whole hidden state of a layer, not a slice of
+// it (engine/runtime/forward.cc): before attention and before the FFN, RMSNorm, the 8-bit
+// quantization of the normed rows the matmuls read, and the residual add, on one thread over
+// `rows` rows of `n_embd`; each pass a different layer's buffers, together beyond the L2 cache,
+// as the weights streamed between them leave it. Best of `reps`, nanoseconds an element of the
+// hidden state a layer.
+Result<double> measure_replicated_ns(size_t n_embd, size_t rows, int reps);
+// Prefill's matmul (rows x cols Q4_0 weight, n_tok activations, one thread) on one of `parts`
+// tensor-parallel slices, as the engine splits a layer: the mean of a slice of the rows (the
+// Q, K, V, gate and up projections) and of the columns (the output and down projections).
+// What the slice keeps of the whole's rate: (whole's time / parts) / the slice's, best of `reps`.
+Result<double> measure_slice_efficiency(int parts, size_t rows, size_t cols, size_t n_tok, int reps);
 // Decode's kernel (the engine's one-token Q4_0 matmul over a weight of about `bytes`) run by
 // `workers` threads at once, each with its own weight and a pool of one, as separate ranks run it:
 // GB/s of weight each reads (the mean over the workers, best of `reps` passes).

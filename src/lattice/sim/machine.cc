@@ -3,9 +3,15 @@
 #include <algorithm>
 #include <charconv>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 namespace lattice::sim {
+
+double Machine::slice_rate(int parts) const {
+  auto it = slice_efficiency.upper_bound(parts);
+  return it == slice_efficiency.begin() ? 1.0 : std::prev(it)->second;
+}
 
 double Machine::read_gbs(int threads, int sharers) const {
   double share = mem_bw_gbs / std::max(1, sharers);
@@ -83,7 +89,7 @@ Result<std::map<int, double>> rank_map(const nlohmann::json& j, const char* key,
 Result<Machine> machine_from_json(const nlohmann::json& j, const std::string& source) {
   if (!j.is_object()) return InvalidArgument(source + ": a machine file holds one JSON object");
   static const char* known[] = {"name", "source", "mem_bw_gbs", "core_bw_gbs", "cores", "compute_tflops", "memory_gb",
-                                "decode_efficiency", "prefill_efficiency", "kernel_scaling", "compute_scaling", "lockstep_scaling", "power_load_w", "power_idle_w", "throttles", "sustained_factor",
+                                "decode_efficiency", "prefill_efficiency", "kernel_scaling", "compute_scaling", "replicated_ns", "slice_efficiency", "lockstep_scaling", "power_load_w", "power_idle_w", "throttles", "sustained_factor",
                                 "tb5_ports", "tb5_controllers", "links", "measured", "comment"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return it.key() == k; }) == std::end(known))
@@ -109,6 +115,10 @@ Result<Machine> machine_from_json(const nlohmann::json& j, const std::string& so
   LATTICE_ASSIGN_OR_RETURN(m.compute_scaling, num(j, "compute_scaling", false, 1, source));
   if (m.compute_scaling <= 0 || m.compute_scaling > 1)
     return InvalidArgument(source + ": compute_scaling is a fraction in (0, 1]");
+  LATTICE_ASSIGN_OR_RETURN(m.replicated_ns, num(j, "replicated_ns", false, 0, source));
+  if (m.replicated_ns < 0 || m.replicated_ns > 1e3)
+    return InvalidArgument(source + ": replicated_ns is nanoseconds an element in [0, 1000]");
+  LATTICE_ASSIGN_OR_RETURN(m.slice_efficiency, rank_map(j, "slice_efficiency", source + ": ", 4.0, "a ratio in (0, 4]"));
   LATTICE_ASSIGN_OR_RETURN(m.lockstep_scaling, rank_map(j, "lockstep_scaling", source + ": ", 1.0, "a fraction in (0, 1]"));
   LATTICE_ASSIGN_OR_RETURN(m.power_load_w, num(j, "power_load_w", false, 0, source));
   LATTICE_ASSIGN_OR_RETURN(m.power_idle_w, num(j, "power_idle_w", false, 0, source));
@@ -156,6 +166,7 @@ nlohmann::json machine_to_json(const Machine& m) {
                       {"prefill_efficiency", m.prefill_efficiency},
                       {"kernel_scaling", m.kernel_scaling},
                       {"compute_scaling", m.compute_scaling},
+                      {"replicated_ns", m.replicated_ns},
                       {"power_load_w", m.power_load_w},
                       {"power_idle_w", m.power_idle_w},
                       {"throttles", m.throttles},
@@ -163,6 +174,7 @@ nlohmann::json machine_to_json(const Machine& m) {
                       {"tb5_ports", m.tb5_ports},
                       {"tb5_controllers", m.tb5_controllers}};
   for (const auto& [ranks, f] : m.lockstep_scaling) j["lockstep_scaling"][std::to_string(ranks)] = f;
+  for (const auto& [ranks, f] : m.slice_efficiency) j["slice_efficiency"][std::to_string(ranks)] = f;
   for (const auto& [k, l] : m.links) {
     j["links"][k] = {{"latency_us", l.latency_us}, {"gbytes_s", l.gbytes_s}};
     for (const auto& [ranks, us] : l.allreduce_us) j["links"][k]["allreduce_8k_us"][std::to_string(ranks)] = us;

@@ -79,6 +79,18 @@ struct Machine {
   // rows): what each core keeps of its rate alone when every core runs it at once (`sim
   // --calibrate`: the matmul on one thread and on every core; 1 when not measured).
   double compute_scaling = 1;
+  // The work each tensor-parallel rank does on a layer's whole hidden state, whatever its slice
+  // (RMSNorm, the activations' 8-bit quantization and the residual add, before attention and
+  // before the FFN), on one thread: nanoseconds an element of the hidden state a layer (`sim
+  // --calibrate`: the engine's own kernels). The simulator charges it to every rank whole, in
+  // the one-rank fit too, so that the fitted efficiencies no longer hold it and divide it by
+  // the ranks. 0: not measured (folded into the efficiencies, as before).
+  double replicated_ns = 0;
+  // What prefill's matmul keeps of its rate on one of K tensor-parallel slices of a layer (rows
+  // for Q, K, V, gate and up; columns for the output and down projections) against the whole,
+  // keyed by K (2..8; `sim --calibrate`, one thread). The simulator divides a tensor-parallel
+  // rank's compute rate by it. Not measured: 1.
+  std::map<int, double> slice_efficiency;
   // Ranks of this machine that meet at every collective (tensor and expert parallel, each rank on
   // cores of its own) wait at each for that segment's slowest rank, and which rank is slowest
   // changes from one segment to the next: keyed by rank count (2..cores, at most 8), the slower rank's mean
@@ -112,6 +124,9 @@ struct Machine {
   // shared among the processes; elsewhere (a GPU) `efficiency` of its share of mem_bw_gbs. The
   // threads' rate falls from alone to kernel_scaling as the busy cores go from one to all.
   double engine_read_gbs(int threads, int sharers, double efficiency) const;
+  // slice_efficiency for `parts` slices: the figure for that many, else for the most below it
+  // that was measured; 1 when none was.
+  double slice_rate(int parts) const;
   // What each of `sharers` processes of `threads` threads working at once keeps of its compute
   // rate alone: falls from 1 to compute_scaling as the busy cores go from one to all.
   double compute_scale(int threads, int sharers) const { return busy_scale(compute_scaling, threads, sharers); }

@@ -25,6 +25,9 @@ struct Rank {
   // read_gbs and flops over what they would be with no other core busy (Machine::kernel_scaling
   // and compute_scaling's shares): 1 alone, less when every core works at once.
   double read_quiet = 1, flops_quiet = 1;
+  // What the rank does whole on each layer's hidden state whatever its slice (norms, the
+  // activations' quantization, residual adds; Machine::replicated_ns), microseconds an element.
+  double replicated_us = 0;
   double memory_bytes = 0;
   // Ranks beyond their machine's cores, pinned round them as `run --bind cores` does (the i-th
   // rank there on core i mod cores): the core this one shares with the others there (an index
@@ -213,6 +216,7 @@ class Runner {
     const double flops = 2.0 * st.rows * w * 8 / s_.bits_per_weight + 4.0 * st.rows * st.pos * s_.n_head * f * s_.head_dim;
     (void)l;
     work(des, r, ranks_[r], w + kv, flops);
+    if (const double rep = ranks_[r].replicated_us * st.rows * s_.n_embd; rep > 0) des.work(r, rep, false, rep);
   }
 
   // Layer l's FFN on node r; `ep_counts` the experts chosen on this node (expert parallel).
@@ -526,6 +530,14 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
     // Ranks computing at once keep compute_scaling of a core's rate alone (the one-rank fit runs alone).
     k.flops = m.compute_tflops * 1e12 * ceff * sus * cf * m.compute_scale(o.threads, share);
     k.flops_quiet = std::clamp(m.compute_scale(o.threads, share), 0.0, 1.0);
+    // lattice's engine on a machine file that measured its kernels (`sim --calibrate`): the work
+    // each rank does whole on one thread, at every rank count (the one-rank fit too, whose
+    // efficiencies then leave it out), and the matmul's rate on a tensor-parallel slice.
+    if (prof.comm == CommStyle::kLattice) {
+      const double hold = m.cores > 0 ? std::min(1.0, m.cores_held(1, share)) : 1.0;
+      k.replicated_us = m.replicated_ns / 1e3 / std::max(hold, 1e-3) / sus;
+      if (L.mode != Mode::kPipeline && L.tp > 1) k.flops *= m.slice_rate(L.tp);
+    }
   }
   std::mt19937 sync_rng(2026);
   Collectives coll{&prof, all_rma && !cables.empty(), &sync_rng};

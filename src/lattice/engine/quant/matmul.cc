@@ -251,20 +251,23 @@ void matmul(const Weight& w, const float* x, size_t n_tok, float* y, ThreadPool&
   matmul_multi({&o, 1}, x, n_tok, pool);
 }
 
-void matmul_multi(std::span<const MatmulOut> outs, const float* x, size_t n_tok, ThreadPool& pool) {
-  if (outs.empty() || n_tok == 0) return;
+namespace {
+
+// The activations in the forms the outputs' kernels read (8-bit blocks of 32 for Q4_0 / Q8_0,
+// of 256 for K-quants), each once, into the calling thread's scratch.
+void quantize_acts(std::span<const MatmulOut> outs, const float* x, size_t n_tok, ThreadPool& pool, Act& act8,
+                   Act& actk) {
   const KernelTable& kt = active_kernels();
   const size_t k = outs[0].w->n_cols();
   bool need_q8 = false, need_q8k = false;
   for (const auto& o : outs) {
-    LATTICE_CHECK(o.w != nullptr && o.w->n_cols() == k && o.y != nullptr);
+    LATTICE_CHECK(o.w != nullptr && o.w->n_cols() == k);
     const size_t r1 = o.r1 ? o.r1 : o.w->n_rows();
     LATTICE_CHECK(o.r0 < r1 && r1 <= o.w->n_rows());
     need_q8 |= act_kind(o.w->type()) == ActKind::kQ8;
     need_q8k |= act_kind(o.w->type()) == ActKind::kQ8K;
   }
   Scratch& sc = t_scratch;
-  Act act8, actk;
   act8.k = actk.k = k;
   act8.f32 = actk.f32 = x;
   if (need_q8) {
@@ -298,6 +301,25 @@ void matmul_multi(std::span<const MatmulOut> outs, const float* x, size_t n_tok,
     act8.off4 = o4;
     act8.off8 = o8;
   }
+}
+
+}  // namespace
+
+void quantize_activations(const Weight& w, const float* x, size_t n_tok, ThreadPool& pool) {
+  if (n_tok == 0) return;
+  const MatmulOut o{&w, nullptr};
+  Act act8, actk;
+  quantize_acts({&o, 1}, x, n_tok, pool, act8, actk);
+}
+
+void matmul_multi(std::span<const MatmulOut> outs, const float* x, size_t n_tok, ThreadPool& pool) {
+  if (outs.empty() || n_tok == 0) return;
+  for (const auto& o : outs) LATTICE_CHECK(o.y != nullptr);
+  const size_t k = outs[0].w->n_cols();
+  const KernelTable& kt = active_kernels();
+  Scratch& sc = t_scratch;
+  Act act8, actk;
+  quantize_acts(outs, x, n_tok, pool, act8, actk);
 
   // Split rows into tasks. Decode wants enough tasks for dynamic balance but each big enough
   // to amortize the claim; prefill tasks keep one weight slice hot across all tokens.

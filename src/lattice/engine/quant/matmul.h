@@ -90,6 +90,10 @@ struct MatmulOut {
 // the row-range variant (tensor-parallel slices): pass one MatmulOut with r0/r1 set.
 void matmul_multi(std::span<const MatmulOut> outs, const float* x, size_t n_tok, ThreadPool& pool);
 
+// What matmul does to x before its kernels for a weight of w's type (the activations' 8-bit
+// blocks, into the calling thread's scratch), alone: for measuring it (`sim --calibrate`).
+void quantize_activations(const Weight& w, const float* x, size_t n_tok, ThreadPool& pool);
+
 // ---- Instruction set selection (run time) ----
 enum class Isa : uint8_t { kScalar, kAvx2, kAvx512 };
 std::string_view isa_name(Isa isa);
