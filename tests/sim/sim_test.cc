@@ -981,6 +981,17 @@ TEST(Sim, ColocatedRanksLargerCallsPayTheMeasuredGrowth) {
   EXPECT_EQ(three->colocated_sync_us_per_kib, 0.0);
 }
 
+// A 256-token prompt and decode on n ranks of `file` (in `dir`) joined by shm; a failure is the test's.
+SimResult prefill_256(const ModelShape& shape, const std::string& dir, const char* file, int n, Mode mode) {
+  SimOptions o;
+  o.base_dir = dir;
+  o.prompt = 256;
+  o.mode = mode;
+  auto r = simulate(shape, shm_mesh(file, false, n), o);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? *r : SimResult{};
+}
+
 // Ranks prefilling on both cores at once keep the machine's compute_scaling of a core's rate;
 // one rank and a pipeline's stages (one at a time) keep all of it, and decode's reads are not
 // touched.
@@ -990,16 +1001,8 @@ TEST(Sim, RanksComputingAtOnceKeepTheMachinesComputeScaling) {
   std::ofstream(dir + "/full.json") << machine_to_json(m).dump();
   m.compute_scaling = 0.8;
   std::ofstream(dir + "/scaled.json") << machine_to_json(m).dump();
-  SimOptions o;
-  o.base_dir = dir;
-  o.prompt = 256;
   const auto shape = *shape_preset("llama-1.1b-q4");
-  auto run = [&](const char* file, int n, Mode mode) {
-    o.mode = mode;
-    auto r = simulate(shape, shm_mesh(file, false, n), o);
-    EXPECT_TRUE(r.ok()) << r.status().to_string();
-    return r.ok() ? *r : SimResult{};
-  };
+  auto run = [&](const char* file, int n, Mode mode) { return prefill_256(shape, dir, file, n, mode); };
   const SimResult full = run("full.json", 2, Mode::kTensor), scaled = run("scaled.json", 2, Mode::kTensor);
   EXPECT_LT(scaled.prefill_tok_s, full.prefill_tok_s * 0.95);
   EXPECT_GT(scaled.prefill_tok_s, full.prefill_tok_s * 0.75);
@@ -1023,16 +1026,8 @@ TEST(Sim, TheWorkEveryRankDoesWholeIsNotDividedAndSlicesKeepTheirMeasuredRate) {
   m.replicated_ns = 0;
   m.slice_efficiency = {{2, 0.8}};
   std::ofstream(dir + "/slice.json") << machine_to_json(m).dump();
-  SimOptions o;
-  o.base_dir = dir;
-  o.prompt = 256;
   const auto shape = *shape_preset("llama-1.1b-q4");
-  auto run = [&](const char* file, int n, Mode mode) {
-    o.mode = mode;
-    auto r = simulate(shape, shm_mesh(file, false, n), o);
-    EXPECT_TRUE(r.ok()) << r.status().to_string();
-    return r.ok() ? *r : SimResult{};
-  };
+  auto run = [&](const char* file, int n, Mode mode) { return prefill_256(shape, dir, file, n, mode); };
   const double whole_ms = 256.0 * shape.n_embd * shape.n_layer * 5e-6;
   for (int n : {1, 2}) {
     const double more = run("rep.json", n, Mode::kTensor).ttft_ms - run("base.json", n, Mode::kTensor).ttft_ms;
