@@ -337,9 +337,12 @@ def interleaved(lattice, work, target, label, machine, prompt, n, mode, prov, a,
     (run --json, token_clock_ms) inside its phases give its pace there; a cycle's four phases lie
     within a few seconds, shorter than this host's drift (docs/SIM.md, session 26: the row's ratio
     to its calibration 0.97-1.06 over ten cycles, where runs ten seconds apart moved it by +-20%).
-    Before the cycles each job runs alone for --warmup seconds (loading, its prefill, which is
-    measured there: a prefill cut by a stop is not used). The cycles are cut into --reps rounds,
-    each predicted from its own phases; returns adjacent()'s rounds."""
+    Before the cycles each job runs alone for --warmup seconds (loading, its prefill). A process
+    prefills once, so the prefill of each round is measured apart, after the cycles: whole runs
+    of a token or two, alone, a one-rank run before and after each of the row's (docs/SIM.md,
+    session 32: the warm-up's one prefill, shared by every round, read the Llama's 3 ranks over
+    tcp at 219 / 221 / 120 tok/s in three tables). The cycles are cut into --reps rounds, each
+    predicted from its own phases and prefills; returns adjacent()'s rounds."""
     tag = f"{label}-{n}-{mode}-{prov}"
     manifest = os.path.join(work, f"rounds-{tag}.json")
     if a.repredict:
@@ -353,15 +356,13 @@ def interleaved(lattice, work, target, label, machine, prompt, n, mode, prov, a,
     row_tokens = min(1500, int((a.cycles * a.window + a.warmup) * 1150 / (ms1 / min(n, cores))) + 16)
     one_tokens = min(1500, int((a.cycles * a.window * (2 if corun else 1) + a.warmup) * 1150 / ms1) + 16)
     # Warm-up: each job alone, in turn, started then (so that it loads alone).
-    jobs, warm = {}, {}
+    jobs = {}
     try:
         for k, cpu in [("row", None)] + [(f"cpu{i}", c) for i, c in enumerate(cpus)]:
-            t0 = time.monotonic()
             jobs[k] = Job(run_cmd(lattice, target, prompt, n, mode, prov, a, row_tokens) if k == "row"
                           else run_cmd(lattice, target, prompt, 1, "-", "-", a, one_tokens), cpu)
             time.sleep(a.warmup)
             jobs[k].stop()
-            warm[k] = (t0, time.monotonic())
         phases = [("row",)] + [(f"cpu{i}",) for i in range(len(cpus))] + ([("cpu0", "cpu1")] if corun else [])
         windows = []  # (cycle, phase, start, end, every job alive)
         cycle = 0
@@ -396,18 +397,21 @@ def interleaved(lattice, work, target, label, machine, prompt, n, mode, prov, a,
         # (ms a token in the phase's windows of these cycles, the median index of those tokens)
         return in_windows(out[k], [(w[2], w[3]) for w in windows if w[1] == ph and w[0] in cycles], margin)
 
-    def prefill(k):
-        # Valid when the prefill lies inside the job's warm-up (the steady clock's first token
-        # less the prefill's own time).
-        t_end = out[k]["token_clock_ms"][0] / 1000
-        ok = warm[k][0] <= t_end - out[k]["prefill_ms"] / 1000 and t_end <= warm[k][1]
-        return out[k]["prefill_tok_s"] if ok else 0.0
+    # Each round's prefill: the row's whole run between two one-rank runs (pinned to the CPUs in
+    # turn), each alone.
+    def prefill_tok_s(k, cpu):
+        cmd = run_cmd(lattice, target, prompt, n, mode, prov, a, 2) if k == "row" else \
+            run_cmd(lattice, target, prompt, 1, "-", "-", a, 2)
+        return json.loads(sh(pinned(cmd, cpu)))["prefill_tok_s"]
+
+    pre_ones, pre_rows = [prefill_tok_s("one", cpus[0])], []
+    for r in range(a.reps):
+        pre_rows.append(prefill_tok_s("row", None))
+        pre_ones.append(prefill_tok_s("one", cpus[(r + 1) % len(cpus)]))
 
     rounds, saved = [], []
     per = len(full) // a.reps
     ratio = m1[2]["ranks"][0]["step_ms_per_token"] / m1[2]["ranks"][0]["decode_ms_per_token"]
-    pre_one = [prefill(f"cpu{i}") for i in range(len(cpus))]
-    pre_one = [p for p in pre_one if p > 0]
     for r in range(a.reps):
         cyc = set(full[r * per:(r + 1) * per] if r + 1 < a.reps else full[r * per:])
         row_ms, row_at = pace("row", ("row",), cyc)
@@ -420,9 +424,9 @@ def interleaved(lattice, work, target, label, machine, prompt, n, mode, prov, a,
         run = dict(out["row"], decode_tok_s=1000 / row_ms, decode_ms=None,
                    interleaved={"cycles": sorted(cyc), "ms_per_token": row_ms, "at_token": row_at,
                                 "one_rank_ms": [x[0] for x in alone]})
-        pre = prefill("row")
+        pre = pre_rows[r]
         j = dict(out["cpu0"], decode_tok_s=1000 / one_ms, n_gen=2 * max(1, int(median([x[1] for x in alone]))),
-                 prefill_tok_s=sum(pre_one) / len(pre_one) if pre_one else m1[1])
+                 prefill_tok_s=(pre_ones[r] + pre_ones[r + 1]) / 2)
         j["ranks"] = [dict(j["ranks"][0], decode_ms_per_token=one_ms, step_ms_per_token=one_ms * ratio)]
         figures = {}
         if corun:
@@ -482,7 +486,7 @@ def one(lattice, work, target, label, machine, prompt, n, mode, prov, a, one_ran
                      "one_rank_tok_s": json.load(open(one_rank_i))["decode_tok_s"],
                      "kernel_scaling": mf.get("kernel_scaling"), "compute_scaling": mf.get("compute_scaling")})
     row = sorted(rows, key=lambda r: r["error"])[len(rows) // 2]
-    # A prefill cut by a stop (--interleave) is not measured: the median of the rounds that are.
+    # A round whose prefill was not measured (none reported) is left out: the median of the rounds that are.
     measured_pre = [r for r in rows if r["prefill_error"] is not None]
     if measured_pre:
         pre = sorted(measured_pre, key=lambda r: r["prefill_error"])[len(measured_pre) // 2]
@@ -724,7 +728,7 @@ def main():
         print(f"| {r['model']} | {r['ranks']} | {r['mode']} | {r['provider']} | {r['measured_tok_s']:.1f} | "
               f"{r['predicted_tok_s']:.1f} | {100 * r['error']:+.1f}% | {bound} | "
               + (f"{r['measured_prefill_tok_s']:.1f} | {r['predicted_prefill_tok_s']:.1f} | {100 * r['prefill_error']:+.1f}% |"
-                 if r["prefill_error"] is not None else "cut by a stop | | |")
+                 if r["prefill_error"] is not None else "not measured | | |")
               + (f" {r['one_rank_tok_s']:.1f} | {r['kernel_scaling'] or 1:.3f} / {r.get('compute_scaling') or 1:.3f} | "
                  + " ".join(f"{100 * e:+.0f}" for e in r.get("round_errors", [])) + " | "
                  + " ".join(f"{100 * e:+.0f}" for e in r.get("round_prefill_errors", [])) + " |" if a.adjacent else ""))
