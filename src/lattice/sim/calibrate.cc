@@ -216,23 +216,12 @@ Result<double> measure_replicated_ns(size_t n_embd, size_t rows, int reps) {
 Result<double> measure_slice_efficiency(int parts, size_t rows, size_t cols, size_t n_tok, int reps) {
   if (parts < 1 || parts > 64 || reps < 1 || rows % (64 * size_t(parts)) || cols % (32 * size_t(parts)) || n_tok == 0)
     return InvalidArgument("calibrate: a slice needs rows a multiple of 64 and cols of 32 per part, 1..64 parts");
-  LATTICE_ASSIGN_OR_RETURN(MatmulCase whole, matmul_case(rows, cols, n_tok, 7));
-  LATTICE_ASSIGN_OR_RETURN(MatmulCase by_rows, matmul_case(rows / parts, cols, n_tok, 8));
-  LATTICE_ASSIGN_OR_RETURN(MatmulCase by_cols, matmul_case(rows, cols / parts, n_tok, 9));
-  engine::ThreadPool pool(1);
-  auto best_s = [&](MatmulCase& c) {
-    double best = 1e30;
-    engine::matmul(c.w, c.x.data(), n_tok, c.y.data(), pool);  // warm up
-    for (int rep = 0; rep < reps; ++rep) {
-      const auto t0 = Clock::now();
-      engine::matmul(c.w, c.x.data(), n_tok, c.y.data(), pool);
-      best = std::min(best, seconds_since(t0));
-    }
-    return best;
-  };
-  const double t_whole = best_s(whole) / parts;
-  const double t_slice = (best_s(by_rows) + best_s(by_cols)) / 2;
-  return t_whole / t_slice;
+  // One thread's rates: the whole's time over `parts` against the mean of the two slices' times
+  // is the slices' harmonic mean rate over the whole's.
+  LATTICE_ASSIGN_OR_RETURN(const double whole, measure_matmul_tflops(1, rows, cols, n_tok, reps));
+  LATTICE_ASSIGN_OR_RETURN(const double by_rows, measure_matmul_tflops(1, rows / parts, cols, n_tok, reps));
+  LATTICE_ASSIGN_OR_RETURN(const double by_cols, measure_matmul_tflops(1, rows, cols / parts, n_tok, reps));
+  return 2 / (1 / by_rows + 1 / by_cols) / whole;
 }
 
 namespace {
