@@ -30,7 +30,7 @@
 # simulator takes, so they too run in turns); BIND=auto leaves them to the scheduler, whose
 # placement moved 3 ranks on 2 cores between 1.06 and 1.35 x the pace of 2 (session 27).
 #
-#   bench/sim_vs_local.sh [BUILD_DIR]     env: RANKS=1,2,3,4 MODES=tp,pp N=32 REPS=2
+#   bench/sim_vs_local.sh [BUILD_DIR]     env: RANKS=1,2,3,4 MODES=tp,pp N=32 REPS=2 PREFILL_RUNS=3
 #       PROVIDERS=shm,tcp,tcp-emu,verbs-emu LAT_US=50 GBYTES_S=1 MODELS="a.gguf b.gguf" JSON=1 ADJACENT=1
 #       PIN_ALONE=1 REPREDICT=1 INTERLEAVE=1 BIND=cores
 set -eu
@@ -59,7 +59,7 @@ for m in $models; do
   [ -f "$m" ] || { echo "no model $m (skipped)" >&2; continue; }
   python3 "$here/sim_vs_real.py" --build "$build" --model "$m" --machine "$machine" \
     --ranks "${RANKS:-1,2,3,4}" --modes "${MODES:-tp,pp}" --providers "${PROVIDERS:-shm,tcp,tcp-emu,verbs-emu}" \
-    --reps "${REPS:-2}" --n "${N:-32}" --link-latency-us "${LAT_US:-50}" --link-gbytes-s "${GBYTES_S:-1}" \
+    --reps "${REPS:-2}" --prefill-runs "${PREFILL_RUNS:-3}" --n "${N:-32}" --link-latency-us "${LAT_US:-50}" --link-gbytes-s "${GBYTES_S:-1}" \
     $( [ "${ADJACENT:-1}" = 1 ] && echo --adjacent ) $( [ "${PIN_ALONE:-1}" = 1 ] && echo --pin-alone ) $( [ "${REPREDICT:-0}" = 1 ] && echo --repredict ) \
     $( [ "${INTERLEAVE:-1}" = 1 ] && echo --interleave ) --bind "${BIND:-cores}" ${JSON:+--json}
   echo

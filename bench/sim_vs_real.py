@@ -31,6 +31,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -339,9 +340,10 @@ def interleaved(lattice, work, target, label, machine, prompt, n, mode, prov, a,
     to its calibration 0.97-1.06 over ten cycles, where runs ten seconds apart moved it by +-20%).
     Before the cycles each job runs alone for --warmup seconds (loading, its prefill). A process
     prefills once, so the prefill of each round is measured apart, after the cycles: whole runs
-    of a token or two, alone, a one-rank run before and after each of the row's (docs/SIM.md,
-    session 32: the warm-up's one prefill, shared by every round, read the Llama's 3 ranks over
-    tcp at 219 / 221 / 120 tok/s in three tables). The cycles are cut into --reps rounds, each
+    of a token or two, alone, a one-rank run before and after each of the row's, --prefill-runs
+    of the row's a round and their median (docs/SIM.md, session 32: the warm-up's one prefill,
+    shared by every round, read the Llama's 3 ranks over tcp at 219 / 221 / 120 tok/s in three
+    tables; session 33: one run a round let a slow start make the round). The cycles are cut into --reps rounds, each
     predicted from its own phases and prefills; returns adjacent()'s rounds."""
     tag = f"{label}-{n}-{mode}-{prov}"
     manifest = os.path.join(work, f"rounds-{tag}.json")
@@ -397,17 +399,37 @@ def interleaved(lattice, work, target, label, machine, prompt, n, mode, prov, a,
         # (ms a token in the phase's windows of these cycles, the median index of those tokens)
         return in_windows(out[k], [(w[2], w[3]) for w in windows if w[1] == ph and w[0] in cycles], margin)
 
-    # Each round's prefill: the row's whole run between two one-rank runs (pinned to the CPUs in
-    # turn), each alone.
-    def prefill_tok_s(k, cpu):
+    # Each round's prefill: --prefill-runs whole runs of the row, each between two one-rank runs
+    # (pinned to the CPUs in turn), each alone; the round takes the median row and the median of
+    # the one-rank runs around them. One run a round read a row's prefill at twice its neighbours'
+    # now and then (session 32: the Llama's 3 ranks over shm 252 / 129 / 136 tok/s, one vCPU slow
+    # for a start's length), and two such rounds of three made the row's median. Tensor parallel
+    # beside each row's run: a co-run pair of one-rank runs, whose slower prefill against the
+    # one-rank runs on either side is the round's compute_scaling (the median of its runs). The
+    # model's one figure from before its rows read both cores at 0.95 of alone in some pairs and
+    # 0.57 in others minutes apart (session 33), and its rows took whichever the table began with.
+    def whole_run(k, cpu):
         cmd = run_cmd(lattice, target, prompt, n, mode, prov, a, 2) if k == "row" else \
             run_cmd(lattice, target, prompt, 1, "-", "-", a, 2)
-        return json.loads(sh(pinned(cmd, cpu)))["prefill_tok_s"]
+        return json.loads(sh(pinned(cmd, cpu)))
 
-    pre_ones, pre_rows = [prefill_tok_s("one", cpus[0])], []
+    def one_prefill(cpu):  # (prefill tok/s, its forward step's ms)
+        j = whole_run("one", cpu)
+        return j["prefill_tok_s"], j["ranks"][0].get("prefill_step_ms", 0)
+
+    ones = [one_prefill(cpus[0])]
+    pre_ones, pre_rows, pre_scaling = [], [], []
     for r in range(a.reps):
-        pre_rows.append(prefill_tok_s("row", None))
-        pre_ones.append(prefill_tok_s("one", cpus[(r + 1) % len(cpus)]))
+        rows_r, scaling_r = [], []
+        for i in range(a.prefill_runs):
+            rows_r.append(whole_run("row", None)["prefill_tok_s"])
+            co = co_run_pair(lattice, target, prompt, machine, a, n_predict=2) if corun else None
+            ones.append(one_prefill(cpus[len(ones) % len(cpus)]))
+            if co and co[1] > 0:
+                scaling_r.append((ones[-2][1] + ones[-1][1]) / 2 / co[1])
+        pre_rows.append(statistics.median(rows_r))
+        pre_ones.append(statistics.median(x[0] for x in ones[-(a.prefill_runs + 1):]))
+        pre_scaling.append(statistics.median(scaling_r) if scaling_r else None)
 
     rounds, saved = [], []
     per = len(full) // a.reps
@@ -426,15 +448,19 @@ def interleaved(lattice, work, target, label, machine, prompt, n, mode, prov, a,
                                 "one_rank_ms": [x[0] for x in alone]})
         pre = pre_rows[r]
         j = dict(out["cpu0"], decode_tok_s=1000 / one_ms, n_gen=2 * max(1, int(median([x[1] for x in alone]))),
-                 prefill_tok_s=(pre_ones[r] + pre_ones[r + 1]) / 2)
+                 prefill_tok_s=pre_ones[r])
         j["ranks"] = [dict(j["ranks"][0], decode_ms_per_token=one_ms, step_ms_per_token=one_ms * ratio)]
         figures = {}
         if corun:
             co = max(pace("cpu0", ("cpu0", "cpu1"), cyc)[0], pace("cpu1", ("cpu0", "cpu1"), cyc)[0])
             figures = {"kernel_scaling": one_ms / co if co > 0 else 0}
+            if pre_scaling[r]:
+                figures["compute_scaling"] = pre_scaling[r]
         one_rank, m = round_files(lattice, work, target, machine, tag, r, j, figures,
                                   "the slower of the two one-rank runs on both cores at once against them alone, "
-                                  "in turns with the row's run (--interleave)")
+                                  "in turns with the row's run (--interleave); prefill (compute_scaling): the "
+                                  "median over the round's whole runs of a co-run pair's slower prefill against "
+                                  "the one-rank runs on either side")
         rounds.append(((1000 / row_ms, pre, run), one_rank, m))
         saved.append({"decode_tok_s": 1000 / row_ms, "prefill_tok_s": pre, "run": run, "one_rank": one_rank, "machine": m,
                       "windows": [w for w in windows if w[0] in cyc], "others": {k: out[k] for k in out if k != "row"}})
@@ -503,15 +529,18 @@ def one_rank_cmd(lattice, target, prompt, a):
             "--json", "--nodes", "1", "--provider", "shm"]
 
 
-def co_run_pair(lattice, target, prompt, machine, a):
-    """Two one-rank runs started together (as many as the machine's cores, at most 2): (the slower
-    copy's forward step, ms a token; the slower copy's prefill, ms); None on a machine of one core."""
+def co_run_pair(lattice, target, prompt, machine, a, n_predict=None):
+    """Two one-rank runs started together (as many as the machine's cores, at most 2), of
+    `n_predict` tokens (None: --n): (the slower copy's forward step, ms a token; the slower copy's
+    prefill, ms); None on a machine of one core."""
     m = json.load(open(machine))
     if m.get("cores", 0) < 2:
         return None
     # Each copy on a CPU of its own, as two ranks are pinned (unpinned when not --pin-alone).
     cpus = pin_cpus(2, a)
-    procs = [subprocess.Popen(pinned(one_rank_cmd(lattice, target, prompt, a), cpus[k]), stdout=subprocess.PIPE,
+    cmd = one_rank_cmd(lattice, target, prompt, a) if n_predict is None else \
+        run_cmd(lattice, target, prompt, 1, "-", "-", a, n_predict)
+    procs = [subprocess.Popen(pinned(cmd, cpus[k]), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for k in range(2)]
     steps, prefills = [], []
     for p in procs:
@@ -630,6 +659,8 @@ def main():
                     help="each tensor-parallel row's run in turns with its one-rank runs and co-run, phase by phase "
                          "(SIGTSTP / SIGCONT of their launchers), each round predicted from the phases beside it; "
                          "pipelines as --adjacent's whole runs")
+    ap.add_argument("--prefill-runs", type=int, default=3,
+                    help="with --interleave: the row's whole runs a round for its prefill (the median)")
     ap.add_argument("--window", type=float, default=0.6, help="with --interleave: seconds a phase")
     ap.add_argument("--cycles", type=int, default=12, help="with --interleave: cycles of phases a row")
     ap.add_argument("--warmup", type=float, default=5.0,
@@ -641,8 +672,9 @@ def main():
     a = ap.parse_args()
     if a.interleave:
         a.adjacent = True  # rounds beside each run, as --adjacent's (and its table columns)
-        if a.window <= 0.1 or a.cycles < a.reps or a.warmup <= 0:
-            ap.error("--interleave needs --window above 0.1 s, --cycles of at least --reps and a positive --warmup")
+        if a.window <= 0.1 or a.cycles < a.reps or a.warmup <= 0 or a.prefill_runs < 1:
+            ap.error("--interleave needs --window above 0.1 s, --cycles of at least --reps, a positive --warmup "
+                     "and --prefill-runs of at least 1")
     if a.repredict and not (a.adjacent and a.machine and os.path.exists(a.machine)):
         ap.error("--repredict needs --adjacent and the table's --machine file")
     lattice = os.path.abspath(os.path.join(a.build, "lattice"))
