@@ -343,8 +343,9 @@ def interleaved(lattice, work, target, label, machine, prompt, n, mode, prov, a,
     of a token or two, alone, a one-rank run before and after each of the row's, --prefill-runs
     of the row's a round and their median (docs/SIM.md, session 32: the warm-up's one prefill,
     shared by every round, read the Llama's 3 ranks over tcp at 219 / 221 / 120 tok/s in three
-    tables; session 33: one run a round let a slow start make the round). The cycles are cut into --reps rounds, each
-    predicted from its own phases and prefills; returns adjacent()'s rounds."""
+    tables; session 33: one run a round let a slow start make the round). The cycles are cut
+    into --reps rounds, each predicted from its own phases and prefills; returns adjacent()'s
+    rounds."""
     tag = f"{label}-{n}-{mode}-{prov}"
     manifest = os.path.join(work, f"rounds-{tag}.json")
     if a.repredict:
