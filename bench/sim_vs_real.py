@@ -711,7 +711,12 @@ def main():
         json.dump(dict(m1[2], prefill_tok_s=m1[1]), f)
     machine, raised = raise_machine(lattice, work, target, machine, m1[0])
     scaling = None
-    if "tp" in a.modes.split(",") and any(int(x) > 1 for x in a.ranks.split(",")) and not a.repredict:
+    # The model's co-run figures, for rows that do not measure their own: with --adjacent (and
+    # --interleave) every tensor-parallel row sets both beside each round, so a table of tensor
+    # parallel alone has no row to take them.
+    own_figures = a.adjacent and set(a.modes.split(",")) == {"tp"}
+    if "tp" in a.modes.split(",") and any(int(x) > 1 for x in a.ranks.split(",")) and not a.repredict \
+            and not own_figures:
         machine, scaling = co_run_scaling(lattice, work, target, prompt, machine, m1[2], a)
     for n in [int(x) for x in a.ranks.split(",")]:
         for mode in a.modes.split(","):
