@@ -602,6 +602,78 @@ TEST(Machine, PipelineScalingRoundTripsAndRejectsWhatIsNotAFraction) {
   EXPECT_NE(bad("slow").find("links.verbs.pipeline_scaling.3 must be a fraction"), std::string::npos);
 }
 
+// A provider's prefill step figure (links.P.lockstep_256k_extra_us) round-trips: microseconds by
+// rank count, 0 allowed (a step no longer than its lockstep share).
+TEST(Machine, PrefillStepExtraRoundTripsAndRejectsWhatIsNotMicroseconds) {
+  Machine m = two_core_cpu();
+  m.links["verbs"] = {6.0, 5.0, {}, {}, {}};
+  m.links["verbs"].lockstep_256k_extra_us = {{2, 0.0}, {3, 1250.0}};
+  auto back = machine_from_json(machine_to_json(m), "m.json");
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->links.at("verbs").lockstep_256k_extra_us, (std::map<int, double>{{2, 0.0}, {3, 1250.0}}));
+  auto bad = [&](nlohmann::json v) {
+    nlohmann::json j = machine_to_json(m);
+    j["links"]["verbs"]["lockstep_256k_extra_us"]["4"] = std::move(v);
+    auto r = machine_from_json(j, "m.json");
+    EXPECT_FALSE(r.ok()) << j.dump();
+    return r.ok() ? std::string() : r.status().message();
+  };
+  EXPECT_NE(bad(-1.0).find("links.verbs.lockstep_256k_extra_us.4 must be microseconds in [0, 1e6]"), std::string::npos);
+  EXPECT_NE(bad(2e6).find("lockstep_256k_extra_us.4 must be microseconds"), std::string::npos);
+  EXPECT_NE(bad("slow").find("lockstep_256k_extra_us.4 must be microseconds"), std::string::npos);
+}
+
+// Three ranks of one machine over the emulated verbs device, whose prefill step the machine file
+// measured 2 ms longer than shm's beyond its lockstep share: a 64-token prompt's all-reduces (512
+// KiB) each pay that and shm's 256 KiB call, less the wire model's 256 KiB call, over the 248 KiB
+// beyond 8, for their 504 KiB; decode's 8 KiB calls pay nothing more. Over shm, on machines of
+// their own, or at a rank count not measured: nothing.
+TEST(Sim, RanksOverTheEmulatedDevicePayItsPrefillStep) {
+  Machine m = two_core_cpu();
+  m.tb5_ports = 5;
+  m.links["shm"].allreduce_256k_us = {{3, 80.0}};
+  m.links["verbs"] = {6.0, 5.0, {}, {{3, 0.6}}, {}};
+  const std::string dir = testing::scratch_dir("prefill-verbs");
+  std::ofstream(dir + "/plain.json") << machine_to_json(m).dump();
+  m.links["verbs"].lockstep_256k_extra_us = {{3, 2000.0}};
+  std::ofstream(dir + "/cpu.json") << machine_to_json(m).dump();
+  SimOptions o;
+  o.base_dir = dir;
+  o.mode = Mode::kTensor;
+  o.prompt = 64;
+  const auto shape = *shape_preset("llama-1.1b-q4");
+  auto with = simulate(shape, shm_mesh("cpu.json", false, 3, "verbs"), o);
+  auto without = simulate(shape, shm_mesh("plain.json", false, 3, "verbs"), o);
+  ASSERT_TRUE(with.ok()) << with.status().to_string();
+  ASSERT_TRUE(without.ok()) << without.status().to_string();
+  EXPECT_DOUBLE_EQ(with->lockstep_256k_extra_us, 2000.0);
+  EXPECT_DOUBLE_EQ(with->colocated_allreduce_256k_us, 2080.0);
+  EXPECT_EQ(with->colocated_allreduce_us, 0.0);  // the small call is the lockstep figure's
+  EXPECT_EQ(with->colocated_sync_us, 0.0);
+  // 2080 us less the device's wire model at 256 KiB (6 us one way, 5 GB/s: some hundred us).
+  const double per_kib = with->colocated_sync_us_per_kib;
+  EXPECT_GT(per_kib, 1500.0 / 248);
+  EXPECT_LT(per_kib, 2080.0 / 248);
+  EXPECT_NEAR(with->token_ms, without->token_ms, 1e-9);  // decode's calls are 8 KiB
+  EXPECT_DOUBLE_EQ(with->lockstep_scaling, without->lockstep_scaling);
+  const double calls = 2.0 * shape.n_layer;
+  const double more_ms = 64.0 / with->prefill_tok_s * 1e3 - 64.0 / without->prefill_tok_s * 1e3;
+  EXPECT_NEAR(more_ms, calls * (512 - 8) * per_kib / 1e3, calls * (512 - 8) * per_kib / 1e3 * 0.05);
+  const std::string text = render_text(*with);
+  EXPECT_NE(text.find("over the emulated device: its 256 KiB step between prefill's kernels 2000.0 us longer"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(to_json(*with)["lockstep_256k_extra_us"], 2000.0);
+  for (auto [topo, what] : {std::pair{shm_mesh("cpu.json", false, 3), "shm"},
+                            std::pair{shm_mesh("cpu.json", true, 3, "verbs"), "apart"},
+                            std::pair{shm_mesh("cpu.json", false, 2, "verbs"), "2 ranks"}}) {
+    auto r = simulate(shape, topo, o);
+    ASSERT_TRUE(r.ok()) << what << ": " << r.status().to_string();
+    EXPECT_EQ(r->lockstep_256k_extra_us, 0.0) << what;
+    EXPECT_EQ(r->colocated_sync_us_per_kib, 0.0) << what;
+  }
+}
+
 // Three pipeline stages of one machine over the emulated verbs device, whose chain the machine
 // file measured at 0.8: each stage's work costs a quarter (1 / 0.8 - 1) more, as
 // synchronisation on the token's path.

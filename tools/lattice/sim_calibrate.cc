@@ -155,21 +155,25 @@ Result<AllReduce> measure_allreduce(const std::string& provider, int ranks, bool
 
 // `ranks` rank processes in lockstep over `provider`, decode's kernel over `work` bytes before every
 // 8 KiB all-reduce (`bench coll --work`; with op "chain", a pipeline's decode step: the kernel at
-// each rank in turn): the slowest rank's mean kernel time, the mean step (kernel + call) and the
-// steps' pace (the slowest rank's wall clock over them, per step), microseconds.
+// each rank in turn; with `tokens` > 1 and `bytes`, prefill's kernel of that many tokens before
+// calls of that size): the slowest rank's mean kernel time, the mean step (kernel + call), the
+// steps' pace (the slowest rank's wall clock over them, per step) and the kernel alone (each rank
+// in turn, the others waiting), microseconds.
 struct Lockstep {
-  double work_us = 0, step_us = 0, wall_us = 0;
+  double work_us = 0, step_us = 0, wall_us = 0, solo_us = 0;
 };
 Result<Lockstep> measure_lockstep(const std::string& provider, int ranks, const std::string& work, bool quick,
-                                  const std::string& op = "all_reduce", int iters = 1600) {
+                                  const std::string& op = "all_reduce", int iters = 1600, const std::string& bytes = "8K",
+                                  int tokens = 1) {
   LATTICE_ASSIGN_OR_RETURN(std::string out,
                            run_capture({cluster::self_exe(), "bench", "coll", "--procs", "--bind", "cores", "-n", std::to_string(ranks),
-                                        "--provider", provider, "--op", op, "-b", "8K", "-e", "8K", "--iters",
+                                        "--provider", provider, "--op", op, "-b", bytes, "-e", bytes, "--iters",
                                         std::to_string(quick ? std::max(8, iters / 4) : iters), "--work", work,
-                                        "--timeout", "30", "--json"},
+                                        "--work-tokens", std::to_string(tokens), "--timeout", "30", "--json"},
                                        120));
   for (const auto& j : coll_rows(out)) {
-    Lockstep l{j.value("work_us_mean", 0.0), j.value("step_us_mean", 0.0), j.value("lockstep_wall_us_per_step", 0.0)};
+    Lockstep l{j.value("work_us_mean", 0.0), j.value("step_us_mean", 0.0), j.value("lockstep_wall_us_per_step", 0.0),
+               j.value("solo_us_mean", 0.0)};
     if (l.work_us > 0 && l.step_us > 0 && l.wall_us > 0) return l;
   }
   return IoError("bench coll --procs -n " + std::to_string(ranks) + " --provider " + provider + " --op " + op +
@@ -433,6 +437,37 @@ int run_calibrate(const CalibrateArgs& a) {
     else
       std::printf("%d ranks in lockstep on %d cores: over the emulated verbs device %.3f of shm's pace\n", k, cores,
                   m.links.at("verbs").lockstep_scaling[k]);
+  }
+  // A prefill step over the emulated verbs device: prefill's kernel (32 tokens a multiply) over 2
+  // and 8 MiB between 256 KiB all-reduces (a 32-token step's hidden state), right after the same
+  // over shm, the median of 5 starts each (1 with --quick; a start's reading at 4 ranks spreads
+  // from -0.7 to 1.9 ms), the mean of the two sizes: how much longer the device's step is than shm's beyond its lockstep figure's share of the kernel alone
+  // (MeasuredLink::lockstep_256k_extra_us). Its progress threads move every byte on the ranks'
+  // cores: decode's figure, a share of the work, leaves out what a large call costs (3 ranks on 2
+  // cores: 0.9-2.2 ms a step more than shm, where decode's 8 KiB step is 0.1-0.3 ms more;
+  // docs/SIM.md, session 34).
+  for (int k = 2; k <= most_ranks; ++k) {
+    const double share = 1 / m.links.at("verbs").lockstep_scaling.at(k) - 1;
+    double sum = 0;
+    std::string line;
+    for (const char* w : {"2M", "8M"}) {
+      std::vector<double> runs;
+      for (int i = 0; i < (a.quick ? 1 : 5); ++i) {
+        auto l = measure_lockstep("shm", k, w, a.quick, "all_reduce", 200, "256K", 32);
+        if (!l.ok()) return fail(l.status().to_string());
+        auto v = measure_lockstep(kVerbsEmu, k, w, a.quick, "all_reduce", 200, "256K", 32);
+        if (!v.ok()) return fail(v.status().to_string());
+        runs.push_back(v->step_us - l->step_us - share * v->solo_us);
+      }
+      sum += median(runs);
+      char part[64];
+      std::snprintf(part, sizeof part, "%s %.0f us", line.empty() ? "" : ",", median(runs));
+      line += std::string(part) + " (" + w + ")";
+    }
+    m.links.at("verbs").lockstep_256k_extra_us[k] = std::max(0.0, sum / 2);
+    std::printf("%d ranks in lockstep between prefill's kernels, 256 KiB all-reduces: over the emulated verbs device a "
+                "step longer than shm's beyond its lockstep share by%s\n",
+                k, line.c_str());
   }
   // Pipeline stages: one computes while the others wait on the provider. The emulated verbs
   // device's waiting stages poll it and its progress threads wake, on the cores the computing

@@ -62,10 +62,10 @@ Result<double> num(const nlohmann::json& j, const char* key, bool required, doub
   return v;
 }
 
-// j[key], if there, maps a rank count ("2") to a number in (0, most], `what` in errors; `at`
-// prefixes the key in them.
+// j[key], if there, maps a rank count ("2") to a number in (0, most] ([0, most] with `zero`), `what`
+// in errors; `at` prefixes the key in them.
 Result<std::map<int, double>> rank_map(const nlohmann::json& j, const char* key, const std::string& at, double most,
-                                       const char* what) {
+                                       const char* what, bool zero = false) {
   std::map<int, double> out;
   auto it = j.find(key);
   if (it == j.end()) return out;
@@ -77,7 +77,7 @@ Result<std::map<int, double>> rank_map(const nlohmann::json& j, const char* key,
     const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), ranks);
     if (ec != std::errc() || end != name.data() + name.size() || ranks < 2 || ranks > 4096)
       return InvalidArgument(where + ": key '" + name + "' is not a rank count in 2..4096");
-    if (!k->is_number() || k->get<double>() <= 0 || k->get<double>() > most)
+    if (!k->is_number() || k->get<double>() < 0 || (k->get<double>() == 0 && !zero) || k->get<double>() > most)
       return InvalidArgument(where + "." + name + " must be " + what);
     out[ranks] = k->get<double>();
   }
@@ -145,6 +145,9 @@ Result<Machine> machine_from_json(const nlohmann::json& j, const std::string& so
                                                               1e6, "microseconds in (0, 1e6]"));
       LATTICE_ASSIGN_OR_RETURN(ml.lockstep_scaling, rank_map(*l, "lockstep_scaling", source + ": links." + l.key() + ".",
                                                              1.0, "a fraction in (0, 1]"));
+      LATTICE_ASSIGN_OR_RETURN(ml.lockstep_256k_extra_us,
+                               rank_map(*l, "lockstep_256k_extra_us", source + ": links." + l.key() + ".", 1e6,
+                                        "microseconds in [0, 1e6]", true));
       LATTICE_ASSIGN_OR_RETURN(ml.emulator_cpu_us, rank_map(*l, "emulator_cpu_8k_us", source + ": links." + l.key() + ".",
                                                             1e6, "microseconds in (0, 1e6]"));
       LATTICE_ASSIGN_OR_RETURN(ml.pipeline_scaling, rank_map(*l, "pipeline_scaling", source + ": links." + l.key() + ".",
@@ -180,6 +183,8 @@ nlohmann::json machine_to_json(const Machine& m) {
     for (const auto& [ranks, us] : l.allreduce_us) j["links"][k]["allreduce_8k_us"][std::to_string(ranks)] = us;
     for (const auto& [ranks, us] : l.allreduce_256k_us) j["links"][k]["allreduce_256k_us"][std::to_string(ranks)] = us;
     for (const auto& [ranks, f] : l.lockstep_scaling) j["links"][k]["lockstep_scaling"][std::to_string(ranks)] = f;
+    for (const auto& [ranks, us] : l.lockstep_256k_extra_us)
+      j["links"][k]["lockstep_256k_extra_us"][std::to_string(ranks)] = us;
     for (const auto& [ranks, us] : l.emulator_cpu_us) j["links"][k]["emulator_cpu_8k_us"][std::to_string(ranks)] = us;
     for (const auto& [ranks, f] : l.pipeline_scaling) j["links"][k]["pipeline_scaling"][std::to_string(ranks)] = f;
   }

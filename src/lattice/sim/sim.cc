@@ -370,10 +370,12 @@ const MeasuredLink* colocated_link(const std::vector<Rank>& ranks, const std::ve
 // that many ranks the machine file measured (MeasuredLink::allreduce_us): the measured call less
 // what the wire model gives the same call over the provider's measured figures (the carrier, not
 // an emulated link's setting: the emulator delays bytes the carrier still has to move). Zero
-// otherwise, and never negative.
+// otherwise, and never negative. For the emulated verbs device (not shm or tcp), whose small
+// call the lockstep figure charges, its prefill step instead (MeasuredLink::lockstep_256k_extra_us).
 struct Colocated {
   double measured_us = 0, extra_us = 0;
   double measured_large_us = 0, per_byte_us = 0;  // the large call, and the extra's growth a byte (0: not measured)
+  double prefill_extra_us = 0;  // MeasuredLink::lockstep_256k_extra_us among these ranks (0: not measured)
 };
 
 Result<Colocated> colocated_cost(const EngineProfile& prof, const std::vector<Rank>& ranks,
@@ -383,11 +385,12 @@ Result<Colocated> colocated_cost(const EngineProfile& prof, const std::vector<Ra
   const int W = static_cast<int>(ranks.size());
   const auto common = common_provider(chosen);
   if (prof.comm != CommStyle::kLattice || W < 2 || !common) return out;
-  if (*common != cluster::LinkProvider::kShm && *common != cluster::LinkProvider::kTcp) return out;
   const MeasuredLink* link = colocated_link(ranks, chosen);
   if (link == nullptr) return out;
+  const bool shared = *common == cluster::LinkProvider::kShm || *common == cluster::LinkProvider::kTcp;
   const auto at = link->allreduce_us.find(W);
-  if (at == link->allreduce_us.end()) return out;
+  const auto prefill = link->lockstep_256k_extra_us.find(W);
+  if (shared ? at == link->allreduce_us.end() : prefill == link->lockstep_256k_extra_us.end()) return out;
   std::vector<Cable> carrier;
   for (const cluster::Link* l : chosen) {
     cluster::Link plain = *l;
@@ -398,6 +401,7 @@ Result<Colocated> colocated_cost(const EngineProfile& prof, const std::vector<Ra
     c.a = rank_of[l->a];
     c.b = rank_of[l->b];
     LATTICE_ASSIGN_OR_RETURN(c.model, link_for(plain, ranks[c.a].machine, ranks[c.b].machine));
+    if (l->provider == cluster::LinkProvider::kVerbs && prof.verbs_staged) c.model = with_verbs_staging(c.model);
     carrier.push_back(std::move(c));
   }
   Collectives bare = coll;
@@ -409,6 +413,23 @@ Result<Colocated> colocated_cost(const EngineProfile& prof, const std::vector<Ra
     LATTICE_RETURN_IF_ERROR(bare.run(probe, CollOp::kAllReduce, size_t(bytes / 4), 4.0));
     return probe.now();
   };
+  if (!shared) {
+    // A provider measured in lockstep between prefill's kernels (the emulated verbs device): its
+    // 256 KiB step that much longer than shm's beyond its lockstep_scaling's share of the work,
+    // with shm's call (allreduce_256k_us over shm) part of that step. Charged beyond this wire
+    // model's call, from nothing at 8 KiB (where its lockstep_scaling holds) linearly in bytes.
+    const auto& links = ranks[0].machine.links;
+    const auto shm = links.find("shm");
+    double shm_large = 0;
+    if (shm != links.end())
+      if (const auto big = shm->second.allreduce_256k_us.find(W); big != shm->second.allreduce_256k_us.end())
+        shm_large = big->second;
+    LATTICE_ASSIGN_OR_RETURN(const double large, wire_us(kColocatedLarge));
+    out.prefill_extra_us = prefill->second;
+    out.measured_large_us = shm_large + prefill->second;
+    out.per_byte_us = std::max(0.0, (out.measured_large_us - large) / (kColocatedLarge - kColocatedSmall));
+    return out;
+  }
   LATTICE_ASSIGN_OR_RETURN(const double small, wire_us(kColocatedSmall));
   out.measured_us = at->second;
   out.extra_us = std::max(0.0, at->second - small);
@@ -616,6 +637,7 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   R.colocated_allreduce_256k_us = colo.measured_large_us;
   R.colocated_sync_us_per_kib = colo.per_byte_us * 1024;
   R.lockstep_scaling = coll.lockstep * coll.link_lockstep;
+  R.lockstep_256k_extra_us = colo.prefill_extra_us;
   for (const auto& [core, n] : on_core) R.core_turns = std::max(R.core_turns, n);
   R.pipeline_scaling = coll.stages;
   R.emulator_cpu_us = emulator_cpu_us;
