@@ -582,6 +582,16 @@ TEST(Machine, LockstepScalingRoundTripsAndRejectsWhatIsNotAFraction) {
       << r.status().message();
 }
 
+// The error `m` written out with links.verbs.<key>.<rank> set to `v` gets when read back (empty,
+// and the test failed, when it is accepted).
+std::string bad_verbs_figure(const Machine& m, const char* key, const char* rank, nlohmann::json v) {
+  nlohmann::json j = machine_to_json(m);
+  j["links"]["verbs"][key][rank] = std::move(v);
+  auto r = machine_from_json(j, "m.json");
+  EXPECT_FALSE(r.ok()) << j.dump();
+  return r.ok() ? std::string() : r.status().message();
+}
+
 // A provider's pipeline figure (links.P.pipeline_scaling) round-trips: a fraction by rank count.
 TEST(Machine, PipelineScalingRoundTripsAndRejectsWhatIsNotAFraction) {
   Machine m = two_core_cpu();
@@ -590,13 +600,7 @@ TEST(Machine, PipelineScalingRoundTripsAndRejectsWhatIsNotAFraction) {
   auto back = machine_from_json(machine_to_json(m), "m.json");
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   EXPECT_EQ(back->links.at("verbs").pipeline_scaling, (std::map<int, double>{{2, 1.0}, {4, 0.87}}));
-  auto bad = [&](nlohmann::json v) {
-    nlohmann::json j = machine_to_json(m);
-    j["links"]["verbs"]["pipeline_scaling"]["3"] = std::move(v);
-    auto r = machine_from_json(j, "m.json");
-    EXPECT_FALSE(r.ok()) << j.dump();
-    return r.ok() ? std::string() : r.status().message();
-  };
+  auto bad = [&](nlohmann::json v) { return bad_verbs_figure(m, "pipeline_scaling", "3", std::move(v)); };
   EXPECT_NE(bad(1.3).find("links.verbs.pipeline_scaling.3 must be a fraction in (0, 1]"), std::string::npos);
   EXPECT_NE(bad(0.0).find("links.verbs.pipeline_scaling.3 must be a fraction"), std::string::npos);
   EXPECT_NE(bad("slow").find("links.verbs.pipeline_scaling.3 must be a fraction"), std::string::npos);
@@ -611,13 +615,7 @@ TEST(Machine, PrefillStepExtraRoundTripsAndRejectsWhatIsNotMicroseconds) {
   auto back = machine_from_json(machine_to_json(m), "m.json");
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   EXPECT_EQ(back->links.at("verbs").lockstep_256k_extra_us, (std::map<int, double>{{2, 0.0}, {3, 1250.0}}));
-  auto bad = [&](nlohmann::json v) {
-    nlohmann::json j = machine_to_json(m);
-    j["links"]["verbs"]["lockstep_256k_extra_us"]["4"] = std::move(v);
-    auto r = machine_from_json(j, "m.json");
-    EXPECT_FALSE(r.ok()) << j.dump();
-    return r.ok() ? std::string() : r.status().message();
-  };
+  auto bad = [&](nlohmann::json v) { return bad_verbs_figure(m, "lockstep_256k_extra_us", "4", std::move(v)); };
   EXPECT_NE(bad(-1.0).find("links.verbs.lockstep_256k_extra_us.4 must be microseconds in [0, 1e6]"), std::string::npos);
   EXPECT_NE(bad(2e6).find("lockstep_256k_extra_us.4 must be microseconds"), std::string::npos);
   EXPECT_NE(bad("slow").find("lockstep_256k_extra_us.4 must be microseconds"), std::string::npos);
