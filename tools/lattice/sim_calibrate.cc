@@ -3,8 +3,9 @@
 // the fabric figures from `lattice bench fabric` over shm, tcp and the emulated verbs device (two
 // processes of this binary) and `lattice bench coll --procs` (a small all-reduce among 2 to 2x
 // cores rank processes, and with --work the same ranks in lockstep, decode's kernel between the
-// calls, over shm and the emulated verbs device, and as a pipeline's stages (--op chain); over tcp
-// through the link emulator, the CPU its relays take a call);
+// calls, over shm and the emulated verbs device, with prefill's kernel between 256 KiB calls for
+// the device's prefill step, and as a pipeline's stages (--op chain); over tcp through the link
+// emulator, the CPU its relays take a call);
 // with -m, the engine's decode efficiency from `lattice bench engine` on that model with one
 // thread (tok/s x bytes read per token / one thread's read bandwidth) and its prefill efficiency:
 // the fraction of the measured matmul throughput with which the simulator, on this machine, predicts
