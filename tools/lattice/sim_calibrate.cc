@@ -165,13 +165,13 @@ struct Lockstep {
 };
 Result<Lockstep> measure_lockstep(const std::string& provider, int ranks, const std::string& work, bool quick,
                                   const std::string& op = "all_reduce", int iters = 1600, const std::string& bytes = "8K",
-                                  int tokens = 1) {
-  LATTICE_ASSIGN_OR_RETURN(std::string out,
-                           run_capture({cluster::self_exe(), "bench", "coll", "--procs", "--bind", "cores", "-n", std::to_string(ranks),
-                                        "--provider", provider, "--op", op, "-b", bytes, "-e", bytes, "--iters",
-                                        std::to_string(quick ? std::max(8, iters / 4) : iters), "--work", work,
-                                        "--work-tokens", std::to_string(tokens), "--timeout", "30", "--json"},
-                                       120));
+                                  int tokens = 1, bool warm = true) {
+  std::vector<std::string> cmd = {cluster::self_exe(), "bench", "coll", "--procs", "--bind", "cores", "-n", std::to_string(ranks),
+                                  "--provider", provider, "--op", op, "-b", bytes, "-e", bytes, "--iters",
+                                  std::to_string(quick ? std::max(8, iters / 4) : iters), "--work", work,
+                                  "--work-tokens", std::to_string(tokens), "--timeout", "30", "--json"};
+  if (!warm) cmd.insert(cmd.end(), {"--warmup", "0", "--warmup-ms", "0"});
+  LATTICE_ASSIGN_OR_RETURN(std::string out, run_capture(cmd, 120));
   for (const auto& j : coll_rows(out)) {
     Lockstep l{j.value("work_us_mean", 0.0), j.value("step_us_mean", 0.0), j.value("lockstep_wall_us_per_step", 0.0),
                j.value("solo_us_mean", 0.0)};
@@ -440,13 +440,15 @@ int run_calibrate(const CalibrateArgs& a) {
                   m.links.at("verbs").lockstep_scaling[k]);
   }
   // A prefill step over the emulated verbs device: prefill's kernel (32 tokens a multiply) over 2
-  // and 8 MiB between 256 KiB all-reduces (a 32-token step's hidden state), right after the same
-  // over shm, the median of 5 starts each (1 with --quick; a start's reading at 4 ranks spreads
-  // from -0.7 to 1.9 ms), the mean of the two sizes: how much longer the device's step is than shm's beyond its lockstep figure's share of the kernel alone
+  // and 8 MiB between 45 all-reduces of 256 KiB (a 32-token step's hidden state through a
+  // 22-layer model), with no warm-up: a run's prefill is its first large calls, and the device's
+  // first 45 cost more than after a warm-up (3 ranks: a step 2.1-2.5 ms longer than shm's at 2
+  // MiB, against 1.4-1.7; docs/SIM.md, session 34). Right after the same over shm, the median of
+  // 5 starts each (1 with --quick), the mean of the two sizes: how much longer the device's step
+  // is than shm's beyond its lockstep figure's share of the kernel alone
   // (MeasuredLink::lockstep_256k_extra_us). Its progress threads move every byte on the ranks'
   // cores: decode's figure, a share of the work, leaves out what a large call costs (3 ranks on 2
-  // cores: 0.9-2.2 ms a step more than shm, where decode's 8 KiB step is 0.1-0.3 ms more;
-  // docs/SIM.md, session 34).
+  // cores: 0.9-2.5 ms a step more than shm, where decode's 8 KiB step is 0.1-0.3 ms more).
   for (int k = 2; k <= most_ranks; ++k) {
     const double share = 1 / m.links.at("verbs").lockstep_scaling.at(k) - 1;
     double sum = 0;
@@ -454,9 +456,9 @@ int run_calibrate(const CalibrateArgs& a) {
     for (const char* w : {"2M", "8M"}) {
       std::vector<double> runs;
       for (int i = 0; i < (a.quick ? 1 : 5); ++i) {
-        auto l = measure_lockstep("shm", k, w, a.quick, "all_reduce", 200, "256K", 32);
+        auto l = measure_lockstep("shm", k, w, a.quick, "all_reduce", 45, "256K", 32, false);
         if (!l.ok()) return fail(l.status().to_string());
-        auto v = measure_lockstep(kVerbsEmu, k, w, a.quick, "all_reduce", 200, "256K", 32);
+        auto v = measure_lockstep(kVerbsEmu, k, w, a.quick, "all_reduce", 45, "256K", 32, false);
         if (!v.ok()) return fail(v.status().to_string());
         runs.push_back(v->step_us - l->step_us - share * v->solo_us);
       }

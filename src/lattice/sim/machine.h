@@ -55,14 +55,14 @@ struct MeasuredLink {
   // The simulator takes the cost beyond the wire linearly in bytes between the two sizes (and
   // beyond, at the same slope). Keyed by K; empty when not measured.
   std::map<int, double> allreduce_256k_us;
-  // Ranks of this machine in lockstep over this provider with prefill's kernel between 256 KiB
-  // all-reduces (`bench coll --work 2M|8M --work-tokens 32`: a 32-token prefill step's hidden
-  // state between a layer's shares of weights), against the same over shm: how much longer a
-  // step is beyond what lockstep_scaling charges (1 / it - 1 times the kernel alone), the mean of
-  // the two sizes, microseconds keyed by K; 0 when no longer. Measured for the emulated verbs
+  // Ranks of this machine in lockstep over this provider with prefill's kernel between 45 256 KiB
+  // all-reduces and no warm-up (`bench coll --work 2M|8M --work-tokens 32`: a 32-token prefill
+  // step's hidden state between a layer's shares of weights, a run's first large calls), against
+  // the same over shm: how much longer a step is beyond what lockstep_scaling charges (1 / it - 1
+  // times the kernel alone), the mean of the two sizes, microseconds keyed by K; 0 when no longer. Measured for the emulated verbs
   // device: its progress threads move every byte on the cores the ranks compute on, so a large
   // call costs more than decode's figure, a share of the work, carries (3 ranks on 2 cores: a
-  // step 0.9-2.2 ms longer than over shm, decode's 0.1-0.3 ms; docs/SIM.md, session 34). The simulator charges a
+  // step 2.1-2.5 ms longer than over shm, decode's 0.1-0.3 ms; docs/SIM.md, session 34). The simulator charges a
   // collective of the provider this beyond its wire model, with shm's 256 KiB call
   // (allreduce_256k_us) part of the step, linearly in bytes above 8 KiB (and beyond 256 KiB at
   // the same slope). Empty when not measured.
