@@ -356,6 +356,14 @@ std::optional<cluster::LinkProvider> common_provider(const std::vector<const clu
   return chosen[0]->provider;
 }
 
+// A cable's model as `prof`'s engine uses it: link_for's, through the staged protocol on a verbs
+// link when the engine stages its verbs transfers.
+Result<LinkModel> engine_link(const cluster::Link& l, const Machine& a, const Machine& b, const EngineProfile& prof) {
+  LATTICE_ASSIGN_OR_RETURN(LinkModel m, link_for(l, a, b));
+  if (l.provider == cluster::LinkProvider::kVerbs && prof.verbs_staged) m = with_verbs_staging(m);
+  return m;
+}
+
 // The machine file's figures for the provider that joins every rank, when every rank is on that
 // one machine (MeasuredLink: measured between processes of it); null otherwise.
 const MeasuredLink* colocated_link(const std::vector<Rank>& ranks, const std::vector<const cluster::Link*>& chosen) {
@@ -400,8 +408,7 @@ Result<Colocated> colocated_cost(const EngineProfile& prof, const std::vector<Ra
     Cable c;
     c.a = rank_of[l->a];
     c.b = rank_of[l->b];
-    LATTICE_ASSIGN_OR_RETURN(c.model, link_for(plain, ranks[c.a].machine, ranks[c.b].machine));
-    if (l->provider == cluster::LinkProvider::kVerbs && prof.verbs_staged) c.model = with_verbs_staging(c.model);
+    LATTICE_ASSIGN_OR_RETURN(c.model, engine_link(plain, ranks[c.a].machine, ranks[c.b].machine, prof));
     carrier.push_back(std::move(c));
   }
   Collectives bare = coll;
@@ -484,8 +491,7 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
     Cable c;
     c.a = a;
     c.b = b;
-    LATTICE_ASSIGN_OR_RETURN(c.model, link_for(l, ranks[a].machine, ranks[b].machine));
-    if (l.provider == cluster::LinkProvider::kVerbs && prof.verbs_staged) c.model = with_verbs_staging(c.model);
+    LATTICE_ASSIGN_OR_RETURN(c.model, engine_link(l, ranks[a].machine, ranks[b].machine, prof));
     if (c.model.uses_tb5_port) {
       for (auto [end, ctl] : {std::pair{a, &c.controller_a}, std::pair{b, &c.controller_b}}) {
         const Machine& m = ranks[end].machine;
