@@ -525,6 +525,22 @@ def one(lattice, work, target, label, machine, prompt, n, mode, prov, a, one_ran
     return row
 
 
+def within(rows):
+    """How many rows of more than one rank are within their bound: (decode, rows, prefill, rows
+    whose prefill was measured). A failed row counts as outside."""
+    judged = [r for r in rows if r["bound"] is not None]
+    dec = sum(1 for r in judged if "failed" not in r and abs(r["error"]) <= r["bound"])
+    pre_rows = [r for r in judged if "failed" in r or r.get("prefill_error") is not None]
+    pre = sum(1 for r in pre_rows if "failed" not in r and abs(r["prefill_error"]) <= r["bound"])
+    return dec, len(judged), pre, len(pre_rows)
+
+
+def mark(r, key):
+    """An error of the table, with a cross when it is outside the row's bound."""
+    e = r[key]
+    return f"{100 * e:+.1f}%" + (" ✗" if r["bound"] is not None and abs(e) > r["bound"] else "")
+
+
 def one_rank_cmd(lattice, target, prompt, a):
     return [lattice, "run", "-m", target, "-p", prompt, "-n", str(a.n), "-t", "1", "--ignore-eos", "--temp", "0",
             "--json", "--nodes", "1", "--provider", "shm"]
@@ -732,8 +748,11 @@ def main():
                 print(json.dumps(row), file=sys.stderr, flush=True)
                 rows.append(row)
     if a.json:
+        dec, n_dec, pre, n_pre = within(rows)
         print(json.dumps({"shape": label, "machine": json.load(open(machine)), "machine_raised_to_gbs": raised,
-                          "model_kernel_scaling": scaling, "rows": rows}, indent=2))
+                          "model_kernel_scaling": scaling, "rows": rows,
+                          "within": {"decode": dec, "decode_rows": n_dec, "prefill": pre, "prefill_rows": n_pre}},
+                         indent=2))
         return
     eff = next((r for r in rows if "decode_efficiency" in r), {})
     print(f"model {label}; machine file {machine}; emulated links {a.link_latency_us:g} us, {a.link_gbytes_s:g} GB/s; "
@@ -764,12 +783,16 @@ def main():
             continue
         bound = "calibration point" if r["bound"] is None else f"±{100 * r['bound']:.0f}%"
         print(f"| {r['model']} | {r['ranks']} | {r['mode']} | {r['provider']} | {r['measured_tok_s']:.1f} | "
-              f"{r['predicted_tok_s']:.1f} | {100 * r['error']:+.1f}% | {bound} | "
-              + (f"{r['measured_prefill_tok_s']:.1f} | {r['predicted_prefill_tok_s']:.1f} | {100 * r['prefill_error']:+.1f}% |"
+              f"{r['predicted_tok_s']:.1f} | {mark(r, 'error')} | {bound} | "
+              + (f"{r['measured_prefill_tok_s']:.1f} | {r['predicted_prefill_tok_s']:.1f} | {mark(r, 'prefill_error')} |"
                  if r["prefill_error"] is not None else "not measured | | |")
               + (f" {r['one_rank_tok_s']:.1f} | {r['kernel_scaling'] or 1:.3f} / {r.get('compute_scaling') or 1:.3f} | "
                  + " ".join(f"{100 * e:+.0f}" for e in r.get("round_errors", [])) + " | "
                  + " ".join(f"{100 * e:+.0f}" for e in r.get("round_prefill_errors", [])) + " |" if a.adjacent else ""))
+    dec, n_dec, pre, n_pre = within(rows)
+    if n_dec:
+        print(f"within the bounds (rows of 2 or more ranks; ✗ marks the others): decode {dec} of {n_dec}, "
+              f"prefill {pre} of {n_pre}")
 
 
 if __name__ == "__main__":
