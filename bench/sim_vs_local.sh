@@ -7,8 +7,9 @@
 # row; each model's engine efficiencies are fitted to its own one-rank run (`sim --calibrate-from`),
 # so the 2-4 rank rows come from the link, schedule and placement models alone. Prints one table per
 # model: measured decode and prefill tok/s (the median of REPS), predicted, error, and the bound
-# (+-10% at 2 ranks, +-20% at 3-4), an error outside it marked, and how many rows are within (JSON=1: "within"). The default models are written by `lattice make-model` when
-# missing (the shapes of bench/engine_vs_llamacpp.sh and bench/ep_vs_single.sh, seed 1).
+# (+-10% at 2 ranks, +-20% at 3-4), an error outside it marked, and how many rows are within
+# (JSON=1: "within"). The default models are written by `lattice make-model` when missing (the
+# shapes of bench/engine_vs_llamacpp.sh and bench/ep_vs_single.sh, seed 1).
 # Each row is calibrated beside each of its runs (ADJACENT=1, the default: REPS rounds of a one-rank
 # run, for tensor parallel a co-run pair, and the row's run, a one-rank run after the last; each
 # run predicted from the one-rank runs on either side and its co-run, the row the round of the

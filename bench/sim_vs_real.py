@@ -525,20 +525,24 @@ def one(lattice, work, target, label, machine, prompt, n, mode, prov, a, one_ran
     return row
 
 
+def outside(r, key):
+    """Whether a row's error (`key`: "error" or "prefill_error") is beyond its bound; a failed row
+    is, a one-rank row (no bound) never."""
+    return r["bound"] is not None and ("failed" in r or abs(r[key]) > r["bound"])
+
+
 def within(rows):
     """How many rows of more than one rank are within their bound: (decode, rows, prefill, rows
-    whose prefill was measured). A failed row counts as outside."""
+    whose prefill was measured)."""
     judged = [r for r in rows if r["bound"] is not None]
-    dec = sum(1 for r in judged if "failed" not in r and abs(r["error"]) <= r["bound"])
     pre_rows = [r for r in judged if "failed" in r or r.get("prefill_error") is not None]
-    pre = sum(1 for r in pre_rows if "failed" not in r and abs(r["prefill_error"]) <= r["bound"])
-    return dec, len(judged), pre, len(pre_rows)
+    return (sum(not outside(r, "error") for r in judged), len(judged),
+            sum(not outside(r, "prefill_error") for r in pre_rows), len(pre_rows))
 
 
 def mark(r, key):
     """An error of the table, with a cross when it is outside the row's bound."""
-    e = r[key]
-    return f"{100 * e:+.1f}%" + (" ✗" if r["bound"] is not None and abs(e) > r["bound"] else "")
+    return f"{100 * r[key]:+.1f}%" + (" ✗" if outside(r, key) else "")
 
 
 def one_rank_cmd(lattice, target, prompt, a):

@@ -155,29 +155,37 @@ Result<AllReduce> measure_allreduce(const std::string& provider, int ranks, bool
 }
 
 // `ranks` rank processes in lockstep over `provider`, decode's kernel over `work` bytes before every
-// 8 KiB all-reduce (`bench coll --work`; with op "chain", a pipeline's decode step: the kernel at
-// each rank in turn; with `tokens` > 1 and `bytes`, prefill's kernel of that many tokens before
-// calls of that size): the slowest rank's mean kernel time, the mean step (kernel + call), the
+// 8 KiB all-reduce (`bench coll --work`; LockstepRun below: with op "chain", a pipeline's decode
+// step, the kernel at each rank in turn; with more tokens and bytes, prefill's kernel of that many
+// tokens before calls of that size): the slowest rank's mean kernel time, the mean step (kernel + call), the
 // steps' pace (the slowest rank's wall clock over them, per step) and the kernel alone (each rank
 // in turn, the others waiting), microseconds.
 struct Lockstep {
   double work_us = 0, step_us = 0, wall_us = 0, solo_us = 0;
 };
+// What a lockstep measurement runs beside its kernel: the collective, its calls a start (a
+// quarter with --quick), their size, the kernel's tokens, and whether the bench warms up first.
+struct LockstepRun {
+  std::string op = "all_reduce";
+  int iters = 1600;
+  std::string bytes = "8K";
+  int tokens = 1;
+  bool warm = true;
+};
 Result<Lockstep> measure_lockstep(const std::string& provider, int ranks, const std::string& work, bool quick,
-                                  const std::string& op = "all_reduce", int iters = 1600, const std::string& bytes = "8K",
-                                  int tokens = 1, bool warm = true) {
-  std::vector<std::string> cmd = {cluster::self_exe(), "bench", "coll", "--procs", "--bind", "cores", "-n", std::to_string(ranks),
-                                  "--provider", provider, "--op", op, "-b", bytes, "-e", bytes, "--iters",
-                                  std::to_string(quick ? std::max(8, iters / 4) : iters), "--work", work,
-                                  "--work-tokens", std::to_string(tokens), "--timeout", "30", "--json"};
-  if (!warm) cmd.insert(cmd.end(), {"--warmup", "0", "--warmup-ms", "0"});
+                                  const LockstepRun& run = {}) {
+  std::vector<std::string> cmd = {cluster::self_exe(), "bench", "coll", "--procs", "--bind", "cores", "-n",
+                                  std::to_string(ranks), "--provider", provider, "--op", run.op, "-b", run.bytes,
+                                  "-e", run.bytes, "--iters", std::to_string(quick ? std::max(8, run.iters / 4) : run.iters),
+                                  "--work", work, "--work-tokens", std::to_string(run.tokens), "--timeout", "30", "--json"};
+  if (!run.warm) cmd.insert(cmd.end(), {"--warmup", "0", "--warmup-ms", "0"});
   LATTICE_ASSIGN_OR_RETURN(std::string out, run_capture(cmd, 120));
   for (const auto& j : coll_rows(out)) {
     Lockstep l{j.value("work_us_mean", 0.0), j.value("step_us_mean", 0.0), j.value("lockstep_wall_us_per_step", 0.0),
                j.value("solo_us_mean", 0.0)};
     if (l.work_us > 0 && l.step_us > 0 && l.wall_us > 0) return l;
   }
-  return IoError("bench coll --procs -n " + std::to_string(ranks) + " --provider " + provider + " --op " + op +
+  return IoError("bench coll --procs -n " + std::to_string(ranks) + " --provider " + provider + " --op " + run.op +
                  " --work " + work + " gave no step time");
 }
 
@@ -449,6 +457,7 @@ int run_calibrate(const CalibrateArgs& a) {
   // (MeasuredLink::lockstep_256k_extra_us). Its progress threads move every byte on the ranks'
   // cores: decode's figure, a share of the work, leaves out what a large call costs (3 ranks on 2
   // cores: 0.9-2.5 ms a step more than shm, where decode's 8 KiB step is 0.1-0.3 ms more).
+  const LockstepRun first_calls{.iters = 45, .bytes = "256K", .tokens = 32, .warm = false};
   for (int k = 2; k <= most_ranks; ++k) {
     const double share = 1 / m.links.at("verbs").lockstep_scaling.at(k) - 1;
     double sum = 0;
@@ -456,9 +465,9 @@ int run_calibrate(const CalibrateArgs& a) {
     for (const char* w : {"2M", "8M"}) {
       std::vector<double> runs;
       for (int i = 0; i < (a.quick ? 1 : 5); ++i) {
-        auto l = measure_lockstep("shm", k, w, a.quick, "all_reduce", 45, "256K", 32, false);
+        auto l = measure_lockstep("shm", k, w, a.quick, first_calls);
         if (!l.ok()) return fail(l.status().to_string());
-        auto v = measure_lockstep(kVerbsEmu, k, w, a.quick, "all_reduce", 45, "256K", 32, false);
+        auto v = measure_lockstep(kVerbsEmu, k, w, a.quick, first_calls);
         if (!v.ok()) return fail(v.status().to_string());
         runs.push_back(v->step_us - l->step_us - share * v->solo_us);
       }
@@ -469,8 +478,8 @@ int run_calibrate(const CalibrateArgs& a) {
     }
     m.links.at("verbs").lockstep_256k_extra_us[k] = std::max(0.0, sum / 2);
     std::printf("%d ranks in lockstep between prefill's kernels, 256 KiB all-reduces: over the emulated verbs device a "
-                "step longer than shm's beyond its lockstep share by%s\n",
-                k, line.c_str());
+                "step longer than shm's beyond its lockstep share by%s; charged %.0f us (none when shorter)\n",
+                k, line.c_str(), m.links.at("verbs").lockstep_256k_extra_us[k]);
   }
   // Pipeline stages: one computes while the others wait on the provider. The emulated verbs
   // device's waiting stages poll it and its progress threads wake, on the cores the computing
@@ -479,12 +488,13 @@ int run_calibrate(const CalibrateArgs& a) {
   // shm and right after over the device, 5 such pairs (1 with --quick): the median of the shm
   // steps' pace over the device's (MeasuredLink::pipeline_scaling). One pair moves by up to 10%
   // with the host (session 24: 0.76-0.98 at 4 ranks), which is the size of the effect.
+  const LockstepRun chain{.op = "chain", .iters = 16};
   for (int k = 2; k <= most_ranks; ++k) {
     std::vector<double> runs;
     for (int i = 0; i < (a.quick ? 1 : 5); ++i) {
-      auto l = measure_lockstep("shm", k, "128M", a.quick, "chain", 16);
+      auto l = measure_lockstep("shm", k, "128M", a.quick, chain);
       if (!l.ok()) return fail(l.status().to_string());
-      auto v = measure_lockstep(kVerbsEmu, k, "128M", a.quick, "chain", 16);
+      auto v = measure_lockstep(kVerbsEmu, k, "128M", a.quick, chain);
       if (!v.ok()) return fail(v.status().to_string());
       runs.push_back(std::clamp(l->wall_us / v->wall_us, 0.05, 1.0));
     }
