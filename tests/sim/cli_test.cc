@@ -185,6 +185,15 @@ TEST(Calibrate, MeasurementsAreSaneAndCheckTheirArguments) {
   EXPECT_LT(*rep, 1000);
   EXPECT_FALSE(measure_replicated_ns(100, 8, 1).ok());
   EXPECT_FALSE(measure_replicated_ns(512, 0, 1).ok());
+  // A mixture of experts' router and chosen rows: fractions of a nanosecond to a few, not zero.
+  auto moe = measure_moe_replicated(512, 16, 4, 8, 2);
+  ASSERT_TRUE(moe.ok()) << moe.status().to_string();
+  EXPECT_GT(moe->router_ns, 1e-4);
+  EXPECT_LT(moe->router_ns, 100);
+  EXPECT_GT(moe->row_ns, 1e-3);
+  EXPECT_LT(moe->row_ns, 1000);
+  EXPECT_FALSE(measure_moe_replicated(100, 16, 4, 8, 1).ok());
+  EXPECT_FALSE(measure_moe_replicated(512, 4, 8, 8, 1).ok());  // more experts a row than there are
   // A slice's rate against the whole's: a fraction near 1, and 1 part is the whole.
   auto sl = measure_slice_efficiency(2, 256, 512, 16, 2);
   ASSERT_TRUE(sl.ok()) << sl.status().to_string();

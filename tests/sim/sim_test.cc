@@ -20,6 +20,14 @@ SimResult sim(const std::string& preset, const cluster::Topology& t, SimOptions 
   return r.ok() ? *r : SimResult{};
 }
 
+// A link measured at `latency_us` one way and `gbytes_s`, nothing else measured.
+MeasuredLink link(double latency_us, double gbytes_s) {
+  MeasuredLink l;
+  l.latency_us = latency_us;
+  l.gbytes_s = gbytes_s;
+  return l;
+}
+
 TEST(Sim, OneNodeDecodeIsBandwidthOverBytes) {
   auto t = mesh(1, "m3-ultra", "verbs", "tb5");
   SimOptions o;
@@ -341,7 +349,7 @@ TEST(Sim, JsonHasTheDocumentedKeys) {
 TEST(Machine, FileRoundTripAndErrors) {
   auto m = machine_preset("m3-ultra");
   ASSERT_TRUE(m.ok());
-  m->links["tcp"] = {12, 2.5, {}, {}, {}};
+  m->links["tcp"] = link(12, 2.5);
   auto back = machine_from_json(machine_to_json(*m), "x.json");
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   EXPECT_EQ(back->mem_bw_gbs, 819);
@@ -466,7 +474,7 @@ Machine two_core_cpu() {
   m.compute_tflops = 0.5;
   m.memory_gb = 16;
   m.decode_efficiency = 0.9;
-  m.links["shm"] = {0.5, 8, {}, {}, {}};
+  m.links["shm"] = link(0.5, 8);
   return m;
 }
 
@@ -570,7 +578,9 @@ TEST(Machine, LockstepScalingRoundTripsAndRejectsWhatIsNotAFraction) {
   EXPECT_NE(bad({{"1", 0.9}}).find("lockstep_scaling: key '1' is not a rank count"), std::string::npos);
   EXPECT_NE(bad(0.9).find("maps a rank count"), std::string::npos);
   // A provider's own figure (links.P.lockstep_scaling) is a fraction by rank count too.
-  m.links["verbs"] = {6.0, 5.0, {{2, 15.0}}, {{2, 0.8}}, {}};
+  m.links["verbs"] = link(6.0, 5.0);
+  m.links["verbs"].allreduce_us = {{2, 15.0}};
+  m.links["verbs"].lockstep_scaling = {{2, 0.8}};
   back = machine_from_json(machine_to_json(m), "m.json");
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   EXPECT_EQ(back->links.at("verbs").lockstep_scaling, (std::map<int, double>{{2, 0.8}}));
@@ -595,7 +605,7 @@ std::string bad_verbs_figure(const Machine& m, const char* key, const char* rank
 // A provider's pipeline figure (links.P.pipeline_scaling) round-trips: a fraction by rank count.
 TEST(Machine, PipelineScalingRoundTripsAndRejectsWhatIsNotAFraction) {
   Machine m = two_core_cpu();
-  m.links["verbs"] = {6.0, 5.0, {}, {}, {}};
+  m.links["verbs"] = link(6.0, 5.0);
   m.links["verbs"].pipeline_scaling = {{2, 1.0}, {4, 0.87}};
   auto back = machine_from_json(machine_to_json(m), "m.json");
   ASSERT_TRUE(back.ok()) << back.status().to_string();
@@ -610,7 +620,7 @@ TEST(Machine, PipelineScalingRoundTripsAndRejectsWhatIsNotAFraction) {
 // rank count, 0 allowed (a step no longer than its lockstep share).
 TEST(Machine, PrefillStepExtraRoundTripsAndRejectsWhatIsNotMicroseconds) {
   Machine m = two_core_cpu();
-  m.links["verbs"] = {6.0, 5.0, {}, {}, {}};
+  m.links["verbs"] = link(6.0, 5.0);
   m.links["verbs"].lockstep_256k_extra_us = {{2, 0.0}, {3, 1250.0}};
   auto back = machine_from_json(machine_to_json(m), "m.json");
   ASSERT_TRUE(back.ok()) << back.status().to_string();
@@ -630,7 +640,8 @@ TEST(Sim, RanksOverTheEmulatedDevicePayItsPrefillStep) {
   Machine m = two_core_cpu();
   m.tb5_ports = 5;
   m.links["shm"].allreduce_256k_us = {{3, 80.0}};
-  m.links["verbs"] = {6.0, 5.0, {}, {{3, 0.6}}, {}};
+  m.links["verbs"] = link(6.0, 5.0);
+  m.links["verbs"].lockstep_scaling = {{3, 0.6}};
   const std::string dir = testing::scratch_dir("prefill-verbs");
   std::ofstream(dir + "/plain.json") << machine_to_json(m).dump();
   m.links["verbs"].lockstep_256k_extra_us = {{3, 2000.0}};
@@ -679,7 +690,7 @@ TEST(Sim, RanksOverTheEmulatedDevicePayItsPrefillStep) {
 TEST(Sim, PipelineStagesOverAProviderPayItsMeasuredChain) {
   Machine m = two_core_cpu();
   m.tb5_ports = 5;
-  m.links["verbs"] = {6.0, 5.0, {}, {}, {}};
+  m.links["verbs"] = link(6.0, 5.0);
   m.links["verbs"].pipeline_scaling = {{3, 0.8}};
   const std::string dir = testing::scratch_dir("pipeline-verbs");
   std::ofstream(dir + "/cpu.json") << machine_to_json(m).dump();
@@ -717,8 +728,10 @@ TEST(Sim, LockstepOverAProviderWithItsOwnFigureMultiplies) {
   Machine m = two_core_cpu();
   m.tb5_ports = 5;
   m.lockstep_scaling = {{2, 0.9}};
-  m.links["verbs"] = {6.0, 5.0, {}, {{2, 0.8}}, {}};
-  m.links["tcp"] = {20.0, 5.0, {}, {{2, 0.85}}, {}};  // loopback tcp's, measured on cores of their own
+  m.links["verbs"] = link(6.0, 5.0);
+  m.links["verbs"].lockstep_scaling = {{2, 0.8}};
+  m.links["tcp"] = link(20.0, 5.0);  // loopback tcp's, measured on cores of their own
+  m.links["tcp"].lockstep_scaling = {{2, 0.85}};
   const std::string dir = testing::scratch_dir("lockstep-verbs");
   std::ofstream(dir + "/cpu.json") << machine_to_json(m).dump();
   auto pair = [](const char* provider, bool apart) {
@@ -779,7 +792,8 @@ TEST(Sim, AProvidersOwnLockstepIsChargedOnTheQuietWork) {
     m.mem_bw_gbs = 100;  // the cores' own rate bounds the reads, so kernel_scaling applies
     m.tb5_ports = 5;
     m.kernel_scaling = kernel_scaling;
-    m.links["verbs"] = {6.0, 5.0, {}, {{2, 0.8}, {4, 0.8}}, {}};
+    m.links["verbs"] = link(6.0, 5.0);
+    m.links["verbs"].lockstep_scaling = {{2, 0.8}, {4, 0.8}};
     const std::string dir = testing::scratch_dir("lockstep-quiet");
     std::ofstream(dir + "/cpu.json") << machine_to_json(m).dump();
     o.base_dir = dir;
@@ -898,7 +912,8 @@ TEST(Sim, RanksBeyondTheCoresTakeTurnsOnTheCoresTheyArePinnedTo) {
 // measured: nothing.
 TEST(Sim, RelaysOfEmulatedTcpLinksTakeTheirCpuFromRanksHoldingEveryCore) {
   Machine m = two_core_cpu();
-  m.links["tcp"] = {12, 2.5, {}, {}, {{2, 60.0}, {4, 400.0}}};
+  m.links["tcp"] = link(12, 2.5);
+  m.links["tcp"].emulator_cpu_us = {{2, 60.0}, {4, 400.0}};
   const std::string dir = testing::scratch_dir("emulator-cpu");
   std::ofstream(dir + "/cpu.json") << machine_to_json(m).dump();
   m.links["tcp"].emulator_cpu_us.clear();
@@ -944,7 +959,8 @@ TEST(Sim, RelaysOfEmulatedTcpLinksTakeTheirCpuFromRanksHoldingEveryCore) {
   // Cores left over run the relays: 2 ranks on a machine of 4 pay nothing.
   Machine wide = two_core_cpu();
   wide.cores = 4;
-  wide.links["tcp"] = {12, 2.5, {}, {}, {{2, 60.0}, {4, 400.0}}};
+  wide.links["tcp"] = link(12, 2.5);
+  wide.links["tcp"].emulator_cpu_us = {{2, 60.0}, {4, 400.0}};
   std::ofstream(dir + "/wide.json") << machine_to_json(wide).dump();
   not_charged(mesh("wide.json", 2, true), Mode::kTensor, "cores left over");
   not_charged(mesh("cpu.json", 4, true), Mode::kPipeline, "pipeline stages");
@@ -959,7 +975,8 @@ TEST(Sim, RelaysOfEmulatedTcpLinksTakeTheirCpuFromRanksHoldingEveryCore) {
 
 TEST(Machine, EmulatorCpuRoundTripsAndRejectsWhatIsNotMicroseconds) {
   Machine m = two_core_cpu();
-  m.links["tcp"] = {12, 2.5, {}, {}, {{4, 380.0}}};
+  m.links["tcp"] = link(12, 2.5);
+  m.links["tcp"].emulator_cpu_us = {{4, 380.0}};
   auto back = machine_from_json(machine_to_json(m), "m.json");
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   EXPECT_EQ(back->links.at("tcp").emulator_cpu_us, (std::map<int, double>{{4, 380.0}}));
@@ -1112,6 +1129,45 @@ TEST(Sim, TheWorkEveryRankDoesWholeIsNotDividedAndSlicesKeepTheirMeasuredRate) {
               1e-9);
 }
 
+// A mixture of experts' work every rank does whole (Machine::moe_router_ns, moe_row_ns): the
+// router over every expert and each chosen expert's gathered, quantized and accumulated rows.
+// Tensor parallel charges it whole to each rank, so a prefill grows by the same at 1 rank and
+// at 2; expert parallel divides the rows' part by the ranks' shares, not the router's; a dense
+// model has none of it.
+TEST(Sim, AMixtureOfExpertsRoutesAndGathersItsRowsWholeOnEveryRank) {
+  Machine m = two_core_cpu();
+  const std::string dir = testing::scratch_dir("moe-replicated");
+  std::ofstream(dir + "/unmeasured.json") << machine_to_json(m).dump();
+  m.moe_router_ns = 1e-9;  // the router at its own rate, next to nothing
+  std::ofstream(dir + "/base.json") << machine_to_json(m).dump();
+  m.moe_row_ns = 0.5;
+  std::ofstream(dir + "/rows.json") << machine_to_json(m).dump();
+  m.moe_row_ns = 0;
+  m.moe_router_ns = 0.05;
+  std::ofstream(dir + "/router.json") << machine_to_json(m).dump();
+  const auto shape = *shape_preset("qwen3moe-bench-q4");
+  auto run = [&](const char* file, int n, Mode mode) { return prefill_256(shape, dir, file, n, mode); };
+  auto more = [&](const char* file, int n, Mode mode) {
+    return run(file, n, mode).ttft_ms - run("base.json", n, mode).ttft_ms;
+  };
+  const double rows_ms = 256.0 * shape.n_embd * shape.n_expert_used * shape.n_moe_layers() * 0.5e-6;
+  const double router_ms = 256.0 * shape.n_embd * shape.n_expert * shape.n_moe_layers() * 0.05e-6;
+  for (int n : {1, 2}) {
+    EXPECT_NEAR(more("rows.json", n, Mode::kTensor), rows_ms, rows_ms * 0.02) << n << " ranks";
+    EXPECT_NEAR(more("router.json", n, Mode::kTensor), router_ms, router_ms * 0.02) << n << " ranks";
+  }
+  // Expert parallel: each rank gathers the rows of its own experts, and routes every row.
+  const double ep_rows = more("rows.json", 2, Mode::kExpert);
+  EXPECT_GT(ep_rows, rows_ms * 0.3);
+  EXPECT_LT(ep_rows, rows_ms * 0.7);
+  EXPECT_NEAR(more("router.json", 2, Mode::kExpert), router_ms, router_ms * 0.02);
+  // Not measured, the router's multiply-adds are counted with the weights, at the prefill's rate.
+  EXPECT_GT(run("unmeasured.json", 1, Mode::kTensor).ttft_ms, run("base.json", 1, Mode::kTensor).ttft_ms);
+  const auto dense = *shape_preset("llama-1.1b-q4");
+  EXPECT_NEAR(prefill_256(dense, dir, "rows.json", 2, Mode::kTensor).ttft_ms,
+              prefill_256(dense, dir, "unmeasured.json", 2, Mode::kTensor).ttft_ms, 1e-9);
+}
+
 TEST(Machine, ReplicatedWorkAndSliceRatesRoundTripAndRejectWhatIsNotAFigure) {
   Machine m = two_core_cpu();
   EXPECT_DOUBLE_EQ(m.slice_rate(4), 1);  // not measured
@@ -1124,6 +1180,20 @@ TEST(Machine, ReplicatedWorkAndSliceRatesRoundTripAndRejectWhatIsNotAFigure) {
   auto back = machine_from_json(machine_to_json(m), "m.json");
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   EXPECT_DOUBLE_EQ(back->replicated_ns, 1.2);
+  EXPECT_DOUBLE_EQ(back->moe_router_ns, 0);  // not measured
+  m.moe_router_ns = 0.04;
+  m.moe_row_ns = 0.5;
+  back = machine_from_json(machine_to_json(m), "m.json");
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_DOUBLE_EQ(back->moe_router_ns, 0.04);
+  EXPECT_DOUBLE_EQ(back->moe_row_ns, 0.5);
+  for (const char* key : {"moe_router_ns", "moe_row_ns"}) {
+    auto bad = machine_to_json(m);
+    bad[key] = 2000;
+    auto r = machine_from_json(bad, "m.json");
+    ASSERT_FALSE(r.ok()) << key;
+    EXPECT_NE(r.status().message().find(key), std::string::npos) << r.status().message();
+  }
   EXPECT_EQ(back->slice_efficiency, m.slice_efficiency);
   auto j = machine_to_json(m);
   j["replicated_ns"] = -1;

@@ -325,6 +325,15 @@ int run_calibrate(const CalibrateArgs& a) {
   }
   std::printf("replicated work %.2f ns an element a layer; prefill matmul on 1/K of a layer, its rate over the whole's:%s\n",
               m.replicated_ns, slices.c_str());
+  // A mixture of experts' layer adds the router and each chosen expert's gathered, quantized and
+  // accumulated rows, also whole on every rank (the bench shape: 32 experts, 8 a row; 32 rows).
+  auto moe = sim::measure_moe_replicated(2048, 32, 8, 32, a.quick ? 3 : 7);
+  if (!moe.ok()) return fail(moe.status().to_string());
+  m.moe_router_ns = moe->router_ns;
+  m.moe_row_ns = moe->row_ns;
+  std::printf("mixture of experts, whole on every rank: router %.3f ns a multiply-add, %.2f ns an element of a chosen "
+              "expert's input\n",
+              m.moe_router_ns, m.moe_row_ns);
   // The providers whose ranks can share this machine, by the key of the machine file: verbs
   // between two processes of one machine is the emulated device (a real NIC's figures are the
   // topology's business: link_for never takes these for a verbs cable).

@@ -213,6 +213,64 @@ Result<double> measure_replicated_ns(size_t n_embd, size_t rows, int reps) {
   return best;
 }
 
+Result<MoeReplicated> measure_moe_replicated(size_t n_embd, size_t n_expert, size_t k_used, size_t rows, int reps) {
+  if (n_embd == 0 || n_embd % 32 || n_embd > (1u << 16) || n_expert < 1 || n_expert > 1024 || k_used < 1 ||
+      k_used > n_expert || rows == 0 || rows > 4096 || reps < 1)
+    return InvalidArgument("calibrate: the MoE layer's whole work needs n_embd a multiple of 32 (at most 65536), "
+                           "1..1024 experts, 1..experts used, 1..4096 rows");
+  using engine::TensorType;
+  const size_t n = n_embd * rows;
+  const size_t layers = std::clamp<size_t>((size_t{64} << 20) / (n * (2 + k_used) * sizeof(float)), 4, 256);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0, 1);
+  std::vector<std::vector<float>> router(layers, std::vector<float>(n_expert * n_embd));
+  std::vector<std::vector<float>> x(layers, std::vector<float>(n)), acc(layers, std::vector<float>(n));
+  std::vector<std::vector<float>> ye(layers, std::vector<float>(n * k_used));  // each chosen expert's output rows
+  for (auto* set : {&router, &x, &ye})
+    for (auto& v : *set)
+      for (float& e : v) e = nd(rng);
+  std::vector<engine::Weight> w(layers);
+  for (size_t l = 0; l < layers; ++l) {
+    LATTICE_ASSIGN_OR_RETURN(w[l], engine::Weight::view({TensorType::kF32, router[l].data(), n_expert, n_embd, 0}));
+  }
+  std::vector<float> logits(rows * n_expert), xe(rows * n_embd);
+  // The experts' matmuls quantize their input as for a Q4_0 weight (its size does not matter).
+  LATTICE_ASSIGN_OR_RETURN(MatmulCase q4, matmul_case(64, n_embd, 1, 3));
+  engine::ThreadPool pool(1);
+  // Each row picks k_used experts; each expert then takes the rows that chose it, as run_experts
+  // does (rows spread evenly over the experts: the per-row work does not depend on how).
+  std::vector<std::vector<uint32_t>> rows_of(n_expert);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t k = 0; k < k_used; ++k) rows_of[(r * k_used + k) % n_expert].push_back(uint32_t(r));
+  auto route = [&](size_t l) { engine::matmul(w[l], x[l].data(), rows, logits.data(), pool); };
+  auto experts = [&](size_t l) {
+    size_t out = 0;
+    std::memset(acc[l].data(), 0, n * sizeof(float));
+    for (const auto& rs : rows_of) {
+      if (rs.empty()) continue;
+      for (size_t j = 0; j < rs.size(); ++j)
+        std::memcpy(xe.data() + j * n_embd, x[l].data() + size_t{rs[j]} * n_embd, n_embd * sizeof(float));
+      engine::quantize_activations(q4.w, xe.data(), rs.size(), pool);
+      for (size_t j = 0; j < rs.size(); ++j, ++out)
+        engine::ops::axpy(acc[l].data() + size_t{rs[j]} * n_embd, 0.125f, ye[l].data() + out * n_embd, n_embd);
+    }
+  };
+  auto best_ns = [&](auto&& pass) {
+    for (size_t l = 0; l < layers; ++l) pass(l);  // warm up
+    double best = 1e30;
+    for (int rep = 0; rep < reps; ++rep) {
+      const auto t0 = Clock::now();
+      for (size_t l = 0; l < layers; ++l) pass(l);
+      best = std::min(best, seconds_since(t0) * 1e9 / double(layers));
+    }
+    return best;  // nanoseconds a layer
+  };
+  MoeReplicated m;
+  m.router_ns = best_ns(route) / double(rows * n_embd * n_expert);
+  m.row_ns = best_ns(experts) / double(rows * k_used * n_embd);
+  return m;
+}
+
 Result<double> measure_slice_efficiency(int parts, size_t rows, size_t cols, size_t n_tok, int reps) {
   if (parts < 1 || parts > 64 || reps < 1 || rows % (64 * size_t(parts)) || cols % (32 * size_t(parts)) || n_tok == 0)
     return InvalidArgument("calibrate: a slice needs rows a multiple of 64 and cols of 32 per part, 1..64 parts");

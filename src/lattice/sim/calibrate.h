@@ -29,6 +29,17 @@ Result<double> measure_matmul_workers_tflops(int workers, size_t rows, size_t co
 // as the weights streamed between them leave it. Best of `reps`, nanoseconds an element of the
 // hidden state a layer.
 Result<double> measure_replicated_ns(size_t n_embd, size_t rows, int reps);
+// What every tensor-parallel rank of a mixture of experts does whole on each MoE layer, whatever
+// its slice of the experts (engine/runtime/forward.cc, route and run_experts), on one thread over
+// `rows` rows of `n_embd`: the router's F32 matmul over all `n_expert` experts, and for each of
+// the `k_used` experts a row chose, the row gathered, its 8-bit quantization for the expert's
+// matmuls and the expert's output added back at its weight. Each pass a different layer's
+// buffers, beyond the L2 cache together. Best of `reps`.
+struct MoeReplicated {
+  double router_ns = 0;  // nanoseconds a multiply-add of the router (rows x n_embd x n_expert)
+  double row_ns = 0;     // nanoseconds an element of a chosen expert's input (rows x k_used x n_embd)
+};
+Result<MoeReplicated> measure_moe_replicated(size_t n_embd, size_t n_expert, size_t k_used, size_t rows, int reps);
 // Prefill's matmul (rows x cols Q4_0 weight, n_tok activations, one thread) on one of `parts`
 // tensor-parallel slices, as the engine splits a layer: the mean of a slice of the rows (the
 // Q, K, V, gate and up projections) and of the columns (the output and down projections).

@@ -89,7 +89,7 @@ Result<std::map<int, double>> rank_map(const nlohmann::json& j, const char* key,
 Result<Machine> machine_from_json(const nlohmann::json& j, const std::string& source) {
   if (!j.is_object()) return InvalidArgument(source + ": a machine file holds one JSON object");
   static const char* known[] = {"name", "source", "mem_bw_gbs", "core_bw_gbs", "cores", "compute_tflops", "memory_gb",
-                                "decode_efficiency", "prefill_efficiency", "kernel_scaling", "compute_scaling", "replicated_ns", "slice_efficiency", "lockstep_scaling", "power_load_w", "power_idle_w", "throttles", "sustained_factor",
+                                "decode_efficiency", "prefill_efficiency", "kernel_scaling", "compute_scaling", "replicated_ns", "moe_router_ns", "moe_row_ns", "slice_efficiency", "lockstep_scaling", "power_load_w", "power_idle_w", "throttles", "sustained_factor",
                                 "tb5_ports", "tb5_controllers", "links", "measured", "comment"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return it.key() == k; }) == std::end(known))
@@ -118,6 +118,10 @@ Result<Machine> machine_from_json(const nlohmann::json& j, const std::string& so
   LATTICE_ASSIGN_OR_RETURN(m.replicated_ns, num(j, "replicated_ns", false, 0, source));
   if (m.replicated_ns < 0 || m.replicated_ns > 1e3)
     return InvalidArgument(source + ": replicated_ns is nanoseconds an element in [0, 1000]");
+  LATTICE_ASSIGN_OR_RETURN(m.moe_router_ns, num(j, "moe_router_ns", false, 0, source));
+  LATTICE_ASSIGN_OR_RETURN(m.moe_row_ns, num(j, "moe_row_ns", false, 0, source));
+  if (m.moe_router_ns < 0 || m.moe_router_ns > 1e3 || m.moe_row_ns < 0 || m.moe_row_ns > 1e3)
+    return InvalidArgument(source + ": moe_router_ns and moe_row_ns are nanoseconds in [0, 1000]");
   LATTICE_ASSIGN_OR_RETURN(m.slice_efficiency, rank_map(j, "slice_efficiency", source + ": ", 4.0, "a ratio in (0, 4]"));
   LATTICE_ASSIGN_OR_RETURN(m.lockstep_scaling, rank_map(j, "lockstep_scaling", source + ": ", 1.0, "a fraction in (0, 1]"));
   LATTICE_ASSIGN_OR_RETURN(m.power_load_w, num(j, "power_load_w", false, 0, source));
@@ -170,6 +174,8 @@ nlohmann::json machine_to_json(const Machine& m) {
                       {"kernel_scaling", m.kernel_scaling},
                       {"compute_scaling", m.compute_scaling},
                       {"replicated_ns", m.replicated_ns},
+                      {"moe_router_ns", m.moe_router_ns},
+                      {"moe_row_ns", m.moe_row_ns},
                       {"power_load_w", m.power_load_w},
                       {"power_idle_w", m.power_idle_w},
                       {"throttles", m.throttles},

@@ -98,6 +98,15 @@ struct Machine {
   // the one-rank fit too, so that the fitted efficiencies no longer hold it and divide it by
   // the ranks. 0: not measured (folded into the efficiencies, as before).
   double replicated_ns = 0;
+  // A mixture of experts' work every tensor-parallel rank does whole on each MoE layer (`sim
+  // --calibrate`: the engine's kernels, one thread, 32 rows of 2048): the router's F32 matmul
+  // over every expert, nanoseconds a multiply-add (rows x n_embd x n_expert), and for each expert
+  // a row chose its gathered input, 8-bit quantized for the expert's matmuls, and the expert's
+  // output added back, nanoseconds an element (rows x n_expert_used x n_embd). The simulator
+  // charges both to every rank whole (expert parallel: the rows of its own experts), in the
+  // one-rank fit too. 0: not measured (the router's work then counted with the weights).
+  double moe_router_ns = 0;
+  double moe_row_ns = 0;
   // What prefill's matmul keeps of its rate on one of K tensor-parallel slices of a layer (rows
   // for Q, K, V, gate and up; columns for the output and down projections) against the whole,
   // keyed by K (2..8; `sim --calibrate`, one thread). The simulator divides a tensor-parallel

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <random>
 
@@ -28,6 +29,9 @@ struct Rank {
   // What the rank does whole on each layer's hidden state whatever its slice (norms, the
   // activations' quantization, residual adds; Machine::replicated_ns), microseconds an element.
   double replicated_us = 0;
+  // A mixture of experts' layer, also whole (Machine::moe_router_ns, moe_row_ns): microseconds a
+  // multiply-add of the router and an element of a chosen expert's input rows; 0: not measured.
+  double moe_router_us = 0, moe_row_us = 0;
   double memory_bytes = 0;
   // Ranks beyond their machine's cores, pinned round them as `run --bind cores` does (the i-th
   // rank there on core i mod cores): the core this one shares with the others there (an index
@@ -219,8 +223,9 @@ class Runner {
     if (const double rep = ranks_[r].replicated_us * st.rows * s_.n_embd; rep > 0) des.work(r, rep, false, rep);
   }
 
-  // Layer l's FFN on node r; `ep_counts` the experts chosen on this node (expert parallel).
-  void ffn(Des& des, int r, uint32_t l, const Step& st, double ep_experts) const {
+  // Layer l's FFN on node r; `ep_experts` the experts chosen on this node (expert parallel) and
+  // `ep_share` its share of the chosen experts' rows.
+  void ffn(Des& des, int r, uint32_t l, const Step& st, double ep_experts, double ep_share) const {
     const NodeShare& n = L_.nodes[r];
     const double f = L_.mode == Mode::kPipeline ? 1.0 : n.f_ff;
     double bytes, flop_bytes;
@@ -230,6 +235,16 @@ class Runner {
     } else {
       const double per_expert = s_.expert_bytes / s_.n_moe_layers() / s_.n_expert;
       const double fixed = (s_.shared_bytes * f + s_.router_bytes) / s_.n_moe_layers();
+      // The router's multiply-adds and each chosen expert's gathered, quantized and accumulated
+      // rows at the machine's measured rates, whole on every rank (expert parallel: the rows of
+      // its experts); the router's bytes are still read with the weights.
+      const Rank& k = ranks_[r];
+      if (k.moe_router_us > 0 || k.moe_row_us > 0) {
+        const double rows_share = L_.mode == Mode::kExpert ? ep_share : 1.0;
+        const double us = double(st.rows) * s_.n_embd *
+                          (s_.n_expert * k.moe_router_us + s_.n_expert_used * k.moe_row_us * rows_share);
+        des.work(r, us, false, us);
+      }
       double experts_read;
       if (L_.mode == Mode::kExpert) {
         experts_read = ep_experts * per_expert;
@@ -237,7 +252,7 @@ class Runner {
         experts_read = s_.n_expert * s_.expert_fraction(st.rows) * per_expert * f;
       }
       bytes = fixed + experts_read;
-      flop_bytes = fixed + s_.n_expert_used * per_expert * (L_.mode == Mode::kExpert ? 1.0 / L_.tp : f) * 1.0;
+      flop_bytes = fixed - (k.moe_router_us > 0 ? s_.router_bytes / s_.n_moe_layers() : 0.0) + s_.n_expert_used * per_expert * (L_.mode == Mode::kExpert ? 1.0 / L_.tp : f) * 1.0;
     }
     work(des, r, ranks_[r], bytes, 2.0 * st.rows * flop_bytes * 8 / s_.bits_per_weight);
   }
@@ -276,7 +291,8 @@ class Runner {
       for (int r = 0; r < W; ++r) attention(des, r, l, st);
       LATTICE_RETURN_IF_ERROR(coll_.run(des, CollOp::kAllReduce, hidden, p_.act_bytes, algo));
       auto on = route(rng, st.rows);
-      for (int r = 0; r < W; ++r) ffn(des, r, l, st, on[r]);
+      const double chosen = std::accumulate(on.begin(), on.end(), 0.0);
+      for (int r = 0; r < W; ++r) ffn(des, r, l, st, on[r], chosen > 0 ? on[r] / chosen : 1.0);
       LATTICE_RETURN_IF_ERROR(coll_.run(des, CollOp::kAllReduce, hidden, p_.act_bytes));
     }
     for (int r = 0; r < W; ++r) output(des, r, st);
@@ -298,7 +314,7 @@ class Runner {
       if (rpc && i > 0) LATTICE_RETURN_IF_ERROR(rpc_call(des, order[0], r, act, true));
       for (uint32_t l = L_.nodes[r].layers.begin; l < L_.nodes[r].layers.end; ++l) {
         attention(des, r, l, st);
-        ffn(des, r, l, st, 0);
+        ffn(des, r, l, st, 0, 1.0);
       }
       if (r == last && last_micro) output(des, last, st);
       if (coll_.stages < 1) des.wait(r, des.take_work(r) * (1 / coll_.stages - 1));
@@ -563,6 +579,8 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
     if (prof.comm == CommStyle::kLattice) {
       const double hold = m.cores > 0 ? std::min(1.0, m.cores_held(1, share)) : 1.0;
       k.replicated_us = m.replicated_ns / 1e3 / std::max(hold, 1e-3) / sus;
+      k.moe_router_us = m.moe_router_ns / 1e3 / std::max(hold, 1e-3) / sus;
+      k.moe_row_us = m.moe_row_ns / 1e3 / std::max(hold, 1e-3) / sus;
       if (L.mode != Mode::kPipeline && L.tp > 1) k.flops *= m.slice_rate(L.tp);
     }
   }
