@@ -43,7 +43,8 @@ Result<MoeReplicated> measure_moe_replicated(size_t n_embd, size_t n_expert, siz
 // Prefill's matmul (rows x cols Q4_0 weight, n_tok activations, one thread) on one of `parts`
 // tensor-parallel slices, as the engine splits a layer: the mean of a slice of the rows (the
 // Q, K, V, gate and up projections) and of the columns (the output and down projections).
-// What the slice keeps of the whole's rate: (whole's time / parts) / the slice's, best of `reps`.
+// What the slice keeps of the whole's rate: (whole's time / parts) / the slice's, each the best
+// of 3 x `reps` calls, the whole's and the slices' in turn.
 Result<double> measure_slice_efficiency(int parts, size_t rows, size_t cols, size_t n_tok, int reps);
 // Decode's kernel (the engine's one-token Q4_0 matmul over a weight of about `bytes`) run by
 // `workers` threads at once, each with its own weight and a pool of one, as separate ranks run it:

@@ -252,7 +252,9 @@ class Runner {
         experts_read = s_.n_expert * s_.expert_fraction(st.rows) * per_expert * f;
       }
       bytes = fixed + experts_read;
-      flop_bytes = fixed - (k.moe_router_us > 0 ? s_.router_bytes / s_.n_moe_layers() : 0.0) + s_.n_expert_used * per_expert * (L_.mode == Mode::kExpert ? 1.0 / L_.tp : f) * 1.0;
+      const double router_flop_bytes = k.moe_router_us > 0 ? 0.0 : s_.router_bytes / s_.n_moe_layers();
+      flop_bytes = s_.shared_bytes * f / s_.n_moe_layers() + router_flop_bytes +
+                   s_.n_expert_used * per_expert * (L_.mode == Mode::kExpert ? 1.0 / L_.tp : f);
     }
     work(des, r, ranks_[r], bytes, 2.0 * st.rows * flop_bytes * 8 / s_.bits_per_weight);
   }
