@@ -142,6 +142,20 @@ double run_workers(int workers, int reps, int passes, double work_per_pass, Pass
   return best;
 }
 
+// One thread's work over `layers` layers' buffers, `pass(l)` each: warmed up once over all of
+// them, then the best of `reps` passes, nanoseconds a layer.
+template <typename Pass>
+double best_ns_a_layer(size_t layers, int reps, Pass&& pass) {
+  for (size_t l = 0; l < layers; ++l) pass(l);
+  double best = 1e30;
+  for (int rep = 0; rep < reps; ++rep) {
+    const auto t0 = Clock::now();
+    for (size_t l = 0; l < layers; ++l) pass(l);
+    best = std::min(best, seconds_since(t0) * 1e9 / double(layers));
+  }
+  return best;
+}
+
 }  // namespace
 
 Result<double> measure_matmul_tflops(int threads, size_t rows, size_t cols, size_t n_tok, int reps) {
@@ -203,14 +217,7 @@ Result<double> measure_replicated_ns(size_t n_embd, size_t rows, int reps) {
       for (float& e : std::span(xl, 8)) e *= 0.5f;  // keep the values from growing
     }
   };
-  for (size_t l = 0; l < layers; ++l) layer(l);  // warm up
-  double best = 1e30;
-  for (int rep = 0; rep < reps; ++rep) {
-    const auto t0 = Clock::now();
-    for (size_t l = 0; l < layers; ++l) layer(l);
-    best = std::min(best, seconds_since(t0) * 1e9 / double(layers * n));
-  }
-  return best;
+  return best_ns_a_layer(layers, reps, layer) / double(n);
 }
 
 Result<MoeReplicated> measure_moe_replicated(size_t n_embd, size_t n_expert, size_t k_used, size_t rows, int reps) {
@@ -255,19 +262,9 @@ Result<MoeReplicated> measure_moe_replicated(size_t n_embd, size_t n_expert, siz
         engine::ops::axpy(acc[l].data() + size_t{rs[j]} * n_embd, 0.125f, ye[l].data() + out * n_embd, n_embd);
     }
   };
-  auto best_ns = [&](auto&& pass) {
-    for (size_t l = 0; l < layers; ++l) pass(l);  // warm up
-    double best = 1e30;
-    for (int rep = 0; rep < reps; ++rep) {
-      const auto t0 = Clock::now();
-      for (size_t l = 0; l < layers; ++l) pass(l);
-      best = std::min(best, seconds_since(t0) * 1e9 / double(layers));
-    }
-    return best;  // nanoseconds a layer
-  };
   MoeReplicated m;
-  m.router_ns = best_ns(route) / double(rows * n_embd * n_expert);
-  m.row_ns = best_ns(experts) / double(rows * k_used * n_embd);
+  m.router_ns = best_ns_a_layer(layers, reps, route) / double(rows * n_embd * n_expert);
+  m.row_ns = best_ns_a_layer(layers, reps, experts) / double(rows * k_used * n_embd);
   return m;
 }
 

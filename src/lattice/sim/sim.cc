@@ -580,9 +580,10 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
     // efficiencies then leave it out), and the matmul's rate on a tensor-parallel slice.
     if (prof.comm == CommStyle::kLattice) {
       const double hold = m.cores > 0 ? std::min(1.0, m.cores_held(1, share)) : 1.0;
-      k.replicated_us = m.replicated_ns / 1e3 / std::max(hold, 1e-3) / sus;
-      k.moe_router_us = m.moe_router_ns / 1e3 / std::max(hold, 1e-3) / sus;
-      k.moe_row_us = m.moe_row_ns / 1e3 / std::max(hold, 1e-3) / sus;
+      const double us_per_ns = 1e-3 / std::max(hold, 1e-3) / sus;  // a core held part of the time
+      k.replicated_us = m.replicated_ns * us_per_ns;
+      k.moe_router_us = m.moe_router_ns * us_per_ns;
+      k.moe_row_us = m.moe_row_ns * us_per_ns;
       if (L.mode != Mode::kPipeline && L.tp > 1) k.flops *= m.slice_rate(L.tp);
     }
   }
