@@ -234,11 +234,11 @@ TEST(SimSlow, CalibrateWritesAUsableMachineFile) {
   // The device's prefill step beyond its lockstep share, at every rank count (microseconds, 0
   // where no longer); the other providers have none.
   for (int k : {2, 3, 4}) {
-    ASSERT_EQ(m->links.at("verbs").lockstep_256k_extra_us.count(k), 1u) << k;
-    EXPECT_GE(m->links.at("verbs").lockstep_256k_extra_us.at(k), 0.0) << k;
-    EXPECT_LT(m->links.at("verbs").lockstep_256k_extra_us.at(k), 1e5) << k;
+    ASSERT_EQ(m->links.at("verbs").lockstep_256k_over_shm_us.count(k), 1u) << k;
+    EXPECT_GE(m->links.at("verbs").lockstep_256k_over_shm_us.at(k), 0.0) << k;
+    EXPECT_LT(m->links.at("verbs").lockstep_256k_over_shm_us.at(k), 1e5) << k;
   }
-  EXPECT_EQ(m->links.at("shm").lockstep_256k_extra_us.size(), 0u);
+  EXPECT_EQ(m->links.at("shm").lockstep_256k_over_shm_us.size(), 0u);
   // Prefill's matmul on every core against one (a fraction; 1 where it scales fully).
   EXPECT_GT(m->compute_scaling, 0.04);
   EXPECT_LE(m->compute_scaling, 1.0);

@@ -149,8 +149,8 @@ Result<Machine> machine_from_json(const nlohmann::json& j, const std::string& so
                                                               1e6, "microseconds in (0, 1e6]"));
       LATTICE_ASSIGN_OR_RETURN(ml.lockstep_scaling, rank_map(*l, "lockstep_scaling", source + ": links." + l.key() + ".",
                                                              1.0, "a fraction in (0, 1]"));
-      LATTICE_ASSIGN_OR_RETURN(ml.lockstep_256k_extra_us,
-                               rank_map(*l, "lockstep_256k_extra_us", source + ": links." + l.key() + ".", 1e6,
+      LATTICE_ASSIGN_OR_RETURN(ml.lockstep_256k_over_shm_us,
+                               rank_map(*l, "lockstep_256k_over_shm_us", source + ": links." + l.key() + ".", 1e6,
                                         "microseconds in [0, 1e6]", true));
       LATTICE_ASSIGN_OR_RETURN(ml.emulator_cpu_us, rank_map(*l, "emulator_cpu_8k_us", source + ": links." + l.key() + ".",
                                                             1e6, "microseconds in (0, 1e6]"));
@@ -189,8 +189,8 @@ nlohmann::json machine_to_json(const Machine& m) {
     for (const auto& [ranks, us] : l.allreduce_us) j["links"][k]["allreduce_8k_us"][std::to_string(ranks)] = us;
     for (const auto& [ranks, us] : l.allreduce_256k_us) j["links"][k]["allreduce_256k_us"][std::to_string(ranks)] = us;
     for (const auto& [ranks, f] : l.lockstep_scaling) j["links"][k]["lockstep_scaling"][std::to_string(ranks)] = f;
-    for (const auto& [ranks, us] : l.lockstep_256k_extra_us)
-      j["links"][k]["lockstep_256k_extra_us"][std::to_string(ranks)] = us;
+    for (const auto& [ranks, us] : l.lockstep_256k_over_shm_us)
+      j["links"][k]["lockstep_256k_over_shm_us"][std::to_string(ranks)] = us;
     for (const auto& [ranks, us] : l.emulator_cpu_us) j["links"][k]["emulator_cpu_8k_us"][std::to_string(ranks)] = us;
     for (const auto& [ranks, f] : l.pipeline_scaling) j["links"][k]["pipeline_scaling"][std::to_string(ranks)] = f;
   }

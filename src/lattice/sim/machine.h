@@ -58,15 +58,16 @@ struct MeasuredLink {
   // Ranks of this machine in lockstep over this provider with prefill's kernel between 45 256 KiB
   // all-reduces and no warm-up (`bench coll --work 2M|8M --work-tokens 32`: a 32-token prefill
   // step's hidden state between a layer's shares of weights, a run's first large calls), against
-  // the same over shm: how much longer a step is beyond what lockstep_scaling charges (1 / it - 1
-  // times the kernel alone), the mean of the two sizes, microseconds keyed by K; 0 when no
-  // longer. Measured for the emulated verbs device: its progress threads move every byte on the
-  // cores the ranks compute on, so a large call costs more than decode's figure, a share of the
-  // work, carries (3 ranks on 2 cores: a step 2.1-2.5 ms longer than over shm, decode's 0.1-0.3
-  // ms; docs/SIM.md, session 34). The simulator charges a collective of the provider this beyond
-  // its wire model, with shm's 256 KiB call (allreduce_256k_us) part of the step, linearly in
-  // bytes above 8 KiB (and beyond 256 KiB at the same slope). Empty when not measured.
-  std::map<int, double> lockstep_256k_extra_us;
+  // the same over shm: how much longer a step is, the mean of the two sizes, microseconds keyed
+  // by K; 0 when no longer. Measured for the emulated verbs device: its progress threads move
+  // every byte on the cores the ranks compute on. A large call's cost does not follow the work
+  // between calls the way decode's figure, a share of it, does (a 4 times larger kernel: the
+  // step's excess about the same, or smaller; docs/SIM.md, sessions 34 and 37), so the simulator
+  // charges a collective of the provider this in place of the share: beyond its wire model, with
+  // shm's 256 KiB call (allreduce_256k_us) part of the step, linearly in bytes above 8 KiB (and
+  // beyond 256 KiB at the same slope), the share fading out over the same bytes. Empty when not
+  // measured.
+  std::map<int, double> lockstep_256k_over_shm_us;
 };
 
 struct Machine {

@@ -63,6 +63,10 @@ struct Collectives {
   // units the ranks contend for: when every core works at once the work is longer by that
   // contention, and that part does not grow the provider's share.
   double link_lockstep = 1;
+  // The provider's large calls measured apart (MeasuredLink::lockstep_256k_over_shm_us: the
+  // emulated verbs device's prefill step over shm's, charged through colocated_us_per_byte):
+  // link_lockstep's share then fades out from 8 KiB, where it was measured, to 256 KiB.
+  bool link_lockstep_fades = false;
   // Pipeline stages on one machine (MeasuredLink::pipeline_scaling): each stage's work is
   // followed by (1 / stages - 1) x it of waiting. 1: none.
   double stages = 1;
@@ -168,8 +172,11 @@ struct Collectives {
     }
     if (lockstep < 1)
       for (int r = 0; r < W; ++r) des.wait(r, segment[r] * (1 / lockstep - 1));
-    if (link_lockstep < 1)
-      for (int r = 0; r < W; ++r) des.wait(r, quiet[r] * (1 / link_lockstep - 1));
+    const double bytes = static_cast<double>(count) * elem_bytes;
+    if (link_lockstep < 1) {
+      const double kept = link_lockstep_fades ? 1 - std::clamp((bytes - kColocatedSmall) / (kColocatedLarge - kColocatedSmall), 0.0, 1.0) : 1.0;
+      for (int r = 0; r < W; ++r) des.wait(r, quiet[r] * (1 / link_lockstep - 1) * kept);
+    }
     const double emulator_us = emulator_us_per_msg * static_cast<double>(messages(s));
     for (int i = 0; i < s.repeat; ++i) {
       if (emulator_us > 0)
@@ -182,7 +189,6 @@ struct Collectives {
         for (int r = 0; r < des.world(); ++r) des.wait(r, d(*rng));
         sync = 0;
       }
-      const double bytes = static_cast<double>(count) * elem_bytes;
       const double colocated = colocated_us + colocated_us_per_byte * std::max(0.0, bytes - kColocatedSmall);
       LATTICE_RETURN_IF_ERROR(des.run(s.plans, elem_bytes, sync + colocated, 10.0));
     }
@@ -397,11 +403,13 @@ const MeasuredLink* colocated_link(const std::vector<Rank>& ranks, const std::ve
 // what the wire model gives the same call over the provider's measured figures (the carrier, not
 // an emulated link's setting: the emulator delays bytes the carrier still has to move). Zero
 // otherwise, and never negative. For the emulated verbs device (not shm or tcp), whose small
-// call the lockstep figure charges, its prefill step instead (MeasuredLink::lockstep_256k_extra_us).
+// call the lockstep figure charges, its prefill step over shm's instead (MeasuredLink::
+// lockstep_256k_over_shm_us), in place of that figure on large calls.
 struct Colocated {
   double measured_us = 0, extra_us = 0;
   double measured_large_us = 0, per_byte_us = 0;  // the large call, and the extra's growth a byte (0: not measured)
-  double prefill_extra_us = 0;  // MeasuredLink::lockstep_256k_extra_us among these ranks (0: not measured)
+  double prefill_extra_us = 0;  // MeasuredLink::lockstep_256k_over_shm_us among these ranks
+  bool prefill_measured = false;  // that figure is the machine file's (it replaces the lockstep share on large calls)
 };
 
 Result<Colocated> colocated_cost(const EngineProfile& prof, const std::vector<Rank>& ranks,
@@ -415,8 +423,8 @@ Result<Colocated> colocated_cost(const EngineProfile& prof, const std::vector<Ra
   if (link == nullptr) return out;
   const bool shared = *common == cluster::LinkProvider::kShm || *common == cluster::LinkProvider::kTcp;
   const auto at = link->allreduce_us.find(W);
-  const auto prefill = link->lockstep_256k_extra_us.find(W);
-  if (shared ? at == link->allreduce_us.end() : prefill == link->lockstep_256k_extra_us.end()) return out;
+  const auto prefill = link->lockstep_256k_over_shm_us.find(W);
+  if (shared ? at == link->allreduce_us.end() : prefill == link->lockstep_256k_over_shm_us.end()) return out;
   std::vector<Cable> carrier;
   for (const cluster::Link* l : chosen) {
     cluster::Link plain = *l;
@@ -440,9 +448,9 @@ Result<Colocated> colocated_cost(const EngineProfile& prof, const std::vector<Ra
   };
   if (!shared) {
     // A provider measured in lockstep between prefill's kernels (the emulated verbs device): its
-    // 256 KiB step that much longer than shm's beyond its lockstep_scaling's share of the work,
-    // with shm's call (allreduce_256k_us over shm) part of that step. Charged beyond this wire
-    // model's call, from nothing at 8 KiB (where its lockstep_scaling holds) linearly in bytes.
+    // 256 KiB step that much longer than shm's, with shm's call (allreduce_256k_us over shm) part
+    // of that step. Charged beyond this wire model's call, from nothing at 8 KiB (where its
+    // lockstep_scaling holds) linearly in bytes, the share fading out over the same bytes.
     const auto& links = ranks[0].machine.links;
     const auto shm = links.find("shm");
     double shm_large = 0;
@@ -451,6 +459,7 @@ Result<Colocated> colocated_cost(const EngineProfile& prof, const std::vector<Ra
         shm_large = big->second;
     LATTICE_ASSIGN_OR_RETURN(const double large, wire_us(kColocatedLarge));
     out.prefill_extra_us = prefill->second;
+    out.prefill_measured = true;
     out.measured_large_us = shm_large + prefill->second;
     out.per_byte_us = std::max(0.0, (out.measured_large_us - large) / (kColocatedLarge - kColocatedSmall));
     return out;
@@ -608,6 +617,7 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
     if (const MeasuredLink* link = colocated_link(ranks, chosen)) {
       const auto own = link->lockstep_scaling.find(W);
       if (own != link->lockstep_scaling.end()) coll.link_lockstep = own->second;
+      coll.link_lockstep_fades = colo.prefill_measured;
     }
   }
   // Pipeline stages on one machine joined by a provider whose chain it measured against shm (the
@@ -664,7 +674,7 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   R.colocated_allreduce_256k_us = colo.measured_large_us;
   R.colocated_sync_us_per_kib = colo.per_byte_us * 1024;
   R.lockstep_scaling = coll.lockstep * coll.link_lockstep;
-  R.lockstep_256k_extra_us = colo.prefill_extra_us;
+  R.lockstep_256k_over_shm_us = colo.prefill_extra_us;
   for (const auto& [core, n] : on_core) R.core_turns = std::max(R.core_turns, n);
   R.pipeline_scaling = coll.stages;
   R.emulator_cpu_us = emulator_cpu_us;

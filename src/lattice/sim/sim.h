@@ -77,10 +77,10 @@ struct SimResult {
   // 1: not charged.
   double lockstep_scaling = 1;
   // Ranks on one machine over the emulated verbs device: its 256 KiB step between prefill's
-  // kernels this much longer than shm's beyond its lockstep share (MeasuredLink::
-  // lockstep_256k_extra_us), charged linearly in bytes above 8 KiB (colocated_sync_us_per_kib;
+  // kernels this much longer than shm's (MeasuredLink::lockstep_256k_over_shm_us), charged
+  // linearly in bytes above 8 KiB in place of the lockstep share (colocated_sync_us_per_kib;
   // colocated_allreduce_256k_us is then shm's call and this). 0: none or not measured.
-  double lockstep_256k_extra_us = 0;
+  double lockstep_256k_over_shm_us = 0;
   // Pipeline stages on one machine over a provider whose chain it measured against shm
   // (MeasuredLink::pipeline_scaling) keep this of their speed: the rest is charged as
   // synchronisation after each stage's work. 1: not charged.

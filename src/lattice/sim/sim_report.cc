@@ -39,7 +39,7 @@ nlohmann::json to_json(const SimResult& r) {
                       {"colocated_allreduce_256k_us", r.colocated_allreduce_256k_us},
                       {"colocated_sync_us_per_kib", r.colocated_sync_us_per_kib},
                       {"lockstep_scaling", r.lockstep_scaling},
-                      {"lockstep_256k_extra_us", r.lockstep_256k_extra_us},
+                      {"lockstep_256k_over_shm_us", r.lockstep_256k_over_shm_us},
                       {"core_turns", r.core_turns},
                       {"pipeline_scaling", r.pipeline_scaling},
                       {"emulator_cpu_us", r.emulator_cpu_us},
@@ -91,9 +91,9 @@ std::string render_text(const SimResult& r) {
          fmt(" adds %.1f us a collective to the wire model (sync)\n", r.colocated_sync_us);
   if (r.colocated_allreduce_us == 0 && r.colocated_allreduce_256k_us > 0)
     s += fmt("ranks on one machine over the emulated device: its 256 KiB step between prefill's kernels %.1f us longer "
-             "than shm's beyond its lockstep share",
-             r.lockstep_256k_extra_us) +
-         fmt(" (shm's call %.1f us)", r.colocated_allreduce_256k_us - r.lockstep_256k_extra_us) +
+             "than shm's, in place of its lockstep share",
+             r.lockstep_256k_over_shm_us) +
+         fmt(" (shm's call %.1f us)", r.colocated_allreduce_256k_us - r.lockstep_256k_over_shm_us) +
          fmt(": %.3f us more a KiB beyond 8 (sync)\n", r.colocated_sync_us_per_kib);
   else if (r.colocated_allreduce_256k_us > 0)
     s += fmt("  and at 256 KiB its measured %.1f us:", r.colocated_allreduce_256k_us) +
