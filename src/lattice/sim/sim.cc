@@ -174,7 +174,8 @@ struct Collectives {
       for (int r = 0; r < W; ++r) des.wait(r, segment[r] * (1 / lockstep - 1));
     const double bytes = static_cast<double>(count) * elem_bytes;
     if (link_lockstep < 1) {
-      const double kept = link_lockstep_fades ? 1 - std::clamp((bytes - kColocatedSmall) / (kColocatedLarge - kColocatedSmall), 0.0, 1.0) : 1.0;
+      const double large = std::clamp((bytes - kColocatedSmall) / (kColocatedLarge - kColocatedSmall), 0.0, 1.0);
+      const double kept = link_lockstep_fades ? 1 - large : 1.0;
       for (int r = 0; r < W; ++r) des.wait(r, quiet[r] * (1 / link_lockstep - 1) * kept);
     }
     const double emulator_us = emulator_us_per_msg * static_cast<double>(messages(s));
