@@ -231,8 +231,8 @@ TEST(SimSlow, CalibrateWritesAUsableMachineFile) {
       EXPECT_GT(m->links.at(prov).allreduce_256k_us.at(k), m->links.at(prov).allreduce_us.at(k)) << prov << " " << k;
     }
   EXPECT_EQ(m->links.at("verbs").allreduce_256k_us.size(), 0u);
-  // The device's prefill step beyond its lockstep share, at every rank count (microseconds, 0
-  // where no longer); the other providers have none.
+  // The device's prefill step over shm's, at every rank count (microseconds, 0 where no
+  // longer); the other providers have none.
   for (int k : {2, 3, 4}) {
     ASSERT_EQ(m->links.at("verbs").lockstep_256k_over_shm_us.count(k), 1u) << k;
     EXPECT_GE(m->links.at("verbs").lockstep_256k_over_shm_us.at(k), 0.0) << k;

@@ -617,7 +617,7 @@ TEST(Machine, PipelineScalingRoundTripsAndRejectsWhatIsNotAFraction) {
 }
 
 // A provider's prefill step figure (links.P.lockstep_256k_over_shm_us) round-trips: microseconds by
-// rank count, 0 allowed (a step no longer than its lockstep share).
+// rank count, 0 allowed (a step no longer than shm's).
 TEST(Machine, PrefillStepExtraRoundTripsAndRejectsWhatIsNotMicroseconds) {
   Machine m = two_core_cpu();
   m.links["verbs"] = link(6.0, 5.0);
