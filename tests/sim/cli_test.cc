@@ -239,6 +239,16 @@ TEST(SimSlow, CalibrateWritesAUsableMachineFile) {
     EXPECT_LT(m->links.at("verbs").lockstep_256k_over_shm_us.at(k), 1e5) << k;
   }
   EXPECT_EQ(m->links.at("shm").lockstep_256k_over_shm_us.size(), 0u);
+  // Beyond the cores, the device's pace over shm's: a line through the two kernels' points, at
+  // every rank count beyond them and none within.
+  for (int k : {2, 3, 4}) {
+    const bool beyond = k > m->cores;
+    ASSERT_EQ(m->links.at("verbs").lockstep_over_shm_us.count(k), beyond ? 1u : 0u) << k;
+    ASSERT_EQ(m->links.at("verbs").lockstep_over_shm_slope.count(k), beyond ? 1u : 0u) << k;
+    if (!beyond) continue;
+    EXPECT_LT(m->links.at("verbs").lockstep_over_shm_us.at(k), 1e5) << k;
+    EXPECT_LT(m->links.at("verbs").lockstep_over_shm_slope.at(k), 10.0) << k;
+  }
   // Prefill's matmul on every core against one (a fraction; 1 where it scales fully).
   EXPECT_GT(m->compute_scaling, 0.04);
   EXPECT_LE(m->compute_scaling, 1.0);

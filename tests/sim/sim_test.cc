@@ -631,6 +631,25 @@ TEST(Machine, PrefillStepExtraRoundTripsAndRejectsWhatIsNotMicroseconds) {
   EXPECT_NE(bad("slow").find("lockstep_256k_over_shm_us.4 must be microseconds"), std::string::npos);
 }
 
+// A provider's pace figures beyond the cores (links.P.lockstep_over_shm_us and _slope)
+// round-trip: microseconds and a ratio by rank count, 0 allowed for both.
+TEST(Machine, PaceOverShmRoundTripsAndRejectsWhatIsNotItsUnit) {
+  Machine m = two_core_cpu();
+  m.links["verbs"] = link(6.0, 5.0);
+  m.links["verbs"].lockstep_over_shm_us = {{3, 0.0}, {4, 347.0}};
+  m.links["verbs"].lockstep_over_shm_slope = {{3, 0.25}, {4, 0.0}};
+  auto back = machine_from_json(machine_to_json(m), "m.json");
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->links.at("verbs").lockstep_over_shm_us, (std::map<int, double>{{3, 0.0}, {4, 347.0}}));
+  EXPECT_EQ(back->links.at("verbs").lockstep_over_shm_slope, (std::map<int, double>{{3, 0.25}, {4, 0.0}}));
+  auto us = [&](nlohmann::json v) { return bad_verbs_figure(m, "lockstep_over_shm_us", "4", std::move(v)); };
+  EXPECT_NE(us(-1.0).find("links.verbs.lockstep_over_shm_us.4 must be microseconds in [0, 1e6]"), std::string::npos);
+  EXPECT_NE(us("slow").find("lockstep_over_shm_us.4 must be microseconds"), std::string::npos);
+  auto slope = [&](nlohmann::json v) { return bad_verbs_figure(m, "lockstep_over_shm_slope", "4", std::move(v)); };
+  EXPECT_NE(slope(11.0).find("links.verbs.lockstep_over_shm_slope.4 must be a ratio in [0, 10]"), std::string::npos);
+  EXPECT_NE(slope(-0.1).find("lockstep_over_shm_slope.4 must be a ratio"), std::string::npos);
+}
+
 // Three ranks of one machine over the emulated verbs device, whose prefill step the machine file
 // measured 2 ms longer than shm's: a 64-token prompt's all-reduces (512 KiB) each pay that and
 // shm's 256 KiB call, less the wire model's 256 KiB call, over the 248 KiB beyond 8, for their
@@ -693,6 +712,69 @@ TEST(Sim, RanksOverTheEmulatedDevicePayItsPrefillStepInPlaceOfItsShare) {
     ASSERT_TRUE(r.ok()) << what << ": " << r.status().to_string();
     EXPECT_EQ(r->lockstep_256k_over_shm_us, 0.0) << what;
     EXPECT_EQ(r->colocated_sync_us_per_kib, 0.0) << what;
+  }
+}
+
+// Four ranks on a two-core machine over the emulated verbs device, whose pace beyond the cores
+// the machine file measured (400 us + 0.25 x shm's step a call): each decode call pays that, on
+// the step shm would take (its core's turns and the cores' lockstep wait), in place of the
+// device's lockstep share; without the figures the share. Ranks on cores of their own (2 here)
+// keep the share even where a figure for them is given.
+TEST(Sim, RanksBeyondTheCoresOverTheEmulatedDevicePayItsPaceOverShms) {
+  Machine m = two_core_cpu();
+  m.tb5_ports = 5;
+  m.lockstep_scaling = {{2, 0.9}};
+  m.links["verbs"] = link(6.0, 5.0);
+  const std::string dir = testing::scratch_dir("pace-verbs");
+  std::ofstream(dir + "/none.json") << machine_to_json(m).dump();
+  m.links["verbs"].lockstep_scaling = {{2, 0.8}, {4, 0.6}};
+  std::ofstream(dir + "/share.json") << machine_to_json(m).dump();
+  m.links["verbs"].lockstep_over_shm_us = {{2, 400.0}, {4, 400.0}};
+  m.links["verbs"].lockstep_over_shm_slope = {{2, 0.25}, {4, 0.25}};
+  std::ofstream(dir + "/pace.json") << machine_to_json(m).dump();
+  m.links["verbs"].lockstep_over_shm_slope = {{2, 0.25}, {4, 0.0}};
+  std::ofstream(dir + "/flat.json") << machine_to_json(m).dump();
+  SimOptions o;
+  o.base_dir = dir;
+  o.mode = Mode::kTensor;
+  const auto shape = *shape_preset("llama-1.1b-q4");
+  auto none = simulate(shape, shm_mesh("none.json", false, 4, "verbs"), o);
+  auto share = simulate(shape, shm_mesh("share.json", false, 4, "verbs"), o);
+  auto pace = simulate(shape, shm_mesh("pace.json", false, 4, "verbs"), o);
+  auto flat = simulate(shape, shm_mesh("flat.json", false, 4, "verbs"), o);
+  for (auto* r : {&none, &share, &pace, &flat}) ASSERT_TRUE(r->ok()) << r->status().to_string();
+  EXPECT_EQ(pace->core_turns, 2);
+  EXPECT_DOUBLE_EQ(pace->lockstep_over_shm_us, 400.0);
+  EXPECT_DOUBLE_EQ(pace->lockstep_over_shm_slope, 0.25);
+  EXPECT_DOUBLE_EQ(pace->lockstep_scaling, 0.9);  // the cores' own; the device's share is not charged
+  EXPECT_DOUBLE_EQ(share->lockstep_scaling, 0.9 * 0.6);
+  EXPECT_LT(share->lockstep_over_shm_us, 0.0);
+  // A token's calls: 2 a layer and the last logits' gather. The flat figure adds 400 us to each
+  // call; the slope a quarter of the step without the device's charge, which is the token less
+  // its wire parts and the work after the last call (within 5%).
+  const double calls = 2.0 * shape.n_layer + 1;
+  const double flat_extra = flat->token_ms * 1e3 - none->token_ms * 1e3;
+  EXPECT_NEAR(flat_extra, calls * 400.0, 1.0);
+  const double step = none->token_ms * 1e3 - none->token.latency_us - none->token.bandwidth_us;
+  EXPECT_NEAR(pace->token_ms * 1e3 - flat->token_ms * 1e3, 0.25 * step, 0.25 * step * 0.05);
+  EXPECT_GT(share->token_ms, none->token_ms * 1.1);
+  const std::string text = render_text(*pace);
+  EXPECT_NE(text.find("ranks beyond the cores over the emulated device: each collective 400 us plus 0.250 x the step"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(to_json(*pace)["lockstep_over_shm_us"], 400.0);
+  // Two ranks have a core each: the share, as without the figures.
+  auto two_pace = simulate(shape, shm_mesh("pace.json", false, 2, "verbs"), o);
+  auto two_share = simulate(shape, shm_mesh("share.json", false, 2, "verbs"), o);
+  ASSERT_TRUE(two_pace.ok() && two_share.ok());
+  EXPECT_DOUBLE_EQ(two_pace->token_ms, two_share->token_ms);
+  EXPECT_LT(two_pace->lockstep_over_shm_us, 0.0);
+  // Over shm, or on machines of their own, nothing.
+  for (auto [topo, what] : {std::pair{shm_mesh("pace.json", false, 4), "shm"},
+                            std::pair{shm_mesh("pace.json", true, 4, "verbs"), "apart"}}) {
+    auto r = simulate(shape, topo, o);
+    ASSERT_TRUE(r.ok()) << what << ": " << r.status().to_string();
+    EXPECT_LT(r->lockstep_over_shm_us, 0.0) << what;
   }
 }
 

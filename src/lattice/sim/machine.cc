@@ -152,6 +152,12 @@ Result<Machine> machine_from_json(const nlohmann::json& j, const std::string& so
       LATTICE_ASSIGN_OR_RETURN(ml.lockstep_256k_over_shm_us,
                                rank_map(*l, "lockstep_256k_over_shm_us", source + ": links." + l.key() + ".", 1e6,
                                         "microseconds in [0, 1e6]", true));
+      LATTICE_ASSIGN_OR_RETURN(ml.lockstep_over_shm_us,
+                               rank_map(*l, "lockstep_over_shm_us", source + ": links." + l.key() + ".", 1e6,
+                                        "microseconds in [0, 1e6]", true));
+      LATTICE_ASSIGN_OR_RETURN(ml.lockstep_over_shm_slope,
+                               rank_map(*l, "lockstep_over_shm_slope", source + ": links." + l.key() + ".", 10.0,
+                                        "a ratio in [0, 10]", true));
       LATTICE_ASSIGN_OR_RETURN(ml.emulator_cpu_us, rank_map(*l, "emulator_cpu_8k_us", source + ": links." + l.key() + ".",
                                                             1e6, "microseconds in (0, 1e6]"));
       LATTICE_ASSIGN_OR_RETURN(ml.pipeline_scaling, rank_map(*l, "pipeline_scaling", source + ": links." + l.key() + ".",
@@ -191,6 +197,9 @@ nlohmann::json machine_to_json(const Machine& m) {
     for (const auto& [ranks, f] : l.lockstep_scaling) j["links"][k]["lockstep_scaling"][std::to_string(ranks)] = f;
     for (const auto& [ranks, us] : l.lockstep_256k_over_shm_us)
       j["links"][k]["lockstep_256k_over_shm_us"][std::to_string(ranks)] = us;
+    for (const auto& [ranks, us] : l.lockstep_over_shm_us) j["links"][k]["lockstep_over_shm_us"][std::to_string(ranks)] = us;
+    for (const auto& [ranks, f] : l.lockstep_over_shm_slope)
+      j["links"][k]["lockstep_over_shm_slope"][std::to_string(ranks)] = f;
     for (const auto& [ranks, us] : l.emulator_cpu_us) j["links"][k]["emulator_cpu_8k_us"][std::to_string(ranks)] = us;
     for (const auto& [ranks, f] : l.pipeline_scaling) j["links"][k]["pipeline_scaling"][std::to_string(ranks)] = f;
   }

@@ -67,6 +67,11 @@ struct Collectives {
   // emulated verbs device's prefill step over shm's, charged through colocated_us_per_byte):
   // link_lockstep's share then fades out from 8 KiB, where it was measured, to 256 KiB.
   bool link_lockstep_fades = false;
+  // Ranks beyond the cores over a provider measured there by pace (MeasuredLink::
+  // lockstep_over_shm_us and _slope): each call waits link_over_us + link_over_slope x the
+  // rank's step as shm would take it (its core's turns and the cores' lockstep wait), in place
+  // of link_lockstep's share, fading out over large calls the same way. Negative: not measured.
+  double link_over_us = -1, link_over_slope = 0;
   // Pipeline stages on one machine (MeasuredLink::pipeline_scaling): each stage's work is
   // followed by (1 / stages - 1) x it of waiting. 1: none.
   double stages = 1;
@@ -173,9 +178,11 @@ struct Collectives {
     if (lockstep < 1)
       for (int r = 0; r < W; ++r) des.wait(r, segment[r] * (1 / lockstep - 1));
     const double bytes = static_cast<double>(count) * elem_bytes;
-    if (link_lockstep < 1) {
-      const double large = std::clamp((bytes - kColocatedSmall) / (kColocatedLarge - kColocatedSmall), 0.0, 1.0);
-      const double kept = link_lockstep_fades ? 1 - large : 1.0;
+    const double large = std::clamp((bytes - kColocatedSmall) / (kColocatedLarge - kColocatedSmall), 0.0, 1.0);
+    const double kept = link_lockstep_fades ? 1 - large : 1.0;
+    if (link_over_us >= 0) {
+      for (int r = 0; r < W; ++r) des.wait(r, (link_over_us + link_over_slope * segment[r] / lockstep) * kept);
+    } else if (link_lockstep < 1) {
       for (int r = 0; r < W; ++r) des.wait(r, quiet[r] * (1 / link_lockstep - 1) * kept);
     }
     const double emulator_us = emulator_us_per_msg * static_cast<double>(messages(s));
@@ -608,7 +615,8 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   // file's lockstep figure for that many. Beyond the cores each core runs its ranks' segments in
   // turn and the cores meet at every collective as that many ranks would: the figure for as many
   // ranks as cores (the turns model adds the hand-overs). Joined by a provider whose own figure
-  // it measured against shm (the emulated verbs device), that too, beyond the cores as well.
+  // it measured against shm (the emulated verbs device), that too; beyond the cores its pace
+  // figures there in place of it, where measured.
   if (L.mode != Mode::kPipeline && W > 1 && one_machine(ranks)) {
     const Machine& m = ranks[0].machine;
     const int threads = std::max(1, o.threads);
@@ -619,6 +627,12 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
       const auto own = link->lockstep_scaling.find(W);
       if (own != link->lockstep_scaling.end()) coll.link_lockstep = own->second;
       coll.link_lockstep_fades = colo.prefill_measured;
+      const auto over = link->lockstep_over_shm_us.find(W);
+      const auto slope = link->lockstep_over_shm_slope.find(W);
+      if (in_step < W && over != link->lockstep_over_shm_us.end() && slope != link->lockstep_over_shm_slope.end()) {
+        coll.link_over_us = over->second;
+        coll.link_over_slope = slope->second;
+      }
     }
   }
   // Pipeline stages on one machine joined by a provider whose chain it measured against shm (the
@@ -674,7 +688,9 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   R.colocated_sync_us = colo.extra_us;
   R.colocated_allreduce_256k_us = colo.measured_large_us;
   R.colocated_sync_us_per_kib = colo.per_byte_us * 1024;
-  R.lockstep_scaling = coll.lockstep * coll.link_lockstep;
+  R.lockstep_scaling = coll.lockstep * (coll.link_over_us >= 0 ? 1.0 : coll.link_lockstep);
+  R.lockstep_over_shm_us = coll.link_over_us;
+  R.lockstep_over_shm_slope = coll.link_over_slope;
   R.lockstep_256k_over_shm_us = colo.prefill_extra_us;
   for (const auto& [core, n] : on_core) R.core_turns = std::max(R.core_turns, n);
   R.pipeline_scaling = coll.stages;

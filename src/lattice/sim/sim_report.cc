@@ -40,6 +40,8 @@ nlohmann::json to_json(const SimResult& r) {
                       {"colocated_sync_us_per_kib", r.colocated_sync_us_per_kib},
                       {"lockstep_scaling", r.lockstep_scaling},
                       {"lockstep_256k_over_shm_us", r.lockstep_256k_over_shm_us},
+                      {"lockstep_over_shm_us", r.lockstep_over_shm_us},
+                      {"lockstep_over_shm_slope", r.lockstep_over_shm_slope},
                       {"core_turns", r.core_turns},
                       {"pipeline_scaling", r.pipeline_scaling},
                       {"emulator_cpu_us", r.emulator_cpu_us},
@@ -105,6 +107,9 @@ std::string render_text(const SimResult& r) {
     s += "ranks in lockstep on one machine: each segment waits for its slowest rank, " +
          fmt("about %.1f%% of the work before each collective", 100 / r.lockstep_scaling - 100) +
          " (sync; a provider's own part of the work at its quiet pace)\n";
+  if (r.lockstep_over_shm_us >= 0)
+    s += "ranks beyond the cores over the emulated device: each collective " +
+         fmt("%.0f us", r.lockstep_over_shm_us) + fmt(" plus %.3f x the step shm would take (sync)\n", r.lockstep_over_shm_slope);
   if (r.pipeline_scaling < 1)
     s += "pipeline stages on one machine over this provider: " +
          fmt("%.1f%% of each stage's work more than over shm (sync)\n", 100 / r.pipeline_scaling - 100);
