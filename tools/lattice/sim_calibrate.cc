@@ -418,7 +418,7 @@ int run_calibrate(const CalibrateArgs& a) {
   // clock a step, the median of the starts at each size): a straight line through the two
   // sizes, its excess at no step (links.verbs.lockstep_over_shm_us) and its growth a microsecond
   // of shm's step (lockstep_over_shm_slope), which the simulator charges there in place of the
-  // share: the excess is mostly the call's (4 ranks on 2 cores: 0.43 ms at a 0.34 ms step, 0.67
+  // share: the excess is mostly the call's (4 ranks on 2 cores: 0.43 ms at a 0.36 ms step, 0.67
   // at 1.32; docs/SIM.md, session 38), so a share of the step under-charges decode's steps.
   for (int k = 2; k <= most_ranks; ++k) {
     const bool own_cores = k <= cores;

@@ -74,7 +74,7 @@ struct MeasuredLink {
   // (the median of the starts' walls, each size): this much a call at no work
   // (lockstep_over_shm_us) and this much more per microsecond of shm's step
   // (lockstep_over_shm_slope). Beyond the cores the step is its core's turns, and the device's
-  // cost is mostly the call's (4 ranks on 2 cores: 0.43 ms more at a 0.34 ms step, 0.67 ms at
+  // cost is mostly the call's (4 ranks on 2 cores: 0.43 ms more at a 0.36 ms step, 0.67 ms at
   // 1.32; docs/SIM.md, session 38), which a share of the work (lockstep_scaling) under-charges
   // at decode's steps. The simulator charges it in place of that share where the ranks are
   // beyond the cores. Measured for the emulated verbs device; empty when not measured.
