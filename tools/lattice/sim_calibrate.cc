@@ -414,17 +414,18 @@ int run_calibrate(const CalibrateArgs& a) {
   // figure does not carry. Beyond the cores tcp's back-to-back call already over-charges the
   // runs (session 19), so it has no figure there.
   //
-  // Beyond the cores the same runs also give the device's pace over shm's (each start's wall
-  // clock a step, the median of the starts at each size): a straight line through the two
-  // sizes, its excess at no step (links.verbs.lockstep_over_shm_us) and its growth a microsecond
-  // of shm's step (lockstep_over_shm_slope), which the simulator charges there in place of the
-  // share: the excess is mostly the call's (4 ranks on 2 cores: 0.43 ms at a 0.36 ms step, 0.67
-  // at 1.32; docs/SIM.md, session 38), so a share of the step under-charges decode's steps.
+  // The same runs also give the device's pace over shm's (each start's wall clock a step, the
+  // median of the starts at each size): a straight line through the two sizes, its excess at no
+  // step (links.verbs.lockstep_over_shm_us) and its growth a microsecond of shm's step
+  // (lockstep_over_shm_slope), which the simulator charges in place of the share (the device's
+  // lockstep_scaling, still written: the figure of machine files without the line). The excess is
+  // mostly the call's (4 ranks on 2 cores: 0.43 ms at a 0.36 ms step, 0.67 at 1.32; 2 ranks 60
+  // us at 0.18, 167 at 0.71; docs/SIM.md, session 38), which a share does not follow.
   for (int k = 2; k <= most_ranks; ++k) {
     const bool own_cores = k <= cores;
     double sum = 0, sum_verbs = 0, sum_tcp = 0;
     const char* sizes[] = {"2M", "8M"};
-    double pace[2] = {0, 0}, over[2] = {0, 0};  // beyond the cores: shm's wall a step, the device's excess
+    double pace[2] = {0, 0}, over[2] = {0, 0};  // shm's wall a step, the device's excess over it
     // The calls are subtracted only where the ranks have cores of their own.
     const double call = own_cores ? m.links.at("shm").allreduce_us.at(k) : 0.0;
     const double call_verbs = own_cores ? m.links.at("verbs").allreduce_us.at(k) : 0.0;
@@ -461,21 +462,21 @@ int run_calibrate(const CalibrateArgs& a) {
       m.links.at("tcp").lockstep_scaling[k] = sum_tcp / std::size(sizes);
     }
     m.links.at("verbs").lockstep_scaling[k] = sum_verbs / std::size(sizes);
+    // Through the two sizes' points, the slope not negative and the line not below 0 at no step.
+    const double slope = pace[1] > pace[0] ? std::max(0.0, (over[1] - over[0]) / (pace[1] - pace[0])) : 0.0;
+    m.links.at("verbs").lockstep_over_shm_slope[k] = slope;
+    m.links.at("verbs").lockstep_over_shm_us[k] = std::max(0.0, over[0] - slope * pace[0]);
+    char line[192];
+    std::snprintf(line, sizeof line,
+                  "its pace %.0f us longer than shm's %.0f us a step with a 2 MiB kernel, %.0f than %.0f with 8 MiB: "
+                  "charged %.0f us + %.3f x shm's step a call",
+                  over[0], pace[0], over[1], pace[1], m.links.at("verbs").lockstep_over_shm_us[k], slope);
     if (own_cores)
       std::printf("%d ranks in lockstep (decode kernel of 2 and 8 MiB between all-reduces): %.3f of the slower rank's "
-                  "pace; over the emulated verbs device %.3f of that, over tcp %.3f\n",
-                  k, m.lockstep_scaling[k], m.links.at("verbs").lockstep_scaling[k], m.links.at("tcp").lockstep_scaling[k]);
-    else {
-      // Through the two sizes' points, the slope not negative and the line not below 0 at no step.
-      const double slope = pace[1] > pace[0] ? std::max(0.0, (over[1] - over[0]) / (pace[1] - pace[0])) : 0.0;
-      m.links.at("verbs").lockstep_over_shm_slope[k] = slope;
-      m.links.at("verbs").lockstep_over_shm_us[k] = std::max(0.0, over[0] - slope * pace[0]);
-      std::printf("%d ranks in lockstep on %d cores: over the emulated verbs device %.3f of shm's step; its pace %.0f "
-                  "us longer than shm's %.0f us a step with a 2 MiB kernel, %.0f than %.0f with 8 MiB: charged %.0f us "
-                  "+ %.3f x shm's step a call\n",
-                  k, cores, m.links.at("verbs").lockstep_scaling[k], over[0], pace[0], over[1], pace[1],
-                  m.links.at("verbs").lockstep_over_shm_us[k], slope);
-    }
+                  "pace, over tcp %.3f; over the emulated verbs device %s\n",
+                  k, m.lockstep_scaling[k], m.links.at("tcp").lockstep_scaling[k], line);
+    else
+      std::printf("%d ranks in lockstep on %d cores: over the emulated verbs device %s\n", k, cores, line);
   }
   // A prefill step over the emulated verbs device: prefill's kernel (32 tokens a multiply) over 2
   // and 8 MiB between 45 all-reduces of 256 KiB (a 32-token step's hidden state through a

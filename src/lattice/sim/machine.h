@@ -68,16 +68,16 @@ struct MeasuredLink {
   // beyond 256 KiB at the same slope), the share fading out over the same bytes. Empty when not
   // measured.
   std::map<int, double> lockstep_256k_over_shm_us;
-  // Ranks of this machine beyond its cores in lockstep over this provider with decode's kernel
-  // between 8 KiB all-reduces (`bench coll --work 2M|8M`), against the same over shm: how much
-  // longer the device's pace is than shm's, a straight line through the two kernels' figures
-  // (the median of the starts' walls, each size): this much a call at no work
+  // Ranks of this machine in lockstep over this provider with decode's kernel between 8 KiB
+  // all-reduces (`bench coll --work 2M|8M`, the runs of lockstep_scaling), against the same over
+  // shm: how much longer the provider's pace is than shm's, a straight line through the two
+  // kernels' figures (the median of the starts' walls, each size): this much a call at no work
   // (lockstep_over_shm_us) and this much more per microsecond of shm's step
-  // (lockstep_over_shm_slope). Beyond the cores the step is its core's turns, and the device's
-  // cost is mostly the call's (4 ranks on 2 cores: 0.43 ms more at a 0.36 ms step, 0.67 ms at
-  // 1.32; docs/SIM.md, session 38), which a share of the work (lockstep_scaling) under-charges
-  // at decode's steps. The simulator charges it in place of that share where the ranks are
-  // beyond the cores. Measured for the emulated verbs device; empty when not measured.
+  // (lockstep_over_shm_slope), keyed by rank count. Beyond the cores the step is its core's
+  // turns. The device's cost is mostly the call's (4 ranks on 2 cores: 0.43 ms more at a 0.36 ms
+  // step, 0.67 ms at 1.32; 2 ranks 60 us at 0.18, 167 at 0.71; docs/SIM.md, session 38), which a
+  // share of the work (lockstep_scaling) does not follow. The simulator charges it in place of
+  // that share. Measured for the emulated verbs device; empty when not measured.
   std::map<int, double> lockstep_over_shm_us;
   std::map<int, double> lockstep_over_shm_slope;
 };

@@ -67,10 +67,11 @@ struct Collectives {
   // emulated verbs device's prefill step over shm's, charged through colocated_us_per_byte):
   // link_lockstep's share then fades out from 8 KiB, where it was measured, to 256 KiB.
   bool link_lockstep_fades = false;
-  // Ranks beyond the cores over a provider measured there by pace (MeasuredLink::
+  // Ranks over a provider whose pace over shm's the machine file measured (MeasuredLink::
   // lockstep_over_shm_us and _slope): each call waits link_over_us + link_over_slope x the
-  // rank's step as shm would take it (its core's turns and the cores' lockstep wait), in place
-  // of link_lockstep's share, fading out over large calls the same way. Negative: not measured.
+  // rank's step as shm would take it (its work, beyond the cores its core's turns, and the
+  // cores' lockstep wait), in place of link_lockstep's share, fading out over large calls the
+  // same way. Negative: not measured.
   double link_over_us = -1, link_over_slope = 0;
   // Pipeline stages on one machine (MeasuredLink::pipeline_scaling): each stage's work is
   // followed by (1 / stages - 1) x it of waiting. 1: none.
@@ -615,8 +616,8 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
   // file's lockstep figure for that many. Beyond the cores each core runs its ranks' segments in
   // turn and the cores meet at every collective as that many ranks would: the figure for as many
   // ranks as cores (the turns model adds the hand-overs). Joined by a provider whose own figure
-  // it measured against shm (the emulated verbs device), that too; beyond the cores its pace
-  // figures there in place of it, where measured.
+  // it measured against shm (the emulated verbs device), that too, or its pace over shm's in place
+  // of it where measured.
   if (L.mode != Mode::kPipeline && W > 1 && one_machine(ranks)) {
     const Machine& m = ranks[0].machine;
     const int threads = std::max(1, o.threads);
@@ -629,7 +630,7 @@ Result<SimResult> simulate(const ModelShape& shape, const cluster::Topology& top
       coll.link_lockstep_fades = colo.prefill_measured;
       const auto over = link->lockstep_over_shm_us.find(W);
       const auto slope = link->lockstep_over_shm_slope.find(W);
-      if (in_step < W && over != link->lockstep_over_shm_us.end() && slope != link->lockstep_over_shm_slope.end()) {
+      if (over != link->lockstep_over_shm_us.end() && slope != link->lockstep_over_shm_slope.end()) {
         coll.link_over_us = over->second;
         coll.link_over_slope = slope->second;
       }

@@ -81,9 +81,9 @@ struct SimResult {
   // linearly in bytes above 8 KiB in place of the lockstep share (colocated_sync_us_per_kib;
   // colocated_allreduce_256k_us is then shm's call and this). 0: none or not measured.
   double lockstep_256k_over_shm_us = 0;
-  // Ranks beyond one machine's cores over the emulated verbs device: a call waits this (us) plus
-  // slope x the step shm would take (MeasuredLink::lockstep_over_shm_us and _slope), in place of
-  // the device's lockstep share. Negative: not charged.
+  // Ranks on one machine over the emulated verbs device: a call waits this (us) plus slope x the
+  // step shm would take (MeasuredLink::lockstep_over_shm_us and _slope), in place of the
+  // device's lockstep share. Negative: not charged.
   double lockstep_over_shm_us = -1, lockstep_over_shm_slope = 0;
   // Pipeline stages on one machine over a provider whose chain it measured against shm
   // (MeasuredLink::pipeline_scaling) keep this of their speed: the rest is charged as

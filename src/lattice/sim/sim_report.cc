@@ -108,7 +108,7 @@ std::string render_text(const SimResult& r) {
          fmt("about %.1f%% of the work before each collective", 100 / r.lockstep_scaling - 100) +
          " (sync; a provider's own part of the work at its quiet pace)\n";
   if (r.lockstep_over_shm_us >= 0)
-    s += "ranks beyond the cores over the emulated device: each collective " +
+    s += "ranks on one machine over the emulated device: each collective " +
          fmt("%.0f us", r.lockstep_over_shm_us) + fmt(" plus %.3f x the step shm would take (sync)\n", r.lockstep_over_shm_slope);
   if (r.pipeline_scaling < 1)
     s += "pipeline stages on one machine over this provider: " +
