@@ -281,13 +281,9 @@ TEST(SimSlow, CalibrateWritesAUsableMachineFile) {
     EXPECT_LT(m->links.at("tcp").emulator_cpu_us.at(k), 1e5) << k;
   }
   EXPECT_EQ(m->links.at("shm").emulator_cpu_us.size(), 0u);
-  // The emulated verbs device in lockstep against shm, at every count of the calls (beyond the
-  // cores too).
-  for (int k : {2, 3, 4}) {
-    ASSERT_EQ(m->links.at("verbs").lockstep_scaling.count(k), 1u) << k;
-    EXPECT_GT(m->links.at("verbs").lockstep_scaling.at(k), 0.05) << k;
-    EXPECT_LE(m->links.at("verbs").lockstep_scaling.at(k), 1.0) << k;
-  }
+  // The emulated verbs device in lockstep against shm is its pace line above, at every count of
+  // the calls; the share it replaced is no longer written.
+  EXPECT_EQ(m->links.at("verbs").lockstep_scaling.size(), 0u);
   // Pipeline stages over the device against shm (bench coll --op chain), at every count.
   for (int k : {2, 3, 4}) {
     ASSERT_EQ(m->links.at("verbs").pipeline_scaling.count(k), 1u) << k;

@@ -398,54 +398,47 @@ int run_calibrate(const CalibrateArgs& a) {
   }
   // Ranks in lockstep: each segment waits for its slowest rank. Decode's kernel over 2 and 8 MiB
   // between the calls (a 1.1B Llama's attention and FFN shares at 2 ranks); the median of 3
-  // starts each (1 with --quick), the mean of the two sizes. Over shm, on cores of their own, up
-  // to the rank counts whose back-to-back call was measured above (a machine of more cores than
-  // that stops there): the slowest rank's kernel over the step less the call
-  // (Machine::lockstep_scaling). Over the emulated verbs device, each start right after the shm
-  // one, up to the same counts as the calls (beyond the cores too: the simulator's turns model
-  // stands for shm there, and this for what the device adds): the shm step over its own
-  // (MeasuredLink::lockstep_scaling), each less its back-to-back call while the ranks have
-  // cores of their own. Beyond the cores a back-to-back call measures the ranks' contention
-  // (the device's: 143 / 903 us at 3 / 4 ranks on 2 cores, against 14 us at 2; docs/SIM.md,
-  // session 21), not its wire, and the whole steps are compared. The device's progress threads
-  // share the ranks' cores, which shm and tcp have none of. Over loopback tcp too, on cores of
-  // their own only, the same way: a call between kernels costs more than back to back (16.6 us
-  // back to back, 38-70 us after the kernel at 2 ranks; docs/SIM.md, session 28), which the shm
-  // figure does not carry. Beyond the cores tcp's back-to-back call already over-charges the
-  // runs (session 19), so it has no figure there.
+  // starts each (1 with --quick). Over shm, on cores of their own, up to the rank counts whose
+  // back-to-back call was measured above (a machine of more cores than that stops there): the
+  // slowest rank's kernel over the step less the call, the mean of the two sizes
+  // (Machine::lockstep_scaling). Over loopback tcp too, on cores of their own only, against shm
+  // the same way (MeasuredLink::lockstep_scaling): a call between kernels costs more than back
+  // to back (16.6 us back to back, 38-70 us after the kernel at 2 ranks; docs/SIM.md, session
+  // 28), which the shm figure does not carry. Beyond the cores tcp's back-to-back call already
+  // over-charges the runs (session 19), so it has no figure there.
   //
-  // The same runs also give the device's pace over shm's (each start's wall clock a step, the
-  // median of the starts at each size): a straight line through the two sizes, its excess at no
-  // step (links.verbs.lockstep_over_shm_us) and its growth a microsecond of shm's step
-  // (lockstep_over_shm_slope), which the simulator charges in place of the share (the device's
-  // lockstep_scaling, still written: the figure of machine files without the line). The excess is
-  // mostly the call's (4 ranks on 2 cores: 0.43 ms at a 0.36 ms step, 0.67 at 1.32; 2 ranks 60
-  // us at 0.18, 167 at 0.71; docs/SIM.md, session 38), which a share does not follow.
+  // Over the emulated verbs device, each start right after the shm one, up to the same counts as
+  // the calls (beyond the cores too: the simulator's turns model stands for shm there, and this
+  // for what the device adds; its progress threads share the ranks' cores): its pace over shm's,
+  // each start's wall clock a step, the median of the starts at each size, a straight line
+  // through the two sizes: its excess at no step (links.verbs.lockstep_over_shm_us) and its
+  // growth a microsecond of shm's step (lockstep_over_shm_slope), which the simulator charges.
+  // The excess is mostly the call's (4 ranks on 2 cores: 0.43 ms at a 0.36 ms step, 0.67 at
+  // 1.32; 2 ranks 60 us at 0.18, 167 at 0.71; docs/SIM.md, session 38), which a share of the
+  // step (the device's lockstep_scaling until session 38) does not follow.
   for (int k = 2; k <= most_ranks; ++k) {
     const bool own_cores = k <= cores;
-    double sum = 0, sum_verbs = 0, sum_tcp = 0;
+    double sum = 0, sum_tcp = 0;
     const char* sizes[] = {"2M", "8M"};
     double pace[2] = {0, 0}, over[2] = {0, 0};  // shm's wall a step, the device's excess over it
     // The calls are subtracted only where the ranks have cores of their own.
     const double call = own_cores ? m.links.at("shm").allreduce_us.at(k) : 0.0;
-    const double call_verbs = own_cores ? m.links.at("verbs").allreduce_us.at(k) : 0.0;
     const double call_tcp = own_cores ? m.links.at("tcp").allreduce_us.at(k) : 0.0;
     for (int z = 0; z < 2; ++z) {
       const char* w = sizes[z];
-      std::vector<double> runs, runs_verbs, runs_tcp, walls, overs;
+      std::vector<double> runs, runs_tcp, walls, overs;
       for (int i = 0; i < (a.quick ? 1 : 3); ++i) {
         auto l = measure_lockstep("shm", k, w, a.quick);
         if (!l.ok()) return fail(l.status().to_string());
         auto v = measure_lockstep(kVerbsEmu, k, w, a.quick);
         if (!v.ok()) return fail(v.status().to_string());
-        const double step = std::max(l->step_us - call, 1e-3), step_verbs = std::max(v->step_us - call_verbs, 1e-3);
         if (own_cores) {
+          const double step = std::max(l->step_us - call, 1e-3);
           runs.push_back(std::clamp(l->work_us / step, 0.05, 1.0));
           auto t = measure_lockstep("tcp", k, w, a.quick);
           if (!t.ok()) return fail(t.status().to_string());
           runs_tcp.push_back(std::clamp(step / std::max(t->step_us - call_tcp, 1e-3), 0.05, 1.0));
         }
-        runs_verbs.push_back(std::clamp(step / step_verbs, 0.05, 1.0));
         walls.push_back(l->wall_us);
         overs.push_back(v->wall_us - l->wall_us);
       }
@@ -455,13 +448,11 @@ int run_calibrate(const CalibrateArgs& a) {
         sum += median(runs);
         sum_tcp += median(runs_tcp);
       }
-      sum_verbs += median(runs_verbs);
     }
     if (own_cores) {
       m.lockstep_scaling[k] = sum / std::size(sizes);
       m.links.at("tcp").lockstep_scaling[k] = sum_tcp / std::size(sizes);
     }
-    m.links.at("verbs").lockstep_scaling[k] = sum_verbs / std::size(sizes);
     // Through the two sizes' points, the slope not negative and the line not below 0 at no step.
     const double slope = pace[1] > pace[0] ? std::max(0.0, (over[1] - over[0]) / (pace[1] - pace[0])) : 0.0;
     m.links.at("verbs").lockstep_over_shm_slope[k] = slope;

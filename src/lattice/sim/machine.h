@@ -30,9 +30,10 @@ struct MeasuredLink {
   // this provider the simulator charges (1 / it - 1) x their work at its quiet pace (no other
   // core busy: what the provider adds takes the cores' time, not the memory they contend for)
   // beside Machine::lockstep_scaling's charge (beyond the cores, its figure for the cores).
-  // Measured for the emulated verbs device, whose progress threads share the ranks' cores, and
-  // for loopback tcp on cores of their own (a call between kernels costs it more than back to
-  // back, which shm's figure does not carry).
+  // Measured for loopback tcp on cores of their own (a call between kernels costs it more than
+  // back to back, which shm's figure does not carry); machine files from before session 38 carry
+  // one for the emulated verbs device too, whose pace line (lockstep_over_shm_us below) the
+  // calibration writes instead.
   std::map<int, double> lockstep_scaling;
   // tcp only: the CPU the link emulator's relays (fabric/tcp/link_emu.h) take for the 8 KiB
   // all-reduce above over tcp?latency_us=50&gbytes_s=1, summed over the K ranks' relays,
