@@ -203,6 +203,36 @@ TEST(Calibrate, MeasurementsAreSaneAndCheckTheirArguments) {
   EXPECT_FALSE(measure_slice_efficiency(0, 256, 512, 16, 1).ok());
 }
 
+// A measurement's starts: more while they disagree, the transient outvoted, and never unbounded.
+TEST(Calibrate, StartsThatDisagreeTakeMoreAndTheMedianOutvotesATransient) {
+  EXPECT_FALSE(starts_disagree({}));
+  EXPECT_FALSE(starts_disagree({1933}));
+  EXPECT_FALSE(starts_disagree({9.2, 17.0, 16.8}));  // two placements of 3 ranks on 2 cores, both real
+  EXPECT_TRUE(starts_disagree({1933, 2104, 10.3}));
+  EXPECT_FALSE(starts_disagree({120, -40, 0, 130}));  // differences of 0 or below are not compared
+  EXPECT_TRUE(starts_disagree({1, 2.5}, 2.0));
+  // A host that read one regime in two of three starts and the other after: the loop of
+  // tools/lattice/sim_calibrate.cc with the session's readings.
+  const std::vector<double> host = {1933, 2104, 10.3, 10.4, 10.4, 9.9, 10.1, 10.2, 10.0, 10.3};
+  std::vector<double> readings;
+  for (int i = 0; another_start(i, 3, 6, {&readings}); ++i) readings.push_back(host[i]);
+  EXPECT_EQ(readings.size(), 9u);  // the 3 first and all 6 more: the two high readings stay among them
+  EXPECT_DOUBLE_EQ(median_of(readings), 10.3);  // of 9.9-10.4 and the two, where 3 starts gave 1933
+  // Starts that agree take no more; nor do they with no more allowed (--quick).
+  readings.clear();
+  for (int i = 0; another_start(i, 3, 6, {&readings}); ++i) readings.push_back(host[2 + i]);
+  EXPECT_EQ(readings.size(), 3u);
+  readings.clear();
+  for (int i = 0; another_start(i, 1, 0, {&readings}); ++i) readings.push_back(host[i]);
+  EXPECT_EQ(readings.size(), 1u);
+  // Any of the watched readings disagreeing is enough: the device's beside shm's.
+  std::vector<double> shm = {300, 310, 305}, device = {700, 2900, 720};
+  EXPECT_TRUE(another_start(3, 3, 6, {&shm, &device}));
+  EXPECT_FALSE(another_start(9, 3, 6, {&shm, &device}));
+  EXPECT_DOUBLE_EQ(median_of({}), 0);
+  EXPECT_DOUBLE_EQ(median_of({4, 1, 3, 2}), 3);  // the upper middle of an even count
+}
+
 // Calibration runs bench fabric three times, bench coll at 2-4 ranks four times (in lockstep
 // twice, as a pipeline's chain twice) and streams a 256 MiB buffer: tens of seconds.
 TEST(SimSlow, CalibrateWritesAUsableMachineFile) {

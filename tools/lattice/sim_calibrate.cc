@@ -191,10 +191,22 @@ Result<Lockstep> measure_lockstep(const std::string& provider, int ranks, const 
 
 std::string base_name(const std::string& p) { return std::filesystem::path(p).filename().string(); }
 
-// The median of some starts' readings (the upper middle of an even count).
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+using sim::median_of;
+
+// Starts a measurement may add to its first ones while their readings disagree
+// (sim::another_start): a transient regime of the host is then outvoted.
+constexpr int kMoreStarts = 6;
+
+// What a measurement's log line adds when its starts disagreed and it took more of them.
+std::string more_starts_note(const std::vector<double>& readings, size_t first) {
+  if (readings.size() <= first) return "";
+  std::string s = " [starts disagreed:";
+  char part[32];
+  for (double r : readings) {
+    std::snprintf(part, sizeof part, " %.1f", r);
+    s += part;
+  }
+  return s + " us; the median of " + std::to_string(readings.size()) + "]";
 }
 
 }  // namespace
@@ -356,23 +368,26 @@ int run_calibrate(const CalibrateArgs& a) {
     for (int k = 2; k <= most_ranks; ++k) {
       // Beyond the cores the scheduler's placement of the ranks decides, and it differs from one
       // start to the next (4 ranks on 2 cores over shm: 17 or 30 us): the median of 3 starts.
+      // Here and below, starts that disagree by more than 3 times take up to 6 more
+      // (sim::another_start): 3 ranks over shm once read 1933 us, 10 us in the starts after.
       std::vector<double> small_runs, large_runs;
-      for (int i = 0; i < (k > cores && !a.quick ? 3 : 1); ++i) {
+      const int first = k > cores && !a.quick ? 3 : 1;
+      for (int i = 0; sim::another_start(i, first, a.quick ? 0 : kMoreStarts, {&small_runs, &large_runs}); ++i) {
         auto r = measure_allreduce(word, k, a.quick, large);
         if (!r.ok()) return fail(r.status().to_string());
         small_runs.push_back(r->us);
         large_runs.push_back(r->large_us);
       }
-      const double us = median(small_runs);
+      const double us = median_of(small_runs);
       m.links[prov].allreduce_us[k] = us;
       char part[64];
       if (large) {
-        m.links[prov].allreduce_256k_us[k] = median(large_runs);
-        std::snprintf(part, sizeof part, " %.1f / %.1f us (%d ranks)", us, median(large_runs), k);
+        m.links[prov].allreduce_256k_us[k] = median_of(large_runs);
+        std::snprintf(part, sizeof part, " %.1f / %.1f us (%d ranks)", us, median_of(large_runs), k);
       } else {
         std::snprintf(part, sizeof part, " %.1f us (%d ranks)", us, k);
       }
-      line += part;
+      line += part + more_starts_note(small_runs, first) + (large ? more_starts_note(large_runs, first) : "");
     }
     std::printf("%s\n", line.c_str());
   }
@@ -383,16 +398,17 @@ int run_calibrate(const CalibrateArgs& a) {
     std::string line = std::string(kTcpEmu) + ": its relays' CPU an 8 KiB all-reduce,";
     for (int k = 2; k <= most_ranks; ++k) {
       std::vector<double> runs;
-      for (int i = 0; i < (a.quick ? 1 : 3); ++i) {
+      const int first = a.quick ? 1 : 3;
+      for (int i = 0; sim::another_start(i, first, a.quick ? 0 : kMoreStarts, {&runs}); ++i) {
         auto r = measure_allreduce(kTcpEmu, k, a.quick);
         if (!r.ok()) return fail(r.status().to_string());
         if (r->emulator_cpu_us <= 0) return fail(std::string("bench coll over ") + kTcpEmu + " reported no relay CPU");
         runs.push_back(r->emulator_cpu_us);
       }
-      m.links["tcp"].emulator_cpu_us[k] = median(runs);
+      m.links["tcp"].emulator_cpu_us[k] = median_of(runs);
       char part[64];
       std::snprintf(part, sizeof part, " %.1f us (%d ranks)", m.links["tcp"].emulator_cpu_us[k], k);
-      line += part;
+      line += part + more_starts_note(runs, first);
     }
     std::printf("%s\n", line.c_str());
   }
@@ -421,13 +437,15 @@ int run_calibrate(const CalibrateArgs& a) {
     double sum = 0, sum_tcp = 0;
     const char* sizes[] = {"2M", "8M"};
     double pace[2] = {0, 0}, over[2] = {0, 0};  // shm's wall a step, the device's excess over it
+    std::string notes;  // starts that disagreed, shm's walls and the device's
     // The calls are subtracted only where the ranks have cores of their own.
     const double call = own_cores ? m.links.at("shm").allreduce_us.at(k) : 0.0;
     const double call_tcp = own_cores ? m.links.at("tcp").allreduce_us.at(k) : 0.0;
     for (int z = 0; z < 2; ++z) {
       const char* w = sizes[z];
-      std::vector<double> runs, runs_tcp, walls, overs;
-      for (int i = 0; i < (a.quick ? 1 : 3); ++i) {
+      std::vector<double> runs, runs_tcp, walls, walls_verbs, overs;
+      const int first = a.quick ? 1 : 3;
+      for (int i = 0; sim::another_start(i, first, a.quick ? 0 : kMoreStarts, {&walls, &walls_verbs}); ++i) {
         auto l = measure_lockstep("shm", k, w, a.quick);
         if (!l.ok()) return fail(l.status().to_string());
         auto v = measure_lockstep(kVerbsEmu, k, w, a.quick);
@@ -440,13 +458,15 @@ int run_calibrate(const CalibrateArgs& a) {
           runs_tcp.push_back(std::clamp(step / std::max(t->step_us - call_tcp, 1e-3), 0.05, 1.0));
         }
         walls.push_back(l->wall_us);
+        walls_verbs.push_back(v->wall_us);
         overs.push_back(v->wall_us - l->wall_us);
       }
-      pace[z] = median(walls);
-      over[z] = median(overs);
+      notes += more_starts_note(walls, first) + more_starts_note(walls_verbs, first);
+      pace[z] = median_of(walls);
+      over[z] = median_of(overs);
       if (own_cores) {
-        sum += median(runs);
-        sum_tcp += median(runs_tcp);
+        sum += median_of(runs);
+        sum_tcp += median_of(runs_tcp);
       }
     }
     if (own_cores) {
@@ -464,10 +484,11 @@ int run_calibrate(const CalibrateArgs& a) {
                   over[0], pace[0], over[1], pace[1], m.links.at("verbs").lockstep_over_shm_us[k], slope);
     if (own_cores)
       std::printf("%d ranks in lockstep (decode kernel of 2 and 8 MiB between all-reduces): %.3f of the slower rank's "
-                  "pace, over tcp %.3f; over the emulated verbs device %s\n",
-                  k, m.lockstep_scaling[k], m.links.at("tcp").lockstep_scaling[k], line);
+                  "pace, over tcp %.3f; over the emulated verbs device %s%s\n",
+                  k, m.lockstep_scaling[k], m.links.at("tcp").lockstep_scaling[k], line, notes.c_str());
     else
-      std::printf("%d ranks in lockstep on %d cores: over the emulated verbs device %s\n", k, cores, line);
+      std::printf("%d ranks in lockstep on %d cores: over the emulated verbs device %s%s\n", k, cores, line,
+                  notes.c_str());
   }
   // A prefill step over the emulated verbs device: prefill's kernel (32 tokens a multiply) over 2
   // and 8 MiB between 45 all-reduces of 256 KiB (a 32-token step's hidden state through a
@@ -485,18 +506,21 @@ int run_calibrate(const CalibrateArgs& a) {
     double sum = 0;
     std::string line;
     for (const char* w : {"2M", "8M"}) {
-      std::vector<double> runs;
-      for (int i = 0; i < (a.quick ? 1 : 5); ++i) {
+      std::vector<double> runs, steps, steps_verbs;
+      const int first = a.quick ? 1 : 5;
+      for (int i = 0; sim::another_start(i, first, a.quick ? 0 : kMoreStarts, {&steps, &steps_verbs}); ++i) {
         auto l = measure_lockstep("shm", k, w, a.quick, first_calls);
         if (!l.ok()) return fail(l.status().to_string());
         auto v = measure_lockstep(kVerbsEmu, k, w, a.quick, first_calls);
         if (!v.ok()) return fail(v.status().to_string());
+        steps.push_back(l->step_us);
+        steps_verbs.push_back(v->step_us);
         runs.push_back(v->step_us - l->step_us);
       }
-      sum += median(runs);
+      sum += median_of(runs);
       char part[64];
-      std::snprintf(part, sizeof part, "%s %.0f us", line.empty() ? "" : ",", median(runs));
-      line += std::string(part) + " (" + w + ")";
+      std::snprintf(part, sizeof part, "%s %.0f us", line.empty() ? "" : ",", median_of(runs));
+      line += std::string(part) + " (" + w + ")" + more_starts_note(steps, first) + more_starts_note(steps_verbs, first);
     }
     m.links.at("verbs").lockstep_256k_over_shm_us[k] = std::max(0.0, sum / 2);
     std::printf("%d ranks in lockstep between prefill's kernels, 256 KiB all-reduces: over the emulated verbs device a "
@@ -512,17 +536,21 @@ int run_calibrate(const CalibrateArgs& a) {
   // with the host (session 24: 0.76-0.98 at 4 ranks), which is the size of the effect.
   const LockstepRun chain{.op = "chain", .iters = 16};
   for (int k = 2; k <= most_ranks; ++k) {
-    std::vector<double> runs;
-    for (int i = 0; i < (a.quick ? 1 : 5); ++i) {
+    std::vector<double> runs, walls, walls_verbs;
+    const int first = a.quick ? 1 : 5;
+    for (int i = 0; sim::another_start(i, first, a.quick ? 0 : kMoreStarts, {&walls, &walls_verbs}); ++i) {
       auto l = measure_lockstep("shm", k, "128M", a.quick, chain);
       if (!l.ok()) return fail(l.status().to_string());
       auto v = measure_lockstep(kVerbsEmu, k, "128M", a.quick, chain);
       if (!v.ok()) return fail(v.status().to_string());
+      walls.push_back(l->wall_us);
+      walls_verbs.push_back(v->wall_us);
       runs.push_back(std::clamp(l->wall_us / v->wall_us, 0.05, 1.0));
     }
-    m.links.at("verbs").pipeline_scaling[k] = median(runs);
-    std::printf("%d pipeline stages (decode kernel of 128 MiB at each): over the emulated verbs device %.3f of shm's pace\n",
-                k, m.links.at("verbs").pipeline_scaling[k]);
+    m.links.at("verbs").pipeline_scaling[k] = median_of(runs);
+    std::printf("%d pipeline stages (decode kernel of 128 MiB at each): over the emulated verbs device %.3f of shm's pace%s\n",
+                k, m.links.at("verbs").pipeline_scaling[k],
+                (more_starts_note(walls, first) + more_starts_note(walls_verbs, first)).c_str());
   }
   std::string src = "lattice sim --calibrate";
   auto write = [&]() -> bool {

@@ -369,4 +369,28 @@ Result<double> measure_decode_kernel_gbs(int workers, size_t bytes, int reps) {
   return run_workers(workers, reps, 4, k[0]->weight_bytes() / 1e9, [&](int t) { k[size_t(t)]->run(); });
 }
 
+bool starts_disagree(const std::vector<double>& readings, double spread) {
+  double lo = 0, hi = 0;
+  for (double r : readings) {
+    if (!(r > 0)) continue;
+    lo = lo > 0 ? std::min(lo, r) : r;
+    hi = std::max(hi, r);
+  }
+  return lo > 0 && hi > spread * lo;
+}
+
+bool another_start(int i, int n, int more, std::initializer_list<const std::vector<double>*> watched) {
+  if (i < n) return true;
+  if (i >= n + more) return false;
+  for (const auto* v : watched)
+    if (starts_disagree(*v)) return true;
+  return false;
+}
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 }  // namespace lattice::sim

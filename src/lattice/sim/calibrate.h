@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -50,6 +51,18 @@ Result<double> measure_slice_efficiency(int parts, size_t rows, size_t cols, siz
 // `workers` threads at once, each with its own weight and a pool of one, as separate ranks run it:
 // GB/s of weight each reads (the mean over the workers, best of `reps` passes).
 Result<double> measure_decode_kernel_gbs(int workers, size_t bytes, int reps);
+
+// The starts of one measurement disagree when their largest reading is more than `spread` times
+// their smallest (readings of 0 or less, differences, are not compared): the host read in two
+// regimes, as when ranks beyond the cores fell into a placement that cost 1.9 ms a back-to-back
+// call in two of three starts where the others read 8-10 us (docs/SIM.md, session 39). The
+// calibration then takes more starts, up to a limit, and keeps the median of all.
+bool starts_disagree(const std::vector<double>& readings, double spread = 3.0);
+// Whether a measurement runs its start number `i` (from 0): its first `n`, and while any of
+// `watched` disagrees, up to `more` after them.
+bool another_start(int i, int n, int more, std::initializer_list<const std::vector<double>*> watched);
+// The median of some readings (the upper middle of an even count); 0 for none.
+double median_of(std::vector<double> v);
 
 // Decode's kernel as one rank runs it between two collectives: the engine's one-token Q4_0
 // matmul, on the calling thread, over about `bytes` of a random weight (4096 columns) of about
