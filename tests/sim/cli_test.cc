@@ -2,7 +2,9 @@
 // simulator then uses.
 #include <sys/wait.h>
 
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -127,6 +129,27 @@ TEST(SimCliProcess, CalibrateFromAOneNodeRun) {
   EXPECT_EQ(o.code, 2) << o.text;
   o = lattice("sim --preset llama-1.1b-q4 --hostfile " + topo + " --fit 10@1 --calibrate-from " + dir + "/bench.json");
   EXPECT_EQ(o.code, 2) << o.text;
+}
+
+// What would end a calibration after its ten minutes is said before them: a model that is not
+// a GGUF, a folder that is not there. Each exits 1 at once and writes nothing.
+TEST(SimCliProcess, CalibrateRefusesABadModelOrFolderBeforeMeasuring) {
+  const std::string dir = ::testing::TempDir() + "/calibrate-refuses";
+  std::filesystem::create_directories(dir);
+  const std::string not_gguf = dir + "/not.gguf";
+  std::ofstream(not_gguf) << "not a gguf";
+  const auto t0 = std::chrono::steady_clock::now();
+  auto o = lattice("sim --calibrate -o " + dir + "/m.json -m " + not_gguf);
+  EXPECT_EQ(o.code, 1) << o.text;
+  EXPECT_NE(o.text.find("-m: "), std::string::npos) << o.text;
+  o = lattice("sim --calibrate -o " + dir + "/m.json -m " + dir + "/missing.gguf");
+  EXPECT_EQ(o.code, 1) << o.text;
+  EXPECT_NE(o.text.find("missing.gguf"), std::string::npos) << o.text;
+  o = lattice("sim --calibrate -o " + dir + "/no/such/folder/m.json");
+  EXPECT_EQ(o.code, 1) << o.text;
+  EXPECT_NE(o.text.find("is not a folder this user can write"), std::string::npos) << o.text;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));  // no measuring first
+  EXPECT_FALSE(std::filesystem::exists(dir + "/m.json"));
 }
 
 TEST(SimCliProcess, CompareWritesTableAndSvg) {

@@ -1323,5 +1323,56 @@ TEST(Sim, TextReportLinesAreWhole) {
   EXPECT_NE(text.find("its measured 123456.7 us a small all-reduce"), std::string::npos) << text;
 }
 
+TEST(Sim, ADecodeFasterThanTheDefaultComputeAllowsIsFittedOnPrefillsEfficiency) {
+  // A machine of little compute for its bandwidth: at the profile's compute efficiency (0.5) a
+  // token's multiply-adds take longer than its reads, so a decode figure made at a faster
+  // prefill efficiency could not be fitted before prefill's was known (session 39). The fit
+  // finds both figures' efficiencies, and the one node reproduces both.
+  Machine m = two_core_cpu();
+  m.compute_tflops = 0.2;
+  const std::string dir = testing::scratch_dir("slow-compute");
+  std::ofstream(dir + "/cpu.json") << machine_to_json(m).dump();
+  auto t = cluster::parse_topology(R"({"version": 1, "hosts": [
+      {"name": "r0", "address": "127.0.0.1:7100", "machine": "cpu.json"},
+      {"name": "r1", "address": "127.0.0.1:7101", "machine": "cpu.json"}],
+      "links": [{"a": "r0", "b": "r1", "provider": "shm"}]})",
+                                   "local.json");
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  const auto s = *shape_preset("llama-1.1b-q4");
+  SimOptions o = one_node(0.9);
+  o.base_dir = dir;
+  o.threads = 1;
+  o.prefill_efficiency = 1.2;
+  auto dec = simulate(s, *t, o);
+  o.prompt = 30;
+  auto pre = simulate(s, *t, o);
+  ASSERT_TRUE(dec.ok() && pre.ok()) << dec.status().to_string();
+  // At the default efficiency even four times the bandwidth is slower than the figure.
+  SimOptions slow = one_node(kMaxCalibratedEfficiency);
+  slow.base_dir = dir;
+  slow.threads = 1;
+  auto floor = simulate(s, *t, slow);
+  ASSERT_TRUE(floor.ok());
+  ASSERT_LT(floor->decode_tok_s, dec->decode_tok_s);
+  OneNodeFigures f;
+  f.decode_tok_s = dec->decode_tok_s;
+  f.decode_pos = 40;
+  f.threads = 1;
+  f.prefill_tok_s = pre->prefill_tok_s;
+  f.prefill_tokens = 30;
+  SimOptions fresh;
+  fresh.mode = Mode::kTensor;
+  fresh.base_dir = dir;
+  auto c = calibrate_one_node(s, *t, fresh, f);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_NEAR(c->decode_efficiency, 0.9, 2e-3);
+  EXPECT_NEAR(c->prefill_efficiency, 1.2, 2e-3);
+  // Without a prefill figure nothing tells the compute: the old bound stands, and says which figure.
+  f.prefill_tok_s = 0;
+  auto alone = calibrate_one_node(s, *t, fresh, f);
+  ASSERT_FALSE(alone.ok());
+  EXPECT_NE(alone.status().message().find("even at"), std::string::npos) << alone.status().to_string();
+}
+
 }  // namespace
 }  // namespace lattice::sim

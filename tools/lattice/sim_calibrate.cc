@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,16 +41,21 @@ namespace lattice::cli {
 Result<std::string> run_capture(const std::vector<std::string>& argv, double timeout_s) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return IoError("pipe failed");
+  // The child's stderr goes to an unlinked file, whose end a failure quotes.
+  char err_path[] = "/tmp/lattice-capture-XXXXXX";
+  const int err_fd = ::mkstemp(err_path);
+  if (err_fd >= 0) ::unlink(err_path);
   pid_t pid = ::fork();
   if (pid < 0) {
     ::close(fds[0]);
     ::close(fds[1]);
+    if (err_fd >= 0) ::close(err_fd);
     return IoError("fork failed");
   }
   if (pid == 0) {
     ::dup2(fds[1], 1);
-    int devnull = ::open("/dev/null", O_WRONLY);
-    if (devnull >= 0) ::dup2(devnull, 2);
+    const int err = err_fd >= 0 ? err_fd : ::open("/dev/null", O_WRONLY);
+    if (err >= 0) ::dup2(err, 2);
     std::vector<char*> args;
     for (const auto& s : argv) args.push_back(const_cast<char*>(s.c_str()));
     args.push_back(nullptr);
@@ -81,22 +87,57 @@ Result<std::string> run_capture(const std::vector<std::string>& argv, double tim
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (timed_out) return Timeout(argv[0] + " " + (argv.size() > 1 ? argv[1] : "") + ": no result within " +
-                                std::to_string(static_cast<int>(timeout_s)) + " s");
+  // The end of what the child said on stderr, its lines joined, for a failure's message.
+  std::string said;
+  if (err_fd >= 0) {
+    struct stat st {};
+    if (::fstat(err_fd, &st) == 0 && st.st_size > 0) {
+      const off_t from = std::max<off_t>(0, st.st_size - 600);
+      said.resize(static_cast<size_t>(st.st_size - from));
+      const ssize_t n = ::pread(err_fd, said.data(), said.size(), from);
+      said.resize(n > 0 ? static_cast<size_t>(n) : 0);
+      while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
+      std::replace(said.begin(), said.end(), '\n', '|');
+      if (from > 0) said = "..." + said;
+    }
+    ::close(err_fd);
+  }
+  std::string cmd;
+  for (const auto& a : argv) cmd += (cmd.empty() ? "" : " ") + a;
+  const std::string tail = said.empty() ? "" : ": " + said;
+  if (timed_out)
+    return Timeout("'" + cmd + "': no result within " + std::to_string(static_cast<int>(timeout_s)) + " s" + tail);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    return IoError("'" + argv[0] + (argv.size() > 1 ? " " + argv[1] : "") + "' failed (status " + std::to_string(status) + ")");
+    return IoError("'" + cmd + "' failed (" +
+                   (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
+                                      : "signal " + std::to_string(WIFSIGNALED(status) ? WTERMSIG(status) : 0)) +
+                   ")" + tail);
   return out;
 }
 
 namespace {
 
+// One start of a bench of rank processes, and once more if it fails: a start can fail with the
+// host (session 39: a calibration ended after ten minutes of starts on one bench that exited 1,
+// and wrote nothing; the next, the same command, went through), and one start should not cost
+// the rest. The failure is said on stderr; a second failure ends the calibration with both
+// messages. Each try keeps its deadline.
+Result<std::string> run_bench(const std::vector<std::string>& argv, double timeout_s) {
+  auto out = run_capture(argv, timeout_s);
+  if (out.ok()) return out;
+  std::fprintf(stderr, "lattice sim --calibrate: %s; once more\n", out.status().to_string().c_str());
+  auto again = run_capture(argv, timeout_s);
+  if (again.ok()) return again;
+  return Status(again.status().code(), again.status().message() + " (and before: " + out.status().message() + ")");
+}
+
 // One way latency (median, 8 B) and the best bandwidth at 64 KiB and above, from bench fabric's
 // JSON lines.
 Result<sim::MeasuredLink> measure_link(const std::string& provider, bool quick) {
-  LATTICE_ASSIGN_OR_RETURN(std::string out, run_capture({cluster::self_exe(), "bench", "fabric", "--provider", provider,
-                                                          "--op", "send", "--min", "8", "--max", quick ? "256K" : "4M",
-                                                          "--json"},
-                                                         120));
+  LATTICE_ASSIGN_OR_RETURN(std::string out, run_bench({cluster::self_exe(), "bench", "fabric", "--provider", provider,
+                                                        "--op", "send", "--min", "8", "--max", quick ? "256K" : "4M",
+                                                        "--json"},
+                                                       120));
   sim::MeasuredLink m;
   std::istringstream in(out);
   std::string line;
@@ -137,7 +178,7 @@ struct AllReduce {
 };
 Result<AllReduce> measure_allreduce(const std::string& provider, int ranks, bool quick, bool large = false) {
   LATTICE_ASSIGN_OR_RETURN(std::string out,
-                           run_capture({cluster::self_exe(), "bench", "coll", "--procs", "--bind", "cores", "-n", std::to_string(ranks),
+                           run_bench({cluster::self_exe(), "bench", "coll", "--procs", "--bind", "cores", "-n", std::to_string(ranks),
                                         "--provider", provider, "--op", "all_reduce", "-b", "8K", "-e",
                                         large ? "256K" : "8K", "-f", "32", "--iters", quick ? "100" : "300",
                                         "--timeout", "30", "--json"},
@@ -179,7 +220,7 @@ Result<Lockstep> measure_lockstep(const std::string& provider, int ranks, const 
                                   "-e", run.bytes, "--iters", std::to_string(quick ? std::max(8, run.iters / 4) : run.iters),
                                   "--work", work, "--work-tokens", std::to_string(run.tokens), "--timeout", "30", "--json"};
   if (!run.warm) cmd.insert(cmd.end(), {"--warmup", "0", "--warmup-ms", "0"});
-  LATTICE_ASSIGN_OR_RETURN(std::string out, run_capture(cmd, 120));
+  LATTICE_ASSIGN_OR_RETURN(std::string out, run_bench(cmd, 120));
   for (const auto& j : coll_rows(out)) {
     Lockstep l{j.value("work_us_mean", 0.0), j.value("step_us_mean", 0.0), j.value("lockstep_wall_us_per_step", 0.0),
                j.value("solo_us_mean", 0.0)};
@@ -277,6 +318,20 @@ int run_calibrate(const CalibrateArgs& a) {
     return 1;
   };
   if (a.out.empty()) return fail("give -o FILE (the machine file to write)");
+  // What would end the calibration after its minutes of measuring is checked before them: the
+  // folder the file goes to, and the model's shape.
+  {
+    const auto dir = std::filesystem::absolute(a.out).parent_path();
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec) || ::access(dir.c_str(), W_OK) != 0)
+      return fail("cannot write " + a.out + ": " + dir.string() + " is not a folder this user can write");
+    if (!a.model.empty()) {
+      auto file = engine::GgufFile::open(a.model);
+      if (!file.ok()) return fail("-m: " + file.status().to_string());
+      auto shape = sim::shape_from_gguf(**file, a.model);
+      if (!shape.ok()) return fail("-m: " + shape.status().to_string());
+    }
+  }
   sim::Machine m;
   m.name = a.name;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

@@ -855,16 +855,32 @@ Result<SimOptions> calibrate_one_node(const ModelShape& shape, const cluster::To
   one.prompt = std::max<uint32_t>(1, f.decode_pos);
   // Above 1 when the run read faster than the machine file's streaming figure (measured while
   // other work held the machine): the fit still reproduces the run, the caller says so.
-  LATTICE_ASSIGN_OR_RETURN(double d, fit_decode_efficiency(shape, topo, one, 1, f.decode_tok_s, kMaxCalibratedEfficiency));
-  o.decode_efficiency = d;
-  if (f.prefill_tok_s > 0) {
-    if (f.prefill_tokens < 1) return InvalidArgument("sim: the one-node prefill figure has no prompt length");
-    one.decode_efficiency = d;
-    one.prompt = f.prefill_tokens;
-    auto p = fit_prefill_efficiency(shape, topo, one, 1, f.prefill_tok_s, kMaxCalibratedEfficiency);
-    if (!p.ok()) return p.status().with_context("the one-node prefill figure");
-    o.prefill_efficiency = *p;
+  if (f.prefill_tok_s <= 0) {
+    LATTICE_ASSIGN_OR_RETURN(double d, fit_decode_efficiency(shape, topo, one, 1, f.decode_tok_s, kMaxCalibratedEfficiency));
+    o.decode_efficiency = d;
+    return o;
   }
+  if (f.prefill_tokens < 1) return InvalidArgument("sim: the one-node prefill figure has no prompt length");
+  // A token's work takes the longer of its reads and its multiply-adds, these at prefill's
+  // efficiency (work() above). Decode fitted before that efficiency is known takes the
+  // profile's, and a decode faster than its multiply-adds allow cannot be fitted at all
+  // (session 39: one rank of the 1.1B Llama at 22.6 tok/s where 0.186 TFLOP/s at 0.5 allow
+  // 22.3, whatever the bandwidth). So decode is fitted first with the multiply-adds at their
+  // most, prefill on it, and each again on the other's figure.
+  SimOptions pre = one;
+  pre.prompt = f.prefill_tokens;
+  one.prefill_efficiency = kMaxCalibratedEfficiency;
+  double d = 0, p = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    auto dd = fit_decode_efficiency(shape, topo, one, 1, f.decode_tok_s, kMaxCalibratedEfficiency);
+    if (!dd.ok()) return dd.status().with_context("the one-node decode figure");
+    d = pre.decode_efficiency = *dd;
+    auto pp = fit_prefill_efficiency(shape, topo, pre, 1, f.prefill_tok_s, kMaxCalibratedEfficiency);
+    if (!pp.ok()) return pp.status().with_context("the one-node prefill figure");
+    p = one.prefill_efficiency = *pp;
+  }
+  o.decode_efficiency = d;
+  o.prefill_efficiency = p;
   return o;
 }
 
