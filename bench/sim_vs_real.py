@@ -50,7 +50,8 @@ SHAPES = {
 def sh(args, timeout=900):
     r = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
-        sys.exit(f"{' '.join(args)} failed ({r.returncode}):\n{r.stderr[-2000:]}")
+        # What it printed before failing too: a calibration's lines say how far it got.
+        sys.exit(f"{' '.join(args)} failed ({r.returncode}):\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
     return r.stdout
 
 

@@ -478,15 +478,26 @@ Machine two_core_cpu() {
   return m;
 }
 
-TEST(Sim, RanksOnOneMachineShareItsBandwidthWhenTheyWorkAtOnce) {
-  const Machine m = two_core_cpu();
-  const std::string dir = testing::scratch_dir("local");
-  std::ofstream(dir + "/cpu.json") << machine_to_json(m).dump();
-  auto t = cluster::parse_topology(R"({"version": 1, "hosts": [
+// Two ranks of machine `m` on this machine over shm, its file written into a scratch folder
+// named `name` (the options' base_dir).
+struct LocalPair {
+  std::string dir;
+  Result<cluster::Topology> t;
+};
+LocalPair local_pair(const Machine& m, const std::string& name) {
+  LocalPair p{testing::scratch_dir(name), InvalidArgument("unset")};
+  std::ofstream(p.dir + "/cpu.json") << machine_to_json(m).dump();
+  p.t = cluster::parse_topology(R"({"version": 1, "hosts": [
       {"name": "r0", "address": "127.0.0.1:7100", "machine": "cpu.json"},
       {"name": "r1", "address": "127.0.0.1:7101", "machine": "cpu.json"}],
       "links": [{"a": "r0", "b": "r1", "provider": "shm"}]})",
-                                   "local.json");
+                                "local.json");
+  return p;
+}
+
+TEST(Sim, RanksOnOneMachineShareItsBandwidthWhenTheyWorkAtOnce) {
+  const Machine m = two_core_cpu();
+  auto [dir, t] = local_pair(m, "local");
   ASSERT_TRUE(t.ok()) << t.status().to_string();
   SimOptions o;
   o.base_dir = dir;
@@ -1330,13 +1341,7 @@ TEST(Sim, ADecodeFasterThanTheDefaultComputeAllowsIsFittedOnPrefillsEfficiency) 
   // finds both figures' efficiencies, and the one node reproduces both.
   Machine m = two_core_cpu();
   m.compute_tflops = 0.2;
-  const std::string dir = testing::scratch_dir("slow-compute");
-  std::ofstream(dir + "/cpu.json") << machine_to_json(m).dump();
-  auto t = cluster::parse_topology(R"({"version": 1, "hosts": [
-      {"name": "r0", "address": "127.0.0.1:7100", "machine": "cpu.json"},
-      {"name": "r1", "address": "127.0.0.1:7101", "machine": "cpu.json"}],
-      "links": [{"a": "r0", "b": "r1", "provider": "shm"}]})",
-                                   "local.json");
+  auto [dir, t] = local_pair(m, "slow-compute");
   ASSERT_TRUE(t.ok()) << t.status().to_string();
   const auto s = *shape_preset("llama-1.1b-q4");
   SimOptions o = one_node(0.9);
