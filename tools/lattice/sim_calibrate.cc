@@ -318,6 +318,9 @@ int run_calibrate(const CalibrateArgs& a) {
     return 1;
   };
   if (a.out.empty()) return fail("give -o FILE (the machine file to write)");
+  // Each measurement's line as it is done, through a pipe too (`| tee`, a bench script): the
+  // calibration takes minutes, and a failure should leave the lines before it.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   // What would end the calibration after its minutes of measuring is checked before them: the
   // folder the file goes to, and the model's shape.
   {
