@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -322,18 +323,20 @@ int run_calibrate(const CalibrateArgs& a) {
   // calibration takes minutes, and a failure should leave the lines before it.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   // What would end the calibration after its minutes of measuring is checked before them: the
-  // folder the file goes to, and the model's shape.
+  // folder the file goes to, and the model's shape (kept for the prefill fit at the end).
   {
     const auto dir = std::filesystem::absolute(a.out).parent_path();
     std::error_code ec;
     if (!std::filesystem::is_directory(dir, ec) || ::access(dir.c_str(), W_OK) != 0)
       return fail("cannot write " + a.out + ": " + dir.string() + " is not a folder this user can write");
-    if (!a.model.empty()) {
-      auto file = engine::GgufFile::open(a.model);
-      if (!file.ok()) return fail("-m: " + file.status().to_string());
-      auto shape = sim::shape_from_gguf(**file, a.model);
-      if (!shape.ok()) return fail("-m: " + shape.status().to_string());
-    }
+  }
+  std::optional<sim::ModelShape> shape;
+  if (!a.model.empty()) {
+    auto file = engine::GgufFile::open(a.model);
+    if (!file.ok()) return fail("-m: " + file.status().to_string());
+    auto s = sim::shape_from_gguf(**file, a.model);
+    if (!s.ok()) return fail("-m: " + s.status().to_string());
+    shape = std::move(*s);
   }
   sim::Machine m;
   m.name = a.name;
@@ -647,10 +650,6 @@ int run_calibrate(const CalibrateArgs& a) {
   if (prefill_tok_s > 0) {
     // The simulator's own prefill model on this machine (the file just written), one host, one
     // thread, fitted to the measured figure.
-    auto file = engine::GgufFile::open(a.model);
-    if (!file.ok()) return fail(file.status().to_string());
-    auto shape = sim::shape_from_gguf(**file, a.model);
-    if (!shape.ok()) return fail(shape.status().to_string());
     const nlohmann::json tj = {{"version", 1},
                                {"hosts", {{{"name", "here"}, {"address", "127.0.0.1"},
                                            {"machine", std::filesystem::absolute(a.out).string()}}}}};

@@ -866,7 +866,8 @@ Result<SimOptions> calibrate_one_node(const ModelShape& shape, const cluster::To
   // profile's, and a decode faster than its multiply-adds allow cannot be fitted at all
   // (session 39: one rank of the 1.1B Llama at 22.6 tok/s where 0.186 TFLOP/s at 0.5 allow
   // 22.3, whatever the bandwidth). So decode is fitted first with the multiply-adds at their
-  // most, prefill on it, and each again on the other's figure.
+  // most, prefill on it, and each again on the other's figure (prefill's only when decode's
+  // moved: a read-bound decode fits the same either way).
   SimOptions pre = one;
   pre.prompt = f.prefill_tokens;
   one.prefill_efficiency = kMaxCalibratedEfficiency;
@@ -874,6 +875,7 @@ Result<SimOptions> calibrate_one_node(const ModelShape& shape, const cluster::To
   for (int pass = 0; pass < 2; ++pass) {
     auto dd = fit_decode_efficiency(shape, topo, one, 1, f.decode_tok_s, kMaxCalibratedEfficiency);
     if (!dd.ok()) return dd.status().with_context("the one-node decode figure");
+    if (pass > 0 && *dd == d) break;
     d = pre.decode_efficiency = *dd;
     auto pp = fit_prefill_efficiency(shape, topo, pre, 1, f.prefill_tok_s, kMaxCalibratedEfficiency);
     if (!pp.ok()) return pp.status().with_context("the one-node prefill figure");
