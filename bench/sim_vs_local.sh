@@ -21,6 +21,11 @@
 # (PIN_ALONE=1, the default; 0: unpinned, a single rank then runs on the faster vCPU). Every round's run and calibration is kept
 # there too: REPREDICT=1 runs nothing and predicts the last table's rounds again with this build (a
 # change to the model against the same measurements, the host's drift out of the comparison).
+# Each measured table's rounds are also kept in a folder of their own, BUILD_DIR/sim-validation/
+# tables/<UTC time> (KEEP=0: not), and REPREDICT=1 POOL=dir1,dir2 predicts each row from its rounds
+# in the last table and in those kept tables together, every round on its own calibration, the row
+# the median of them all: a row's rounds minutes apart move together (docs/SIM.md, session 40:
+# more prefill runs a round left the rounds' spread as it was), so a row is sampled at other times.
 # INTERLEAVE=1 (the default) runs each row in turns with its calibration instead: the row's run and
 # a one-rank run pinned to each of two CPUs start together, and their launchers are stopped and
 # resumed (SIGTSTP / SIGCONT) so that every cycle of 0.6 s phases gives the row, each one-rank run
@@ -33,7 +38,7 @@
 #
 #   bench/sim_vs_local.sh [BUILD_DIR]     env: RANKS=1,2,3,4 MODES=tp,pp N=32 REPS=2 PREFILL_RUNS=3
 #       PROVIDERS=shm,tcp,tcp-emu,verbs-emu LAT_US=50 GBYTES_S=1 MODELS="a.gguf b.gguf" JSON=1 ADJACENT=1
-#       PIN_ALONE=1 REPREDICT=1 INTERLEAVE=1 BIND=cores
+#       PIN_ALONE=1 REPREDICT=1 INTERLEAVE=1 BIND=cores KEEP=1 POOL=dir1,dir2
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-build}
@@ -54,6 +59,11 @@ make_model() {  # path -> written once, if it is one of the default bench models
 }
 machine="$build/sim-validation/this-machine.json"
 mkdir -p "$build/sim-validation"
+keep=
+if [ "${REPREDICT:-0}" != 1 ] && [ "${KEEP:-1}" = 1 ]; then
+  keep="$build/sim-validation/tables/$(date -u +%Y%m%dT%H%M%SZ)"
+  echo "keeping this table's rounds in $keep" >&2
+fi
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores" >&2
 for m in $models; do
   make_model "$m"
@@ -62,6 +72,7 @@ for m in $models; do
     --ranks "${RANKS:-1,2,3,4}" --modes "${MODES:-tp,pp}" --providers "${PROVIDERS:-shm,tcp,tcp-emu,verbs-emu}" \
     --reps "${REPS:-2}" --prefill-runs "${PREFILL_RUNS:-3}" --n "${N:-32}" --link-latency-us "${LAT_US:-50}" --link-gbytes-s "${GBYTES_S:-1}" \
     $( [ "${ADJACENT:-1}" = 1 ] && echo --adjacent ) $( [ "${PIN_ALONE:-1}" = 1 ] && echo --pin-alone ) $( [ "${REPREDICT:-0}" = 1 ] && echo --repredict ) \
-    $( [ "${INTERLEAVE:-1}" = 1 ] && echo --interleave ) --bind "${BIND:-cores}" ${JSON:+--json}
+    $( [ "${INTERLEAVE:-1}" = 1 ] && echo --interleave ) --bind "${BIND:-cores}" ${JSON:+--json} \
+    ${keep:+--keep "$keep"} ${POOL:+--pool "$POOL"}
   echo
 done

@@ -163,14 +163,33 @@ def averaged_one_rank(j0, j1):
     return j
 
 
-def saved_rounds(manifest, tag):
+def saved_rounds(manifest, tag, a):
     """--repredict: the rounds of the last measured table (the same runs and calibrations), to be
-    predicted again."""
-    try:
-        saved = json.load(open(manifest))
-    except (OSError, ValueError) as e:
-        raise SystemExit(f"--repredict: no saved rounds for {tag} ({e})")
-    return [((r["decode_tok_s"], r["prefill_tok_s"], r["run"]), r["one_rank"], r["machine"]) for r in saved]
+    predicted again; with --pool, the same row's rounds from each kept table too (--keep), their
+    files read from that table's folder. Each round keeps its own calibration."""
+    rounds = []
+    for folder in [None] + [d for d in (a.pool or "").split(",") if d]:
+        path = manifest if folder is None else os.path.join(folder, os.path.basename(manifest))
+        try:
+            saved = json.load(open(path))
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"--repredict: no saved rounds for {tag} ({e})")
+        here = (lambda f: f) if folder is None else (lambda f: os.path.join(folder, os.path.basename(f)))
+        rounds += [((r["decode_tok_s"], r["prefill_tok_s"], r["run"]), here(r["one_rank"]), here(r["machine"]))
+                   for r in saved]
+    return rounds
+
+
+def keep_rounds(manifest, a):
+    """--keep DIR: a measured row's rounds (its manifest and every round's one-rank and machine
+    files) copied into DIR, for --pool to predict them again beside another table's."""
+    if not a.keep:
+        return
+    os.makedirs(a.keep, exist_ok=True)
+    shutil.copy(manifest, a.keep)
+    for r in json.load(open(manifest)):
+        for f in (r["one_rank"], r["machine"]):
+            shutil.copy(f, a.keep)
 
 
 def round_files(lattice, work, target, machine, tag, i, one_rank_json, figures, how):
@@ -204,7 +223,7 @@ def adjacent(lattice, work, target, label, machine, prompt, n, mode, prov, a):
     tag = f"{label}-{n}-{mode}-{prov}"
     manifest = os.path.join(work, f"rounds-{tag}.json")
     if a.repredict:
-        return saved_rounds(manifest, tag)
+        return saved_rounds(manifest, tag, a)
     # The one-rank runs on the CPUs the row's ranks run on, in turn (a VM's vCPUs differ: on
     # session 23's host one rank read 20% slower pinned to CPU 0 than to CPU 1 for minutes at a
     # time, and an unpinned rank ran on the faster), so each round's two sides are two of them.
@@ -233,6 +252,7 @@ def adjacent(lattice, work, target, label, machine, prompt, n, mode, prov, a):
     with open(manifest, "w") as f:
         json.dump([{"decode_tok_s": r[0][0], "prefill_tok_s": r[0][1], "run": r[0][2], "one_rank": r[1], "machine": r[2]}
                    for r in rounds], f)
+    keep_rounds(manifest, a)
     return rounds
 
 
@@ -350,7 +370,7 @@ def interleaved(lattice, work, target, label, machine, prompt, n, mode, prov, a,
     tag = f"{label}-{n}-{mode}-{prov}"
     manifest = os.path.join(work, f"rounds-{tag}.json")
     if a.repredict:
-        return saved_rounds(manifest, tag)
+        return saved_rounds(manifest, tag, a)
     cpus = pin_cpus(2, a) if len(usable_cpus()) > 1 else [None]
     cores = max(1, json.load(open(machine)).get("cores", 1))
     corun = mode == "tp" and len(cpus) > 1 and cores >= 2
@@ -468,6 +488,7 @@ def interleaved(lattice, work, target, label, machine, prompt, n, mode, prov, a,
                       "windows": [w for w in windows if w[0] in cyc], "others": {k: out[k] for k in out if k != "row"}})
     with open(manifest, "w") as f:
         json.dump(saved, f)
+    keep_rounds(manifest, a)
     return rounds
 
 
@@ -513,17 +534,28 @@ def one(lattice, work, target, label, machine, prompt, n, mode, prov, a, one_ran
                      "bound": None if n == 1 else 0.10 if n <= 2 else 0.20,
                      "one_rank_tok_s": json.load(open(one_rank_i))["decode_tok_s"],
                      "kernel_scaling": mf.get("kernel_scaling"), "compute_scaling": mf.get("compute_scaling")})
-    row = sorted(rows, key=lambda r: r["error"])[len(rows) // 2]
+    row = dict(median_round(rows, "error", "measured_tok_s", "predicted_tok_s"))
     # A round whose prefill was not measured (none reported) is left out: the median of the rounds that are.
     measured_pre = [r for r in rows if r["prefill_error"] is not None]
     if measured_pre:
-        pre = sorted(measured_pre, key=lambda r: r["prefill_error"])[len(measured_pre) // 2]
+        pre = median_round(measured_pre, "prefill_error", "measured_prefill_tok_s", "predicted_prefill_tok_s")
         row = dict(row, measured_prefill_tok_s=pre["measured_prefill_tok_s"],
                    predicted_prefill_tok_s=pre["predicted_prefill_tok_s"], prefill_error=pre["prefill_error"])
     if len(rows) > 1:
         row["round_errors"] = [r["error"] for r in rows]
         row["round_prefill_errors"] = [r["prefill_error"] for r in measured_pre]
     return row
+
+
+def median_round(rows, key, measured, predicted):
+    """The round of the median `key` (an error); of an even count (rounds pooled from tables of
+    odd counts each, --pool), the two middle rounds' mean: their error's and their figures' (the
+    upper of the two would lean every pooled row to its larger error)."""
+    rs = sorted(rows, key=lambda r: r[key])
+    if len(rs) % 2:
+        return rs[len(rs) // 2]
+    lo, hi = rs[len(rs) // 2 - 1], rs[len(rs) // 2]
+    return dict(hi, **{k: (lo[k] + hi[k]) / 2 for k in (key, measured, predicted)})
 
 
 def outside(r, key):
@@ -690,8 +722,24 @@ def main():
     ap.add_argument("--bind", default="cores", choices=["cores", "auto"],
                     help="the rows' `run --bind`: cores pins ranks beyond the cores too (rank r on CPU r mod CPUs, "
                          "as the simulator places them), auto leaves them to the scheduler")
+    ap.add_argument("--keep", metavar="DIR",
+                    help="with --adjacent: copy each measured row's rounds (runs and calibrations) into DIR, "
+                         "one folder a table, for --pool")
+    ap.add_argument("--pool", metavar="DIR[,DIR]",
+                    help="with --repredict: each row's rounds from these kept tables too (--keep), every round "
+                         "predicted from its own calibration, the row the median of them all")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    if a.pool and not a.repredict:
+        ap.error("--pool needs --repredict (it predicts kept rounds again; it measures nothing)")
+    if a.keep and a.repredict:
+        ap.error("--keep keeps measured rounds; --repredict measures none")
+    for d in (a.pool or "").split(","):
+        if d and not os.path.isdir(d):
+            ap.error(f"--pool: {d} is not a folder (one a table, written by --keep)")
+    # Absolute: the rounds' files are named in topology files written elsewhere.
+    a.pool = ",".join(os.path.abspath(d) for d in (a.pool or "").split(",") if d)
+    a.keep = a.keep and os.path.abspath(a.keep)
     if a.interleave:
         a.adjacent = True  # rounds beside each run, as --adjacent's (and its table columns)
         if a.window <= 0.1 or a.cycles < a.reps or a.warmup <= 0 or a.prefill_runs < 1:
