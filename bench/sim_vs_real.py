@@ -168,13 +168,13 @@ def saved_rounds(manifest, tag, a):
     predicted again; with --pool, the same row's rounds from each kept table too (--keep), their
     files read from that table's folder. Each round keeps its own calibration."""
     rounds = []
-    for folder in [None] + [d for d in (a.pool or "").split(",") if d]:
-        path = manifest if folder is None else os.path.join(folder, os.path.basename(manifest))
+    for folder in [None] + a.pool:
+        def here(f):  # a file the manifest names, in the folder it is read from
+            return f if folder is None else os.path.join(folder, os.path.basename(f))
         try:
-            saved = json.load(open(path))
+            saved = json.load(open(here(manifest)))
         except (OSError, ValueError) as e:
             raise SystemExit(f"--repredict: no saved rounds for {tag} ({e})")
-        here = (lambda f: f) if folder is None else (lambda f: os.path.join(folder, os.path.basename(f)))
         rounds += [((r["decode_tok_s"], r["prefill_tok_s"], r["run"]), here(r["one_rank"]), here(r["machine"]))
                    for r in saved]
     return rounds
@@ -734,11 +734,11 @@ def main():
         ap.error("--pool needs --repredict (it predicts kept rounds again; it measures nothing)")
     if a.keep and a.repredict:
         ap.error("--keep keeps measured rounds; --repredict measures none")
-    for d in (a.pool or "").split(","):
-        if d and not os.path.isdir(d):
-            ap.error(f"--pool: {d} is not a folder (one a table, written by --keep)")
     # Absolute: the rounds' files are named in topology files written elsewhere.
-    a.pool = ",".join(os.path.abspath(d) for d in (a.pool or "").split(",") if d)
+    a.pool = [os.path.abspath(d) for d in (a.pool or "").split(",") if d]
+    for d in a.pool:
+        if not os.path.isdir(d):
+            ap.error(f"--pool: {d} is not a folder (one a table, written by --keep)")
     a.keep = a.keep and os.path.abspath(a.keep)
     if a.interleave:
         a.adjacent = True  # rounds beside each run, as --adjacent's (and its table columns)
